@@ -1,0 +1,33 @@
+"""Client algorithms (local objectives). ``build({"algorithm": NAME, **hparams})``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedcore.clients.base import (
+    REGISTRY,
+    ClientAlgorithm,
+    ClientData,
+    ClientUpdate,
+    LocalContext,
+    LocalSchedule,
+)
+
+
+def build(spec: dict[str, Any]) -> ClientAlgorithm:
+    return REGISTRY.build(spec)
+
+
+def names() -> list[str]:
+    return REGISTRY.names()
+
+
+__all__ = [
+    "ClientAlgorithm",
+    "ClientData",
+    "ClientUpdate",
+    "LocalContext",
+    "LocalSchedule",
+    "build",
+    "names",
+]

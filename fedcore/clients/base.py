@@ -1,0 +1,152 @@
+"""Local training: the client interface and the SGD loop every client objective shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from fedcore.layout import ParamLayout, flat_params, load_flat_params
+from fedcore.registry import HParams, Registry
+
+REGISTRY: Registry[ClientAlgorithm] = Registry("client algorithm", "algorithm", "fedcore.clients")
+register = REGISTRY.register
+
+
+@dataclass
+class ClientData:
+    """One client's local train and test split, as tensors on the simulation device."""
+
+    client_id: int
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+    @property
+    def num_train(self) -> int:
+        return int(self.y_train.shape[0])
+
+
+@dataclass(frozen=True)
+class LocalSchedule:
+    """How long and how fast a client trains in one round (the ``local`` config block)."""
+
+    epochs: int = 1
+    steps: int | None = None
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+
+@dataclass
+class LocalContext:
+    """Everything a client sees in one round."""
+
+    model: nn.Module
+    global_params: torch.Tensor
+    global_buffers: dict[str, torch.Tensor]
+    layout: ParamLayout
+    data: ClientData
+    schedule: LocalSchedule
+    state: dict[str, Any]
+    generator: torch.Generator
+    round: int
+    needs: frozenset[str] = frozenset()
+
+    def global_tensors(self) -> list[torch.Tensor]:
+        """The global parameters as views shaped like ``model.parameters()``, in order."""
+        return [self.global_params[s.start : s.stop].view(s.shape) for s in self.layout.slots]
+
+
+@dataclass
+class ClientUpdate:
+    """What a client sends back (before compression)."""
+
+    client_id: int
+    delta: torch.Tensor
+    num_samples: int
+    num_steps: int
+    train_loss: torch.Tensor
+    stats: dict[str, float] = field(default_factory=dict)
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def minibatches(n: int, schedule: LocalSchedule, generator: torch.Generator):
+    """Index batches: ``steps`` batches if set, else ``epochs`` shuffled passes over n samples."""
+    bs = min(schedule.batch_size, n)
+    if schedule.steps is not None:
+        per_epoch = max(n // bs, 1)
+        epochs = -(-schedule.steps // per_epoch)
+    else:
+        epochs = schedule.epochs
+    count = 0
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=generator)
+        for start in range(0, n, bs):
+            idx = perm[start : start + bs]
+            if schedule.steps is not None and len(idx) < bs and n >= bs:
+                continue
+            yield idx
+            count += 1
+            if schedule.steps is not None and count >= schedule.steps:
+                return
+
+
+class ClientAlgorithm:
+    """Base client: plain local SGD on cross-entropy. Objectives override ``loss`` or hooks."""
+
+    name: ClassVar[str]
+    HParams: ClassVar[type[HParams]] = HParams
+
+    def __init__(self, hparams: HParams | None = None) -> None:
+        self.hp = hparams if hparams is not None else self.HParams()
+
+    def loss(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: LocalContext
+    ) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(x), y)
+
+    def after_backward(self, params: list[torch.Tensor], ctx: LocalContext) -> None:
+        """Hook between backward and the optimiser step (e.g. FedProx's proximal gradient)."""
+
+    def local_update(self, ctx: LocalContext) -> ClientUpdate:
+        model, data, sched = ctx.model, ctx.data, ctx.schedule
+        load_flat_params(model, ctx.global_params)
+        if ctx.global_buffers:
+            model.load_state_dict(ctx.global_buffers, strict=False)
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.SGD(
+            params, lr=sched.lr, momentum=sched.momentum, weight_decay=sched.weight_decay
+        )
+        device = data.x_train.device
+        loss_sum = torch.zeros((), device=device)
+        seen, steps = 0, 0
+        for idx in minibatches(data.num_train, sched, ctx.generator):
+            idx = idx.to(device)
+            x, y = data.x_train[idx], data.y_train[idx]
+            opt.zero_grad(set_to_none=True)
+            loss = self.loss(model, x, y, ctx)
+            loss.backward()
+            self.after_backward(params, ctx)
+            opt.step()
+            loss_sum += loss.detach() * len(idx)
+            seen += len(idx)
+            steps += 1
+        delta = flat_params(model) - ctx.global_params
+        buffers = {
+            k: v.detach().clone() for k, v in model.named_buffers() if v.dtype.is_floating_point
+        }
+        return ClientUpdate(
+            client_id=data.client_id,
+            delta=delta,
+            num_samples=data.num_train,
+            num_steps=steps,
+            train_loss=loss_sum / max(seen, 1),
+            stats={"num_steps": float(steps)},
+            buffers=buffers,
+        )

@@ -1,0 +1,18 @@
+"""Uplink compressors. ``build({"compressor": NAME, **hparams})``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedcore.compression.base import REGISTRY, Compressor
+
+
+def build(spec: dict[str, Any]) -> Compressor:
+    return REGISTRY.build(spec)
+
+
+def names() -> list[str]:
+    return REGISTRY.names()
+
+
+__all__ = ["Compressor", "build", "names"]

@@ -1,0 +1,248 @@
+"""Experiment configuration: YAML + key=value overrides, validated before any compute."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
+MODELS = ("mlp", "cnn", "resnet20", "resnet56", "resnet110")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message is one line naming the key and the allowed values."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class DatasetConfig(_Strict):
+    name: Literal["digits", "mnist", "fashion_mnist", "cifar10", "cifar100"] = "digits"
+    root: str = "data"
+    download: bool = False
+    verify: bool = True
+    partition: Literal["iid", "dirichlet", "shards"] = "dirichlet"
+    alpha: float = Field(0.1, gt=0)
+    num_clients: int = Field(20, ge=1)
+    min_samples: int = Field(10, ge=0)
+    shards_per_client: int = Field(2, ge=1)
+    test_fraction: float = Field(0.2, ge=0, lt=1)
+    global_test_fraction: float = Field(0.2, gt=0, lt=1)
+
+
+class ModelConfig(_Strict):
+    name: Literal["mlp", "cnn", "resnet20", "resnet56", "resnet110"] = "cnn"
+    norm: Literal["batch", "group"] = "batch"
+
+
+class LocalConfig(_Strict):
+    epochs: int = Field(1, ge=1)
+    steps: int | None = Field(None, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(0.05, gt=0)
+    lr_decay: float = Field(1.0, gt=0, le=1)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class MethodConfig(_Strict):
+    name: str = "fedavg"
+    client: dict[str, Any] = Field(default_factory=lambda: {"algorithm": "fedavg"})
+    aggregator: dict[str, Any] = Field(default_factory=lambda: {"rule": "fedavg"})
+    compression: dict[str, Any] = Field(default_factory=lambda: {"compressor": "none"})
+
+
+class ExperimentConfig(_Strict):
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    method: MethodConfig = Field(default_factory=MethodConfig)
+    rounds: int = Field(60, ge=1)
+    clients_per_round: int = Field(5, ge=1)
+    local: LocalConfig = Field(default_factory=LocalConfig)
+    seed: int = Field(0, ge=0)
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda|cuda:\d+|mps)$")
+    eval_every: int = Field(1, ge=1)
+    target_accuracy: float | None = Field(None, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _clients_fit(self) -> ExperimentConfig:
+        if self.clients_per_round > self.dataset.num_clients:
+            raise ValueError(
+                f"clients_per_round={self.clients_per_round} exceeds "
+                f"dataset.num_clients={self.dataset.num_clients}; "
+                f"allowed: 1..{self.dataset.num_clients}"
+            )
+        return self
+
+    def resolved(self) -> dict[str, Any]:
+        """The full resolved config as plain data (what is recorded with every run)."""
+        return self.model_dump(mode="json")
+
+    def config_hash(self) -> str:
+        blob = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def project_root() -> Path:
+    """The project folder: $FEDCORE_HOME, else the folder holding configs/ above the package."""
+    if os.environ.get("FEDCORE_HOME"):
+        return Path(os.environ["FEDCORE_HOME"]).resolve()
+    here = Path(__file__).resolve().parent.parent
+    if (here / "configs").is_dir():
+        return here
+    return Path.cwd()
+
+
+def config_dir() -> Path:
+    return project_root() / "configs"
+
+
+def method_names() -> list[str]:
+    return sorted(p.stem for p in (config_dir() / "methods").glob("*.yaml"))
+
+
+def load_method(name: str) -> dict[str, Any]:
+    path = config_dir() / "methods" / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"method: unknown method {name!r}; allowed: {', '.join(method_names())}")
+    spec = yaml.safe_load(path.read_text()) or {}
+    spec.setdefault("name", name)
+    return spec
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["a.b=1", "c=x"]`` -> ``{"a.b": 1, "c": "x"}`` with YAML-typed values."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. rounds=50")
+        key, value = item.split("=", 1)
+        if not key:
+            raise ConfigError(f"override {item!r}: empty key")
+        out[key.strip()] = yaml.safe_load(value) if value != "" else None
+    return out
+
+
+def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    node = tree
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(
+            f"config file {str(p)!r} is not valid YAML: {str(exc).splitlines()[0]}"
+        ) from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping")
+    return data
+
+
+def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Apply overrides to ``raw``, resolve the method by name, and validate everything."""
+    tree = copy.deepcopy(raw)
+    overrides = dict(overrides or {})
+    method_over = {k: v for k, v in overrides.items() if k.startswith("method.")}
+    for key, value in overrides.items():
+        if key not in method_over:
+            set_dotted(tree, key, value)
+    method = tree.get("method", "fedavg")
+    if isinstance(method, str):
+        tree["method"] = load_method(method)
+    elif not isinstance(method, dict):
+        raise ConfigError("method: expected a method name or a mapping")
+    for key, value in method_over.items():
+        set_dotted(tree, key, value)
+    try:
+        cfg = ExperimentConfig.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+    _validate_method(cfg)
+    return cfg
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None
+) -> ExperimentConfig:
+    """Load a YAML experiment (defaults when ``path`` is None) with ``key=value`` overrides."""
+    raw = read_yaml(path) if path is not None else {}
+    if isinstance(overrides, list):
+        overrides = parse_overrides(overrides)
+    return build_config(raw, overrides)
+
+
+def _validate_method(cfg: ExperimentConfig) -> None:
+    from fedcore.aggregators.base import REGISTRY as AGG
+    from fedcore.clients.base import REGISTRY as CLIENTS
+    from fedcore.compression.base import REGISTRY as COMP
+
+    method = cfg.method
+    for field_name, registry in (("client", CLIENTS), ("aggregator", AGG), ("compression", COMP)):
+        spec = dict(getattr(method, field_name))
+        prefix = f"method.{field_name}"
+        name = spec.get(registry.key)
+        if name is None:
+            raise ConfigError(
+                f"{prefix}.{registry.key}: missing; allowed: {', '.join(registry.names())}"
+            )
+        if name not in registry.names():
+            raise ConfigError(
+                f"{prefix}.{registry.key}: unknown {name!r}; allowed: {', '.join(registry.names())}"
+            )
+        try:
+            hp = registry.hparams(spec)
+        except ValidationError as exc:
+            raise ConfigError(_one_line(exc, prefix)) from None
+        setattr(method, field_name, {registry.key: name, **hp.model_dump(mode="json")})
+
+
+def _one_line(exc: ValidationError, prefix: str = "") -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+    key = f"{prefix}.{loc}" if prefix and loc else (prefix or loc or "config")
+    if err["type"] == "extra_forbidden":
+        allowed = _allowed_keys(exc.title, err["loc"][:-1])
+        hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
+        return f"{key}: unknown key{hint}"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] in ("literal_error", "enum"):
+        return f"{key}: {msg} (got {err.get('input')!r})"
+    if "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict):
+        return f"{key}: {msg} (got {err['input']!r})"
+    return f"{key}: {msg}"
+
+
+def _allowed_keys(title: str, loc: tuple[Any, ...]) -> list[str]:
+    model: Any = ExperimentConfig if title == "ExperimentConfig" else None
+    if model is None:
+        return []
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        if (
+            field is None
+            or not isinstance(field.annotation, type)
+            or not issubclass(field.annotation, BaseModel)
+        ):
+            return []
+        model = field.annotation
+    return list(model.model_fields)

@@ -1,0 +1,93 @@
+"""ParamLayout: where each parameter tensor lives in the flat vector, and its layer group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+_NORMS = (nn.GroupNorm, nn.LayerNorm)
+_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
+@dataclass(frozen=True)
+class ParamSlot:
+    name: str
+    shape: tuple[int, ...]
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class ParamLayout:
+    """Flat-vector layout of a model's trainable parameters.
+
+    ``groups`` are contiguous (start, stop) slices: one per layer, where a conv and the
+    GroupNorm/LayerNorm that follows it in the same parent module form one group (CRAFT §1.3).
+    """
+
+    slots: tuple[ParamSlot, ...]
+    groups: tuple[tuple[int, int], ...]
+    group_names: tuple[str, ...] = field(default=())
+
+    @property
+    def dim(self) -> int:
+        return self.slots[-1].stop if self.slots else 0
+
+    @classmethod
+    def from_model(cls, model: nn.Module) -> ParamLayout:
+        keys = _group_keys(model)
+        slots, offset = [], 0
+        for name, p in model.named_parameters():
+            if not p.requires_grad:
+                continue
+            slots.append(ParamSlot(name, tuple(p.shape), offset, offset + p.numel()))
+            offset += p.numel()
+        groups: list[tuple[int, int]] = []
+        names: list[str] = []
+        for slot in slots:
+            key = keys.get(slot.name, slot.name)
+            if names and names[-1] == key:
+                groups[-1] = (groups[-1][0], slot.stop)
+            else:
+                groups.append((slot.start, slot.stop))
+                names.append(key)
+        return cls(tuple(slots), tuple(groups), tuple(names))
+
+    def whole_model(self) -> ParamLayout:
+        """The same slots with a single group spanning the whole vector."""
+        return ParamLayout(self.slots, ((0, self.dim),), ("model",))
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {s.name: flat[s.start : s.stop].view(s.shape) for s in self.slots}
+
+
+def _group_keys(model: nn.Module) -> dict[str, str]:
+    """Parameter name -> group key (its module, or the preceding conv for a norm)."""
+    keys: dict[str, str] = {}
+    last_conv: dict[str, str] = {}
+    for mod_name, module in model.named_modules():
+        parent = mod_name.rsplit(".", 1)[0] if "." in mod_name else ""
+        key = mod_name
+        if isinstance(module, _CONVS):
+            last_conv[parent] = mod_name
+        elif isinstance(module, _NORMS) and parent in last_conv:
+            key = last_conv[parent]
+        for pname, _ in module.named_parameters(recurse=False):
+            keys[f"{mod_name}.{pname}" if mod_name else pname] = key
+    return keys
+
+
+def flat_params(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad])
+
+
+def load_flat_params(model: nn.Module, flat: torch.Tensor) -> None:
+    offset = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                n = p.numel()
+                p.copy_(flat[offset : offset + n].view_as(p))
+                offset += n

@@ -1,0 +1,57 @@
+"""Models: MLP, CNN, CIFAR-style ResNets."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+MODEL_NAMES = ("mlp", "cnn", "resnet20", "resnet56", "resnet110")
+NORMS = ("batch", "group")
+
+
+class FedModel(nn.Module):
+    """Base model: ``forward(x) = head(features(x))`` with ``features`` of width ``embed_dim``."""
+
+    embed_dim: int
+    head: nn.Linear
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Penultimate embedding (after the last activation), shape (B, embed_dim)."""
+        raise NotImplementedError
+
+    def preactivation(self, x: torch.Tensor) -> torch.Tensor:
+        """Input of the last ReLU before the classifier, shape (B, embed_dim)."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Class logits, shape (B, num_classes)."""
+        return self.head(self.features(x))
+
+
+# Imported after FedModel is defined: the submodules subclass it.
+from fedcore.models.cnn import CNN  # noqa: E402
+from fedcore.models.mlp import MLP  # noqa: E402
+from fedcore.models.resnet import ResNet  # noqa: E402
+
+_RESNET_DEPTHS = {"resnet20": 3, "resnet56": 9, "resnet110": 18}
+
+
+def build_model(
+    name: str, in_shape: tuple[int, int, int], num_classes: int, norm: str = "batch"
+) -> FedModel:
+    """Build model ``name`` for inputs of shape (C, H, W); ``norm`` applies to ResNets only."""
+    if name not in MODEL_NAMES:
+        raise ValueError(f"unknown model {name!r}; allowed: {', '.join(MODEL_NAMES)}")
+    if norm not in NORMS:
+        raise ValueError(f"unknown norm {norm!r}; allowed: {', '.join(NORMS)}")
+    if len(in_shape) != 3:
+        raise ValueError(f"in_shape must be (C, H, W), got {tuple(in_shape)}")
+    shape = (int(in_shape[0]), int(in_shape[1]), int(in_shape[2]))
+    if name == "mlp":
+        return MLP(shape, num_classes)
+    if name == "cnn":
+        return CNN(shape, num_classes)
+    return ResNet(_RESNET_DEPTHS[name], shape, num_classes, norm)
+
+
+__all__ = ["CNN", "MLP", "MODEL_NAMES", "NORMS", "FedModel", "ResNet", "build_model"]

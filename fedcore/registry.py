@@ -1,0 +1,67 @@
+"""Name -> (class, pydantic config) registries for the three method axes."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+T = TypeVar("T")
+
+
+class HParams(BaseModel):
+    """Base of every hyper-parameter model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Registry(Generic[T]):
+    """Maps a name to a class whose ``HParams`` attribute validates its hyper-parameters."""
+
+    def __init__(self, kind: str, key: str, package: str) -> None:
+        self.kind, self.key, self.package = kind, key, package
+        self._entries: dict[str, type[T]] = {}
+        self._loaded = False
+
+    def register(self, name: str) -> Callable[[type[T]], type[T]]:
+        def deco(cls: type[T]) -> type[T]:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} {name!r} registered twice")
+            cls.name = name  # type: ignore[attr-defined]
+            self._entries[name] = cls
+            return cls
+
+        return deco
+
+    def _load(self) -> None:
+        if not self._loaded:
+            pkg = importlib.import_module(self.package)
+            for mod in pkgutil.iter_modules(pkg.__path__):
+                if not mod.name.startswith("_"):
+                    importlib.import_module(f"{self.package}.{mod.name}")
+            self._loaded = True
+
+    def names(self) -> list[str]:
+        self._load()
+        return sorted(self._entries)
+
+    def get(self, name: str) -> type[T]:
+        self._load()
+        if name not in self._entries:
+            raise KeyError(f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}")
+        return self._entries[name]
+
+    def hparams(self, spec: dict[str, Any]) -> BaseModel:
+        """Validate ``spec`` ({key: name, **hparams}) against the named entry's HParams."""
+        spec = dict(spec)
+        name = spec.pop(self.key)
+        return self.get(name).HParams(**spec)  # type: ignore[attr-defined]
+
+    def build(self, spec: dict[str, Any]) -> T:
+        spec = dict(spec)
+        name = spec[self.key]
+        hp = self.hparams(spec)
+        return self.get(name)(hp)  # type: ignore[call-arg]

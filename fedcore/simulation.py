@@ -1,0 +1,271 @@
+"""The round loop (DESIGN.md §2): sample, train locally, stack deltas, aggregate, step, evaluate."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from fedcore import aggregators, clients, compression
+from fedcore.aggregators import UpdateBatch
+from fedcore.clients import ClientData, ClientUpdate, LocalContext, LocalSchedule
+from fedcore.config import ExperimentConfig
+from fedcore.data.federated import FederatedData, build_federated_data
+from fedcore.layout import ParamLayout, flat_params, load_flat_params
+from fedcore.metrics import conflict_fraction, fairness_summary, per_sample_eval
+from fedcore.models import build_model
+from fedcore.seeding import derive_seed, numpy_rng
+
+
+class Callback(Protocol):
+    """Receives the loop's reports; the MLflow tracker is one."""
+
+    def on_run_start(self, sim: Simulation) -> None: ...
+    def on_round_end(
+        self, round: int, metrics: dict[str, float], clients: ClientTable | None
+    ) -> None: ...
+    def on_run_end(self, result: Result) -> None: ...
+
+
+@dataclass
+class ClientTable:
+    """Per-client evaluation of one round: the global model on each client's local test split."""
+
+    round: int
+    client_id: np.ndarray
+    accuracy: np.ndarray
+    loss: np.ndarray
+    num_samples: np.ndarray
+    sampled: np.ndarray
+
+
+@dataclass
+class Result:
+    config: dict[str, Any]
+    config_hash: str
+    history: list[dict[str, float]] = field(default_factory=list)
+    client_tables: list[ClientTable] = field(default_factory=list)
+    summary: dict[str, float] = field(default_factory=dict)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class ClientStore:
+    """Per-client state that outlives a round (residuals, personal models), for every client."""
+
+    def __init__(self) -> None:
+        self._states: dict[int, dict[str, Any]] = {}
+
+    def __getitem__(self, client_id: int) -> dict[str, Any]:
+        return self._states.setdefault(client_id, {})
+
+    def state_dict(self) -> dict[str, Any]:
+        return {str(k): v for k, v in self._states.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._states = {int(k): dict(v) for k, v in state.items()}
+
+
+class Simulation:
+    """One federated simulation; owns the global model, the client store and the aggregator."""
+
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        callbacks: list[Callback] | tuple = (),
+        data: FederatedData | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.callbacks = list(callbacks)
+        self.device = resolve_device(cfg.device)
+        self.data = data or build_federated_data(cfg.dataset, cfg.seed, self.device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(cfg.seed, "init"))
+            self.model = build_model(
+                cfg.model.name, self.data.in_shape, self.data.num_classes, norm=cfg.model.norm
+            ).to(self.device)
+        self.layout = ParamLayout.from_model(self.model)
+        self.params = flat_params(self.model)
+        self.buffers = {k: v.detach().clone() for k, v in self.model.named_buffers()}
+        self.client_algo = clients.build(cfg.method.client)
+        self.aggregator = aggregators.build(cfg.method.aggregator)
+        self.compressor = compression.build(cfg.method.compression)
+        self.store = ClientStore()
+        self.round = 0
+        self.bytes_up_total = 0
+        self._eval_x, self._eval_y, self._eval_owner = self._stack_client_tests(self.data.clients)
+
+    @staticmethod
+    def _stack_client_tests(cs: list[ClientData]):
+        x = torch.cat([c.x_test for c in cs])
+        y = torch.cat([c.y_test for c in cs])
+        owner = torch.cat([torch.full((len(c.y_test),), c.client_id, dtype=torch.long) for c in cs])
+        return x, y, owner
+
+    def sample_clients(self, round: int) -> np.ndarray:
+        rng = numpy_rng(self.cfg.seed, "sample", round)
+        chosen = rng.choice(self.data.num_clients, self.cfg.clients_per_round, replace=False)
+        return np.sort(chosen)
+
+    def schedule(self, round: int) -> LocalSchedule:
+        loc = self.cfg.local
+        return LocalSchedule(
+            epochs=loc.epochs,
+            steps=loc.steps,
+            batch_size=loc.batch_size,
+            lr=loc.lr * loc.lr_decay ** max(round - 1, 0),
+            momentum=loc.momentum,
+            weight_decay=loc.weight_decay,
+        )
+
+    def train_client(self, client_id: int, round: int) -> ClientUpdate:
+        seed = derive_seed(self.cfg.seed, "client", round, client_id)
+        ctx = LocalContext(
+            model=self.model,
+            global_params=self.params,
+            global_buffers=self.buffers,
+            layout=self.layout,
+            data=self.data.clients[client_id],
+            schedule=self.schedule(round),
+            state=self.store[client_id],
+            generator=torch.Generator().manual_seed(seed),
+            round=round,
+            needs=self.aggregator.needs,
+        )
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            return self.client_algo.local_update(ctx)
+
+    def run_round(self, round: int, order: list[int] | None = None) -> dict[str, float]:
+        sampled = self.sample_clients(round)
+        train_order = order if order is not None else list(sampled)
+        updates = {cid: self.train_client(int(cid), round) for cid in train_order}
+        ups = [updates[int(cid)] for cid in sampled]
+        sent, bytes_up = [], 0
+        for up in ups:
+            delta, nbytes = self.compressor.compress(up.delta, self.store[up.client_id])
+            sent.append(delta)
+            bytes_up += nbytes
+        self.bytes_up_total += bytes_up
+        batch = UpdateBatch(
+            deltas=torch.stack(sent),
+            num_samples=torch.tensor([u.num_samples for u in ups]),
+            layout=self.layout,
+            stats={k: torch.tensor([u.stats[k] for u in ups]) for k in ups[0].stats},
+            client_ids=torch.as_tensor(sampled),
+            round=round,
+        )
+        batch.check_finite()
+        t0 = time.perf_counter()
+        step = self.aggregator.aggregate(batch)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        agg_seconds = time.perf_counter() - t0
+        if not torch.isfinite(step).all():
+            raise FloatingPointError(
+                f"round {round}: the {self.aggregator.name} step is not finite"
+            )
+        self.params = self.params + step
+        self._average_buffers(ups)
+        n = batch.num_samples
+        train_loss = float((torch.stack([u.train_loss for u in ups]).cpu() * n).sum() / n.sum())
+        metrics = {
+            "train/loss": train_loss,
+            "agg/conflict_fraction": conflict_fraction(batch.deltas, step),
+            "agg/seconds": agg_seconds,
+            "comm/bytes_up": float(bytes_up),
+            "comm/bytes_up_total": float(self.bytes_up_total),
+        }
+        metrics.update(self.aggregator.last_metrics)
+        return metrics
+
+    def _average_buffers(self, ups: list[ClientUpdate]) -> None:
+        """BatchNorm running statistics: averaged by sample count (not part of theta)."""
+        if not ups[0].buffers:
+            return
+        w = torch.tensor([u.num_samples for u in ups], dtype=torch.float32, device=self.device)
+        w = w / w.sum()
+        for name in ups[0].buffers:
+            stacked = torch.stack([u.buffers[name] for u in ups])
+            self.buffers[name] = torch.tensordot(w, stacked, dims=1)
+
+    def evaluate(self, round: int, sampled: np.ndarray) -> tuple[dict[str, float], ClientTable]:
+        load_flat_params(self.model, self.params)
+        if self.buffers:
+            self.model.load_state_dict(self.buffers, strict=False)
+        correct, loss = per_sample_eval(self.model, self.data.x_test, self.data.y_test)
+        metrics = {"test/accuracy": float(correct.float().mean()), "test/loss": float(loss.mean())}
+        c_correct, c_loss = per_sample_eval(self.model, self._eval_x, self._eval_y)
+        n_clients = self.data.num_clients
+        owner = self._eval_owner.to(c_correct.device)
+        counts = torch.bincount(owner, minlength=n_clients).clamp_min(1).double()
+        acc = (torch.bincount(owner, c_correct.double(), minlength=n_clients) / counts).cpu()
+        cl = (torch.bincount(owner, c_loss.double(), minlength=n_clients) / counts).cpu()
+        has_test = np.array([len(c.y_test) > 0 for c in self.data.clients])
+        acc_np = acc.numpy()
+        metrics.update(fairness_summary(acc_np[has_test]))
+        table = ClientTable(
+            round=round,
+            client_id=np.arange(n_clients),
+            accuracy=acc_np,
+            loss=cl.numpy(),
+            num_samples=np.array([c.num_train for c in self.data.clients]),
+            sampled=np.isin(np.arange(n_clients), sampled),
+        )
+        return metrics, table
+
+    def run(self, order_fn=None) -> Result:
+        """Run all remaining rounds; rounds are numbered 1..R (the MLflow step)."""
+        result = Result(self.cfg.resolved(), self.cfg.config_hash())
+        for cb in self.callbacks:
+            cb.on_run_start(self)
+        total = self.cfg.rounds
+        while self.round < total:
+            r = self.round + 1
+            sampled = self.sample_clients(r)
+            order = order_fn(list(map(int, sampled))) if order_fn else None
+            metrics = self.run_round(r, order)
+            table = None
+            if r % self.cfg.eval_every == 0 or r == total:
+                eval_metrics, table = self.evaluate(r, sampled)
+                metrics.update(eval_metrics)
+                result.client_tables.append(table)
+            self.round = r
+            result.history.append({"round": r, **metrics})
+            for cb in self.callbacks:
+                cb.on_round_end(r, metrics, table)
+        result.summary = summarize(result.history, self.cfg.target_accuracy)
+        for cb in self.callbacks:
+            cb.on_run_end(result)
+        return result
+
+
+def summarize(history: list[dict[str, float]], target: float | None) -> dict[str, float]:
+    evals = [h for h in history if "test/accuracy" in h]
+    last = evals[-1]
+    out = {
+        "final/accuracy": last["test/accuracy"],
+        "final/loss": last["test/loss"],
+        "final/accuracy_worst10": last["clients/accuracy_worst10"],
+        "final/accuracy_std": last["clients/accuracy_std"],
+        "final/accuracy_mean_clients": last["clients/accuracy_mean"],
+        "auc/accuracy": float(np.mean([h["test/accuracy"] for h in evals])),
+    }
+    if target is not None:
+        hit = [h["round"] for h in evals if h["test/accuracy"] >= target]
+        if hit:
+            out["rounds_to_target"] = float(hit[0])
+    return out
+
+
+def run(cfg: ExperimentConfig, callbacks: list[Callback] | tuple = ()) -> Result:
+    """Run one simulation of ``cfg``, reporting to ``callbacks``."""
+    return Simulation(cfg, callbacks).run()

@@ -1,0 +1,69 @@
+"""Sweeps: a base experiment and a grid over any dotted keys, expanded into validated cells."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedcore.config import ConfigError, ExperimentConfig, build_config, read_yaml
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid point: the overrides that define it and its validated config."""
+
+    overrides: dict[str, Any]
+    config: ExperimentConfig
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.overrides.items())
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    cells: list[Cell]
+
+    @property
+    def sweep_hash(self) -> str:
+        blob = json.dumps(sorted(c.config.config_hash() for c in self.cells))
+        return hashlib.sha256(f"{self.name}:{blob}".encode()).hexdigest()[:16]
+
+
+def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
+    """Read a sweep YAML ({name, base, grid, set}) and validate every cell before any compute.
+
+    ``overrides`` apply to every cell (after the grid), e.g. ``{"rounds": 2}``.
+    """
+    path = Path(path)
+    spec = read_yaml(path)
+    unknown = set(spec) - {"name", "base", "grid", "set"}
+    if unknown:
+        raise ConfigError(
+            f"sweep: unknown key {sorted(unknown)[0]!r}; allowed: name, base, grid, set"
+        )
+    base: dict[str, Any] = {}
+    if spec.get("base"):
+        base_path = Path(spec["base"])
+        if not base_path.is_absolute() and not base_path.is_file():
+            base_path = path.parent / base_path
+        base = read_yaml(base_path)
+    grid = spec.get("grid") or {}
+    if not isinstance(grid, dict) or any(not isinstance(v, list) or not v for v in grid.values()):
+        raise ConfigError("sweep.grid: expected a mapping of KEY: [non-empty list of values]")
+    fixed = {**(spec.get("set") or {}), **(overrides or {})}
+    cells = []
+    for values in itertools.product(*grid.values()):
+        point = dict(zip(grid.keys(), values, strict=True))
+        try:
+            cfg = build_config(base, {**point, **fixed})
+        except ConfigError as exc:
+            label = " ".join(f"{k}={v}" for k, v in point.items())
+            raise ConfigError(f"sweep cell [{label}]: {exc}") from None
+        cells.append(Cell(point, cfg))
+    return SweepSpec(spec.get("name") or path.stem, cells)

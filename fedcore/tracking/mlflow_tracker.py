@@ -1,0 +1,157 @@
+"""MLflowTracker: a round-loop callback that records one simulation as one MLflow run."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from fedcore.env import configure_environment
+from fedcore.tracking.plots import curves_png, fairness_png
+from fedcore.tracking.settings import TrackingSettings, load_settings
+
+configure_environment()
+
+from mlflow.entities import Metric, Param  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """{"a": {"b": 1}} -> {"a.b": "1"}; lists become their YAML flow form."""
+    out: dict[str, str] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = (
+                value
+                if isinstance(value, str)
+                else yaml.safe_dump(value, default_flow_style=True)
+                .strip()
+                .removesuffix("...")
+                .strip()
+            )
+    return out
+
+
+def mlflow_client(settings: TrackingSettings | None = None) -> MlflowClient:
+    settings = settings or load_settings()
+    return MlflowClient(tracking_uri=settings.tracking_uri)
+
+
+def get_experiment_id(client: MlflowClient, settings: TrackingSettings) -> str:
+    exp = client.get_experiment_by_name(settings.experiment)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(
+            settings.experiment, artifact_location=settings.artifact_location
+        )
+    except Exception:
+        exp = client.get_experiment_by_name(settings.experiment)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def run_tags(resolved: dict[str, Any], config_hash: str) -> dict[str, str]:
+    return {
+        "method": str(resolved["method"]["name"]),
+        "dataset": str(resolved["dataset"]["name"]),
+        "alpha": str(resolved["dataset"]["alpha"]),
+        "partition": str(resolved["dataset"]["partition"]),
+        "seed": str(resolved["seed"]),
+        "config_hash": config_hash,
+    }
+
+
+class MLflowTracker:
+    """Records params, tags, per-round metrics and artifacts of one run.
+
+    Uses explicit run ids (no thread-local active run), so it works from worker threads and
+    Dask workers; ``parent_run_id`` nests the run under a sweep or a study.
+    """
+
+    def __init__(
+        self,
+        settings: TrackingSettings | None = None,
+        parent_run_id: str | None = None,
+        run_name: str | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> None:
+        self.settings = settings or load_settings()
+        self.client = mlflow_client(self.settings)
+        self.parent_run_id = parent_run_id
+        self.run_name = run_name
+        self.extra_tags = dict(tags or {})
+        self.run_id: str | None = None
+
+    def start(self, resolved: dict[str, Any], config_hash: str) -> str:
+        exp_id = get_experiment_id(self.client, self.settings)
+        tags = {**run_tags(resolved, config_hash), **self.extra_tags}
+        if self.parent_run_id:
+            tags["mlflow.parentRunId"] = self.parent_run_id
+        name = (
+            self.run_name or f"{tags['method']}-{tags['dataset']}-a{tags['alpha']}-s{tags['seed']}"
+        )
+        run = self.client.create_run(exp_id, run_name=name, tags=tags)
+        self.run_id = run.info.run_id
+        params = [Param(k, v[:6000]) for k, v in sorted(flatten(resolved).items())]
+        for i in range(0, len(params), 100):
+            self.client.log_batch(self.run_id, params=params[i : i + 100])
+        self.client.log_text(self.run_id, yaml.safe_dump(resolved, sort_keys=False), "config.yaml")
+        return self.run_id
+
+    def on_run_start(self, sim: Any) -> None:
+        if self.run_id is None:
+            self.start(sim.cfg.resolved(), sim.cfg.config_hash())
+        self.client.set_tag(self.run_id, "device", str(sim.device))
+
+    def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:
+        ts = int(time.time() * 1000)
+        batch = [Metric(k, float(v), ts, round) for k, v in metrics.items()]
+        for i in range(0, len(batch), 500):
+            self.client.log_batch(self.run_id, metrics=batch[i : i + 500])
+
+    def on_run_end(self, result: Any) -> None:
+        ts = int(time.time() * 1000)
+        last = result.history[-1]["round"]
+        self.client.log_batch(
+            self.run_id, metrics=[Metric(k, float(v), ts, last) for k, v in result.summary.items()]
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp)
+            per_client_frame(result.client_tables).to_parquet(
+                out / "per_client.parquet", index=False
+            )
+            curves_png(result.history, out / "curves.png")
+            final = result.client_tables[-1]
+            fairness_png(final.accuracy, final.round, out / "fairness.png")
+            self.client.log_artifacts(self.run_id, str(out))
+        self.client.set_terminated(self.run_id, "FINISHED")
+
+    def fail(self, reason: str) -> None:
+        """Mark the run FAILED with the reason as a tag (metrics logged so far are kept)."""
+        if self.run_id is None:
+            return
+        self.client.set_tag(self.run_id, "failure_reason", reason[:5000])
+        self.client.set_terminated(self.run_id, "FAILED")
+
+
+def per_client_frame(tables: list[Any]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "round": np.concatenate([np.full(len(t.client_id), t.round) for t in tables]),
+            "client_id": np.concatenate([t.client_id for t in tables]),
+            "accuracy": np.concatenate([t.accuracy for t in tables]),
+            "loss": np.concatenate([t.loss for t in tables]),
+            "num_samples": np.concatenate([t.num_samples for t in tables]),
+            "sampled": np.concatenate([t.sampled for t in tables]),
+        }
+    )

@@ -1,0 +1,56 @@
+"""The run's figures: convergence curves and the per-client accuracy distribution."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def curves_png(history: list[dict[str, float]], path: Path) -> None:
+    plt = _pyplot()
+    evals = [h for h in history if "test/accuracy" in h]
+    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
+    ax_acc.plot([h["round"] for h in evals], [h["test/accuracy"] for h in evals], label="test")
+    ax_acc.plot(
+        [h["round"] for h in evals],
+        [h["clients/accuracy_mean"] for h in evals],
+        label="clients mean",
+    )
+    ax_acc.plot(
+        [h["round"] for h in evals],
+        [h["clients/accuracy_worst10"] for h in evals],
+        label="clients worst 10%",
+    )
+    ax_acc.set(xlabel="round", ylabel="accuracy", title="Accuracy")
+    ax_acc.legend()
+    ax_loss.plot([h["round"] for h in history], [h["train/loss"] for h in history], label="train")
+    ax_loss.plot([h["round"] for h in evals], [h["test/loss"] for h in evals], label="test")
+    ax_loss.set(xlabel="round", ylabel="loss", title="Loss")
+    ax_loss.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def fairness_png(accuracy: np.ndarray, round: int, path: Path) -> None:
+    plt = _pyplot()
+    fig, (ax_hist, ax_sorted) = plt.subplots(1, 2, figsize=(10, 4))
+    ax_hist.hist(accuracy, bins=min(20, max(len(accuracy), 1)), range=(0, 1))
+    ax_hist.set(
+        xlabel="local test accuracy", ylabel="clients", title=f"Per-client accuracy, round {round}"
+    )
+    ax_sorted.bar(np.arange(len(accuracy)), np.sort(accuracy))
+    ax_sorted.set(xlabel="client (sorted)", ylabel="accuracy", ylim=(0, 1), title="Sorted")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

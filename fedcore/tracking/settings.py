@@ -1,0 +1,34 @@
+"""Where runs are recorded: mlflow.yml at the project root, overridden by the environment."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from fedcore.config import project_root
+
+
+@dataclass(frozen=True)
+class TrackingSettings:
+    tracking_uri: str
+    artifact_location: str
+    experiment: str
+
+
+def load_settings(path: Path | None = None) -> TrackingSettings:
+    path = path or project_root() / "mlflow.yml"
+    raw = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    base = path.parent
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or raw.get("tracking_uri", "sqlite:///mlflow.db")
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = "sqlite:///" + str((base / uri.removeprefix("sqlite:///")).resolve())
+    artifacts = os.environ.get("FEDCORE_ARTIFACT_LOCATION") or raw.get(
+        "artifact_location", "mlartifacts"
+    )
+    if "://" not in artifacts:
+        artifacts = (base / artifacts).resolve().as_uri()
+    experiment = os.environ.get("FEDCORE_EXPERIMENT") or raw.get("experiment", "fedcore")
+    return TrackingSettings(uri, artifacts, experiment)

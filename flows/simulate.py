@@ -1,0 +1,22 @@
+"""Prefect flow ``simulate``: one experiment config, one MLflow run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+import flows  # noqa: F401  (offline environment before Prefect starts its server)
+from fedcore.config import load_config
+from fedcore.tracking.runner import run_tracked
+
+
+@flow(name="simulate", log_prints=True)
+def simulate(
+    config: str | None = None, overrides: list[str] | None = None, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    """Run one simulation of CONFIG (defaults when None) with ``key=value`` overrides."""
+    cfg = load_config(config, overrides or [])
+    run_id, result = run_tracked(cfg, parent_run_id=parent_run_id)
+    print(f"run {run_id}: " + ", ".join(f"{k}={v:.4f}" for k, v in result.summary.items()))
+    return {"run_id": run_id, **result.summary}
