@@ -26,13 +26,17 @@ def _split_args(items: list[str]) -> tuple[str | None, list[str]]:
 class ProgressBar:
     """A tqdm bar over rounds that shows the latest test accuracy."""
 
-    def __init__(self, total: int) -> None:
+    def on_run_start(self, sim: Any) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, unit="round", file=sys.stderr, dynamic_ncols=True)
-
-    def on_run_start(self, sim: Any) -> None:
-        self.bar.set_description(sim.cfg.method.name)
+        self.bar = tqdm(
+            total=sim.cfg.rounds,
+            initial=sim.round,
+            unit="round",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            desc=sim.cfg.method.name,
+        )
 
     def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:
         if "test/accuracy" in metrics:
@@ -61,7 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(config, overrides)
     from fedcore.tracking.runner import run_tracked
 
-    run_id, result = run_tracked(cfg, callbacks=[ProgressBar(cfg.rounds)])
+    run_id, result = run_tracked(cfg, callbacks=[ProgressBar()])
     print(
         f"\nMLflow run {run_id}  method={cfg.method.name}  dataset={cfg.dataset.name}  "
         f"alpha={cfg.dataset.alpha}  seed={cfg.seed}"

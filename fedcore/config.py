@@ -44,9 +44,9 @@ class ModelConfig(_Strict):
 
 
 class LocalConfig(_Strict):
-    epochs: int = Field(1, ge=1)
+    epochs: int = Field(5, ge=1)
     steps: int | None = Field(None, ge=1)
-    batch_size: int = Field(32, ge=1)
+    batch_size: int = Field(16, ge=1)
     lr: float = Field(0.05, gt=0)
     lr_decay: float = Field(1.0, gt=0, le=1)
     momentum: float = Field(0.0, ge=0, lt=1)
@@ -212,16 +212,18 @@ def _validate_method(cfg: ExperimentConfig) -> None:
         try:
             hp = registry.hparams(spec)
         except ValidationError as exc:
-            raise ConfigError(_one_line(exc, prefix)) from None
+            raise ConfigError(_one_line(exc, prefix, registry.get(name).HParams)) from None
         setattr(method, field_name, {registry.key: name, **hp.model_dump(mode="json")})
 
 
-def _one_line(exc: ValidationError, prefix: str = "") -> str:
+def _one_line(exc: ValidationError, prefix: str = "", root: type[BaseModel] | None = None) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
-    key = f"{prefix}.{loc}" if prefix and loc else (prefix or loc or "config")
+    key = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
+    if not key:
+        return err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        allowed = _allowed_keys(exc.title, err["loc"][:-1])
+        allowed = _allowed_keys(root or ExperimentConfig, err["loc"][:-1])
         hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
         return f"{key}: unknown key{hint}"
     msg = err["msg"].removeprefix("Value error, ")
@@ -232,10 +234,7 @@ def _one_line(exc: ValidationError, prefix: str = "") -> str:
     return f"{key}: {msg}"
 
 
-def _allowed_keys(title: str, loc: tuple[Any, ...]) -> list[str]:
-    model: Any = ExperimentConfig if title == "ExperimentConfig" else None
-    if model is None:
-        return []
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     for part in loc:
         field = model.model_fields.get(str(part))
         if (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,6 +19,8 @@ from fedcore.layout import ParamLayout, flat_params, load_flat_params
 from fedcore.metrics import conflict_fraction, fairness_summary, per_sample_eval
 from fedcore.models import build_model
 from fedcore.seeding import derive_seed, numpy_rng
+
+log = logging.getLogger("fedcore")
 
 
 class Callback(Protocol):
@@ -155,31 +158,41 @@ class Simulation:
             sent.append(delta)
             bytes_up += nbytes
         self.bytes_up_total += bytes_up
-        batch = UpdateBatch(
-            deltas=torch.stack(sent),
-            num_samples=torch.tensor([u.num_samples for u in ups]),
-            layout=self.layout,
-            stats={k: torch.tensor([u.stats[k] for u in ups]) for k in ups[0].stats},
-            client_ids=torch.as_tensor(sampled),
-            round=round,
-        )
-        batch.check_finite()
-        t0 = time.perf_counter()
-        step = self.aggregator.aggregate(batch)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        agg_seconds = time.perf_counter() - t0
-        if not torch.isfinite(step).all():
-            raise FloatingPointError(
-                f"round {round}: the {self.aggregator.name} step is not finite"
+        deltas = torch.stack(sent)
+        finite = torch.isfinite(deltas).all(dim=1).cpu()
+        if not finite.all():
+            bad = [u.client_id for u, ok in zip(ups, finite.tolist(), strict=True) if not ok]
+            log.warning("round %d: NaN or Inf in the update of client(s) %s; excluded", round, bad)
+        kept = [u for u, ok in zip(ups, finite.tolist(), strict=True) if ok]
+        agg_seconds, step = 0.0, torch.zeros_like(self.params)
+        if kept:
+            batch = UpdateBatch(
+                deltas=deltas[finite.to(deltas.device)],
+                num_samples=torch.tensor([u.num_samples for u in kept]),
+                layout=self.layout,
+                stats={k: torch.tensor([u.stats[k] for u in kept]) for k in kept[0].stats},
+                client_ids=torch.tensor([u.client_id for u in kept]),
+                round=round,
             )
+            t0 = time.perf_counter()
+            step = self.aggregator.aggregate(batch)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            agg_seconds = time.perf_counter() - t0
+            if not torch.isfinite(step).all():
+                raise FloatingPointError(
+                    f"round {round}: the {self.aggregator.name} step is not finite"
+                )
         self.params = self.params + step
-        self._average_buffers(ups)
-        n = batch.num_samples
+        self._average_buffers(kept)
+        n = torch.tensor([float(u.num_samples) for u in ups])
         train_loss = float((torch.stack([u.train_loss for u in ups]).cpu() * n).sum() / n.sum())
         metrics = {
             "train/loss": train_loss,
-            "agg/conflict_fraction": conflict_fraction(batch.deltas, step),
+            "agg/conflict_fraction": conflict_fraction(deltas[finite.to(deltas.device)], step)
+            if kept
+            else 0.0,
+            "agg/rejected_clients": float(len(ups) - len(kept)),
             "agg/seconds": agg_seconds,
             "comm/bytes_up": float(bytes_up),
             "comm/bytes_up_total": float(self.bytes_up_total),
@@ -189,7 +202,7 @@ class Simulation:
 
     def _average_buffers(self, ups: list[ClientUpdate]) -> None:
         """BatchNorm running statistics: averaged by sample count (not part of theta)."""
-        if not ups[0].buffers:
+        if not ups or not ups[0].buffers:
             return
         w = torch.tensor([u.num_samples for u in ups], dtype=torch.float32, device=self.device)
         w = w / w.sum()

@@ -7,7 +7,6 @@ from typing import Any
 from fedcore.aggregators.base import (
     REGISTRY,
     Aggregator,
-    NonFiniteUpdateError,
     UpdateBatch,
     weighted_mean,
 )
@@ -22,4 +21,4 @@ def names() -> list[str]:
     return REGISTRY.names()
 
 
-__all__ = ["Aggregator", "NonFiniteUpdateError", "UpdateBatch", "build", "names", "weighted_mean"]
+__all__ = ["Aggregator", "UpdateBatch", "build", "names", "weighted_mean"]

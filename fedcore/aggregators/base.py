@@ -14,10 +14,6 @@ REGISTRY: Registry[Aggregator] = Registry("aggregator rule", "rule", "fedcore.ag
 register = REGISTRY.register
 
 
-class NonFiniteUpdateError(ValueError):
-    """A client update holds NaN or Inf."""
-
-
 @dataclass
 class UpdateBatch:
     """What the server receives in one round.
@@ -57,14 +53,6 @@ class UpdateBatch:
     def weights(self) -> torch.Tensor:
         """p_k = n_k / sum_j n_j over the sampled clients."""
         return self.num_samples / self.num_samples.sum()
-
-    def check_finite(self) -> None:
-        bad = ~torch.isfinite(self.deltas).all(dim=1)
-        if bad.any():
-            ids = [int(i) for i in self.client_ids[bad.cpu()]]
-            raise NonFiniteUpdateError(
-                f"round {self.round}: NaN or Inf in the update of client(s) {ids}"
-            )
 
 
 class Aggregator:

@@ -118,6 +118,7 @@ class ClientAlgorithm:
         load_flat_params(model, ctx.global_params)
         if ctx.global_buffers:
             model.load_state_dict(ctx.global_buffers, strict=False)
+        stats = {k: fn(model, ctx) for k, fn in _extras().BEFORE_TRAINING.items() if k in ctx.needs}
         model.train()
         params = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.SGD(
@@ -137,6 +138,10 @@ class ClientAlgorithm:
             loss_sum += loss.detach() * len(idx)
             seen += len(idx)
             steps += 1
+        stats["num_steps"] = float(steps)
+        for key, fn in _extras().AFTER_TRAINING.items():
+            if key in ctx.needs:
+                stats[key] = fn(model, ctx, steps, self)
         delta = flat_params(model) - ctx.global_params
         buffers = {
             k: v.detach().clone() for k, v in model.named_buffers() if v.dtype.is_floating_point
@@ -147,6 +152,12 @@ class ClientAlgorithm:
             num_samples=data.num_train,
             num_steps=steps,
             train_loss=loss_sum / max(seen, 1),
-            stats={"num_steps": float(steps)},
+            stats=stats,
             buffers=buffers,
         )
+
+
+def _extras():
+    from fedcore.clients import extras
+
+    return extras

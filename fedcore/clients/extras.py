@@ -1,0 +1,44 @@
+"""Client-side statistics a server rule can ask for (``Aggregator.needs``), computed on demand.
+
+``BEFORE_TRAINING[name](model, ctx)`` runs on the global model before local training;
+``AFTER_TRAINING[name](model, ctx, num_steps, algo)`` on the local model after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedcore.clients.base import LocalContext
+
+
+@torch.no_grad()
+def loss_before(model: nn.Module, ctx: LocalContext) -> float:
+    """Loss of the global model on the client's train split (q-FedAvg, FedFV, FedLF)."""
+    was_training = model.training
+    model.eval()
+    x, y = ctx.data.x_train, ctx.data.y_train
+    total = torch.zeros((), device=x.device)
+    for start in range(0, len(y), 1024):
+        logits = model(x[start : start + 1024])
+        total += nn.functional.cross_entropy(logits, y[start : start + 1024], reduction="sum")
+    model.train(was_training)
+    return float(total / max(len(y), 1))
+
+
+def accumulation_norm(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float:
+    """FedNova's ||a_k||_1 for tau local steps (METHODS.md §7.3)."""
+    momentum, lr = ctx.schedule.momentum, ctx.schedule.lr
+    mu = float(getattr(algo.hp, "mu", 0.0))
+    if mu > 0:
+        return float(sum((1 - lr * mu) ** j for j in range(num_steps)))
+    if momentum > 0:
+        return float(sum((1 - momentum**j) / (1 - momentum) for j in range(1, num_steps + 1)))
+    return float(num_steps)
+
+
+BEFORE_TRAINING: dict[str, Callable[..., float]] = {"loss_before": loss_before}
+AFTER_TRAINING: dict[str, Callable[..., float]] = {"accumulation_norm": accumulation_norm}
