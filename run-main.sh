@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Set up the environment and run the main job: the showcase sweep on the embedded digits data,
+# recorded in MLflow (mlflow.db in this folder). Extra arguments are sweep overrides (rounds=5).
+set -euo pipefail
+cd "$(dirname "$0")"
+bash scripts/setup.sh
+.venv/bin/fedcore sweep configs/sweeps/main.yaml "$@"
+cat <<MSG
+
+Runs are recorded in $(pwd)/mlflow.db. To compare them in the MLflow UI:
+  .venv/bin/mlflow ui --backend-store-uri sqlite:///$(pwd)/mlflow.db --port 5000
+then open http://127.0.0.1:5000 (experiment "fedcore"; the sweep is one parent run).
+MSG

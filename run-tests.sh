@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up the environment and run the test suite (CPU, a few minutes). Extra args go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")"
+bash scripts/setup.sh
+.venv/bin/ruff check fedcore flows tests benchmarks
+.venv/bin/python -m pytest -q "$@"

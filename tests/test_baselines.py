@@ -1,0 +1,89 @@
+"""FedAvg, FedAvgM and FedProx against their definitions (METHODS.md §0, §7.1, §7.2)."""
+
+import pytest
+import torch
+
+from fedcore import aggregators
+from fedcore.aggregators import UpdateBatch
+from fedcore.config import load_config
+from fedcore.simulation import Simulation
+
+from .conftest import TINY
+
+
+def _batch(seed=0, m=4, d=7):
+    g = torch.Generator().manual_seed(seed)
+    return UpdateBatch(torch.randn(m, d, generator=g, dtype=torch.float64),
+                       torch.tensor([10.0, 30.0, 20.0, 40.0][:m]))
+
+
+def test_fedavg_is_the_sample_weighted_mean():
+    batch = _batch()
+    step = aggregators.build({"rule": "fedavg"}).aggregate(batch)
+    n = batch.num_samples
+    expected = sum(n[k] * batch.deltas[k] for k in range(4)) / n.sum()
+    torch.testing.assert_close(step, expected)
+
+
+def test_fedavg_server_lr_scales_the_step():
+    batch = _batch()
+    base = aggregators.build({"rule": "fedavg"}).aggregate(batch)
+    torch.testing.assert_close(aggregators.build({"rule": "fedavg", "server_lr": 0.5})
+                               .aggregate(batch), 0.5 * base)
+
+
+def test_fedavgm_with_beta_zero_equals_fedavg_every_round():
+    avg, avgm = aggregators.build({"rule": "fedavg"}), aggregators.build(
+        {"rule": "fedavgm", "beta": 0.0})
+    for r in range(3):
+        batch = _batch(seed=r)
+        torch.testing.assert_close(avgm.aggregate(batch), avg.aggregate(batch))
+
+
+def test_fedavgm_accumulates_momentum():
+    agg = aggregators.build({"rule": "fedavgm", "beta": 0.9, "server_lr": 1.0})
+    b1, b2 = _batch(1), _batch(2)
+    mean1 = b1.weights @ b1.deltas
+    mean2 = b2.weights @ b2.deltas
+    torch.testing.assert_close(agg.aggregate(b1), mean1)
+    torch.testing.assert_close(agg.aggregate(b2), mean2 + 0.9 * mean1)
+    state = agg.state_dict()
+    fresh = aggregators.build({"rule": "fedavgm", "beta": 0.9})
+    fresh.load_state_dict(state)
+    b3 = _batch(3)
+    torch.testing.assert_close(fresh.aggregate(b3), agg.aggregate(b3))
+
+
+def test_unknown_rule_and_bad_hparam_are_rejected():
+    with pytest.raises(KeyError, match="allowed: .*fedavg"):
+        aggregators.build({"rule": "nope"})
+    with pytest.raises(ValueError, match="beta"):
+        aggregators.build({"rule": "fedavgm", "beta": 1.5})
+
+
+def test_update_batch_from_plain_tensors_checks_shapes():
+    with pytest.raises(ValueError, match="m x d"):
+        UpdateBatch(torch.zeros(3), torch.ones(3))
+    with pytest.raises(ValueError, match="num_samples"):
+        UpdateBatch(torch.zeros(3, 2), torch.ones(2))
+
+
+def _final_params(overrides):
+    sim = Simulation(load_config(None, [*TINY, *overrides]))
+    sim.run()
+    return sim.params
+
+
+def test_fedprox_with_mu_zero_equals_fedavg():
+    a = _final_params(["method=fedavg"])
+    b = _final_params(["method=fedprox", "method.client.mu=0.0"])
+    assert torch.equal(a, b)
+
+
+def test_fedprox_pulls_local_models_toward_the_global_model():
+    a = _final_params(["method=fedavg"])
+    b = _final_params(["method=fedprox", "method.client.mu=0.0"])
+    c = _final_params(["method=fedprox", "method.client.mu=1.0"])
+    init = Simulation(load_config(None, TINY)).params
+    assert torch.equal(a, b)
+    assert (c - init).norm() < (a - init).norm()
