@@ -3,10 +3,8 @@ on-disk formats (IDX for MNIST-like, pickled batches for CIFAR). No network is u
 
 from __future__ import annotations
 
-import gzip
 import pickle
 import socket
-import struct
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from fedcore.data.datasets import (
     DatasetUnavailableError,
     load_dataset,
 )
+from fedcore.data.idx import read_idx, repack_mnist_t10k, write_mnist_like
 
 MNIST_FILES = [
     "train-images-idx3-ubyte",
@@ -44,23 +43,6 @@ def _real_mnist_dir() -> Path | None:
 
 
 # --------------------------------------------------------------------------- file writers
-
-
-def write_idx(path: Path, arr: np.ndarray, gz: bool = False) -> None:
-    """Write a uint8 array in IDX format: magic 0x0000 08 <ndim>, big-endian dims, then data."""
-    assert arr.dtype == np.uint8 and arr.ndim in (1, 3)
-    data = struct.pack(">I", 0x0800 + arr.ndim) + struct.pack(f">{arr.ndim}I", *arr.shape)
-    data += arr.tobytes()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if gz:
-        path.with_name(path.name + ".gz").write_bytes(gzip.compress(data))
-    else:
-        path.write_bytes(data)
-
-
-def write_mnist_like(raw: Path, x_tr, y_tr, x_te, y_te, gz: bool = False) -> None:
-    for stem, arr in zip(MNIST_FILES, (x_tr, y_tr, x_te, y_te), strict=True):
-        write_idx(raw / stem, np.asarray(arr, dtype=np.uint8), gz=gz)
 
 
 def random_mnist(rng: np.random.Generator, n_train: int = 30, n_test: int = 10):
@@ -217,14 +199,12 @@ def test_real_mnist_digits(tmp_path):
     src = _real_mnist_dir()
     if src is None:
         pytest.skip("real MNIST t10k files not found in ../shared/data/mnist-t10k")
-    with gzip.open(src / "t10k-images-idx3-ubyte.gz") as f:
-        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
-    with gzip.open(src / "t10k-labels-idx1-ubyte.gz") as f:
-        labels = np.frombuffer(f.read(), np.uint8, offset=8)
-    assert len(images) == len(labels) == 10_000
+    images = read_idx(src / "t10k-images-idx3-ubyte.gz")
+    labels = read_idx(src / "t10k-labels-idx1-ubyte.gz")
+    assert images.shape == (10_000, 28, 28) and len(labels) == 10_000
+    repack_mnist_t10k(src, tmp_path, n_train=8000, seed=0)
     perm = np.random.default_rng(np.random.SeedSequence([0, 1234])).permutation(10_000)
-    tr, te = perm[:8000], perm[8000:]
-    write_mnist_like(tmp_path / "MNIST" / "raw", images[tr], labels[tr], images[te], labels[te])
+    te = perm[8000:]
 
     d = load_dataset("mnist", root=tmp_path)
     assert d.x_train.shape == (8000, 1, 28, 28) and d.x_test.shape == (2000, 1, 28, 28)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from fedcore.clients.base import LocalContext
+from fedcore.oui import oui_from_preactivations, probe_indices
 
 
 @torch.no_grad()
@@ -32,7 +33,7 @@ def loss_before(model: nn.Module, ctx: LocalContext) -> float:
 def accumulation_norm(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float:
     """FedNova's ||a_k||_1 for tau local steps (METHODS.md §7.3)."""
     momentum, lr = ctx.schedule.momentum, ctx.schedule.lr
-    mu = float(getattr(algo.hp, "mu", 0.0))
+    mu = float(getattr(algo, "proximal_mu", 0.0))
     if mu > 0:
         return float(sum((1 - lr * mu) ** j for j in range(num_steps)))
     if momentum > 0:
@@ -40,5 +41,26 @@ def accumulation_norm(model: nn.Module, ctx: LocalContext, num_steps: int, algo:
     return float(num_steps)
 
 
+@torch.no_grad()
+def oui(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float:
+    """FedOUI's o_k: OUI of the local model on the client's fixed probe (METHODS.md §3.1).
+
+    The probe indices are drawn once (``probe_indices``) and kept in ``ctx.state``.
+    """
+    idx = ctx.state.get("oui_probe")
+    if idx is None:
+        idx = probe_indices(ctx.data.num_train, ctx.data.client_id)
+        ctx.state["oui_probe"] = idx
+    was_training = model.training
+    model.eval()
+    x = ctx.data.x_train[idx.to(ctx.data.x_train.device)]
+    value = oui_from_preactivations(model.preactivation(x)) if len(idx) else 0.0
+    model.train(was_training)
+    return value
+
+
 BEFORE_TRAINING: dict[str, Callable[..., float]] = {"loss_before": loss_before}
-AFTER_TRAINING: dict[str, Callable[..., float]] = {"accumulation_norm": accumulation_norm}
+AFTER_TRAINING: dict[str, Callable[..., float]] = {
+    "accumulation_norm": accumulation_norm,
+    "oui": oui,
+}

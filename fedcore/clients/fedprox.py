@@ -14,6 +14,11 @@ class FedProxClient(ClientAlgorithm):
     class HParams(HParams):
         mu: float = Field(0.01, ge=0.0)
 
+    @property
+    def proximal_mu(self) -> float:
+        """The proximal coefficient (FedNova's accumulation norm reads it)."""
+        return self.hp.mu
+
     def after_backward(self, params: list[torch.Tensor], ctx: LocalContext) -> None:
         # grad of (mu/2)||w - theta_t||^2 is mu (w - theta_t)   (METHODS.md §7.2)
         if self.hp.mu == 0.0:

@@ -1,0 +1,42 @@
+"""Shared helpers for benchmarks: timing and the real MNIST digits repacked for torchvision."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from fedcore.data.idx import repack_mnist_t10k
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_mnist_root() -> Path | None:
+    """A temporary torchvision root holding the shared MNIST t10k digits (8,000 / 2,000)."""
+    src = ROOT.parent / "shared" / "data" / "mnist-t10k"
+    if not (src / "t10k-images-idx3-ubyte.gz").is_file():
+        return None
+    return repack_mnist_t10k(src, Path(tempfile.mkdtemp(prefix="fedcore-mnist-")))
+
+
+def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
+    """Minimum wall time of ``repeats`` calls (the least noisy estimate)."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def print_table(rows: list[dict], columns: list[str]) -> None:
+    def fmt(v):
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+    cells = [[fmt(r[c]) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(columns)]
+    print(" | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    print("-|-".join("-" * w for w in widths))
+    for row in cells:
+        print(" | ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))

@@ -1,0 +1,35 @@
+"""FedNova: normalised averaging (Wang, Liu, Liang, Joshi, Poor; NeurIPS 2020)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from pydantic import Field
+
+from fedcore.aggregators.base import Aggregator, UpdateBatch, register
+from fedcore.registry import HParams
+
+
+@register("fednova")
+class FedNova(Aggregator):
+    """Averages the per-step directions Delta_k / ||a_k||_1, rescaled by tau_eff.
+
+    ``||a_k||_1`` comes from the client (``fedcore.clients.extras.accumulation_norm``).
+    """
+
+    class HParams(HParams):
+        server_lr: float = Field(1.0, gt=0.0)
+
+    needs: ClassVar[frozenset[str]] = frozenset({"accumulation_norm"})
+
+    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+        deltas, p = batch.deltas, batch.weights
+        a = batch.stats["accumulation_norm"].to(dtype=deltas.dtype, device=deltas.device)
+        # METHODS.md §7.3: d_k = -Delta_k / ||a_k||_1 (a client that took no step has d_k = 0)
+        safe = torch.where(a != 0, a, torch.ones_like(a))
+        d = torch.where((a != 0)[:, None], -deltas / safe[:, None], torch.zeros_like(deltas))
+        # tau_eff = sum_k p_k ||a_k||_1;  theta_{t+1} = theta_t - eta_s tau_eff sum_k p_k d_k
+        tau_eff = p @ a
+        self.last_metrics = {"fednova/tau_eff": float(tau_eff)}
+        return -self.hp.server_lr * tau_eff * (p @ d)

@@ -1,0 +1,74 @@
+"""Krum and Multi-Krum (Blanchard, El Mhamdi, Guerraoui, Stainer, NeurIPS 2017)."""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+
+from fedcore.aggregators.base import Aggregator, UpdateBatch, register
+from fedcore.registry import HParams
+
+
+def effective_byzantine(m: int, f: int | None) -> int:
+    """f, or floor((m - 3) / 2) when None, reduced to the largest f >= 0 with m > 2f + 2."""
+    largest = max((m - 3) // 2, 0)
+    return largest if f is None else min(f, largest)
+
+
+def krum_scores(deltas: torch.Tensor, f: int) -> torch.Tensor:
+    """score(k) = sum of squared distances to the m - f - 2 nearest other clients."""
+    m = deltas.shape[0]
+    num_neighbours = max(m - f - 2, 0)
+    sq = torch.cdist(deltas[None], deltas[None])[0] ** 2
+    sq.fill_diagonal_(float("inf"))  # a client is not its own neighbour
+    nearest = torch.topk(sq, num_neighbours, dim=1, largest=False).values
+    return nearest.sum(dim=1)
+
+
+@register("krum")
+class Krum(Aggregator):
+    """Returns the delta of the client with the lowest Krum score. If m <= 2f + 2, f is reduced
+    to the largest valid value (``krum/num_byzantine`` reports the f used)."""
+
+    class HParams(HParams):
+        num_byzantine: int | None = Field(None, ge=0, description="f; None = floor((m-3)/2)")
+        server_lr: float = Field(1.0, gt=0.0)
+
+    def select(self, batch: UpdateBatch) -> torch.Tensor:
+        f = effective_byzantine(batch.m, self.hp.num_byzantine)
+        scores = krum_scores(batch.deltas, f)
+        chosen = torch.argmin(scores)[None]  # k* = argmin score
+        self._metrics(f, 1)
+        return chosen
+
+    def _metrics(self, f: int, selected: int) -> None:
+        self.last_metrics = {
+            "krum/num_byzantine": float(f),
+            "krum/f_reduced": float(
+                self.hp.num_byzantine is not None and f < self.hp.num_byzantine
+            ),
+            "krum/selected": float(selected),
+        }
+
+    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+        # METHODS.md §7.9: theta_{t+1} = theta_t + Delta_{k*}  (Multi-Krum: mean of the M best)
+        chosen = self.select(batch)
+        return self.hp.server_lr * batch.deltas[chosen].mean(dim=0)
+
+
+@register("multikrum")
+class MultiKrum(Krum):
+    """Plain (unweighted, as in Blanchard et al.) mean of the M lowest-score deltas."""
+
+    class HParams(HParams):
+        num_byzantine: int | None = Field(None, ge=0, description="f; None = floor((m-3)/2)")
+        num_selected: int | None = Field(None, ge=1, description="M; None = m - f")
+        server_lr: float = Field(1.0, gt=0.0)
+
+    def select(self, batch: UpdateBatch) -> torch.Tensor:
+        f = effective_byzantine(batch.m, self.hp.num_byzantine)
+        scores = krum_scores(batch.deltas, f)
+        num = batch.m - f if self.hp.num_selected is None else min(self.hp.num_selected, batch.m)
+        chosen = torch.topk(scores, num, largest=False).indices
+        self._metrics(f, num)
+        return chosen

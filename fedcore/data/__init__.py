@@ -1,0 +1,1 @@
+"""Datasets, partitioners and per-client splits."""
