@@ -53,6 +53,16 @@ class LocalConfig(_Strict):
     weight_decay: float = Field(0.0, ge=0)
 
 
+class ClientsConfig(_Strict):
+    """Misbehaving clients, to evaluate robust rules (none by default)."""
+
+    noisy_fraction: float = Field(0.0, ge=0, le=1)
+    noise_rate: float = Field(0.4, ge=0, le=1)
+    byzantine_fraction: float = Field(0.0, ge=0, lt=1)
+    attack: Literal["sign_flip", "scale", "gaussian"] = "sign_flip"
+    attack_strength: float = Field(3.0, gt=0)
+
+
 class MethodConfig(_Strict):
     name: str = "fedavg"
     client: dict[str, Any] = Field(default_factory=lambda: {"algorithm": "fedavg"})
@@ -67,6 +77,7 @@ class ExperimentConfig(_Strict):
     rounds: int = Field(60, ge=1)
     clients_per_round: int = Field(5, ge=1)
     local: LocalConfig = Field(default_factory=LocalConfig)
+    clients: ClientsConfig = Field(default_factory=ClientsConfig)
     seed: int = Field(0, ge=0)
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda|cuda:\d+|mps)$")
     eval_every: int = Field(1, ge=1)

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from fedcore import aggregators, clients, compression
+from fedcore.adversaries import attack_update, choose_clients
 from fedcore.aggregators import UpdateBatch
 from fedcore.clients import ClientData, ClientUpdate, LocalContext, LocalSchedule
 from fedcore.config import ExperimentConfig
@@ -43,6 +44,7 @@ class ClientTable:
     loss: np.ndarray
     num_samples: np.ndarray
     sampled: np.ndarray
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,7 +90,12 @@ class Simulation:
         self.cfg = cfg
         self.callbacks = list(callbacks)
         self.device = resolve_device(cfg.device)
-        self.data = data or build_federated_data(cfg.dataset, cfg.seed, self.device)
+        self.data = data or build_federated_data(cfg.dataset, cfg.seed, self.device, cfg.clients)
+        self.byzantine = set(
+            choose_clients(
+                self.data.num_clients, cfg.clients.byzantine_fraction, cfg.seed, "byzantine"
+            ).tolist()
+        )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(cfg.seed, "init"))
             self.model = build_model(
@@ -145,7 +152,15 @@ class Simulation:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
-            return self.client_algo.local_update(ctx)
+            update = self.client_algo.local_update(ctx)
+        if client_id in self.byzantine:
+            update.delta = attack_update(
+                update.delta,
+                self.cfg.clients.attack,
+                self.cfg.clients.attack_strength,
+                ctx.generator,
+            )
+        return update
 
     def run_round(self, round: int, order: list[int] | None = None) -> dict[str, float]:
         sampled = self.sample_clients(round)
@@ -198,7 +213,19 @@ class Simulation:
             "comm/bytes_up_total": float(self.bytes_up_total),
         }
         metrics.update(self.aggregator.last_metrics)
+        self._client_stats = self._per_client(kept)
         return metrics
+
+    def _per_client(self, kept: list[ClientUpdate]) -> dict[str, np.ndarray]:
+        """Per-client values an aggregator reported this round (NaN for clients not in it)."""
+        stats = getattr(self.aggregator, "last_client_stats", None) or {}
+        ids = [u.client_id for u in kept]
+        out = {}
+        for name, values in stats.items():
+            column = np.full(self.data.num_clients, np.nan)
+            column[ids] = torch.as_tensor(values).detach().cpu().double().numpy()
+            out[name] = column
+        return out
 
     def _average_buffers(self, ups: list[ClientUpdate]) -> None:
         """BatchNorm running statistics: averaged by sample count (not part of theta)."""
@@ -232,6 +259,11 @@ class Simulation:
             loss=cl.numpy(),
             num_samples=np.array([c.num_train for c in self.data.clients]),
             sampled=np.isin(np.arange(n_clients), sampled),
+            extra={
+                "noisy": np.isin(np.arange(n_clients), self.data.noisy_clients),
+                "byzantine": np.isin(np.arange(n_clients), sorted(self.byzantine)),
+                **getattr(self, "_client_stats", {}),
+            },
         )
         return metrics, table
 

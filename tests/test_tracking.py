@@ -45,7 +45,7 @@ def test_mlflow_run_has_params_tags_metrics_and_artifacts(tracking, tmp_path):
     assert yaml.safe_load(open(f"{local}/config.yaml")) == cfg.resolved()
     frame = pd.read_parquet(f"{local}/per_client.parquet")
     assert list(frame.columns) == ["round", "client_id", "accuracy", "loss", "num_samples",
-                                   "sampled"]
+                                   "sampled", "byzantine", "noisy"]
     assert len(frame) == 3 * 6 and frame.groupby("round").sampled.sum().tolist() == [3, 3, 3]
     assert open(f"{local}/curves.png", "rb").read(4) == b"\x89PNG"
 

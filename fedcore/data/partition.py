@@ -10,9 +10,14 @@ def iid_partition(num_samples: int, num_clients: int, rng: np.random.Generator) 
     return [np.sort(p) for p in np.array_split(rng.permutation(num_samples), num_clients)]
 
 
-def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float,
-                        rng: np.random.Generator, min_samples: int = 0,
-                        max_tries: int = 100) -> list[np.ndarray]:
+def dirichlet_partition(
+    labels: np.ndarray,
+    num_clients: int,
+    alpha: float,
+    rng: np.random.Generator,
+    min_samples: int = 0,
+    max_tries: int = 100,
+) -> list[np.ndarray]:
     """Label skew: for each class c, pi_c ~ Dir(alpha 1_N) splits class c's indices.
 
     Resamples up to ``max_tries`` times until every client has ``min_samples``; if that never
@@ -21,8 +26,10 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float,
     """
     labels = np.asarray(labels)
     if num_clients * min_samples > len(labels):
-        raise ValueError(f"dataset.min_samples={min_samples} x dataset.num_clients={num_clients} "
-                         f"exceeds the {len(labels)} samples available")
+        raise ValueError(
+            f"dataset.min_samples={min_samples} x dataset.num_clients={num_clients} "
+            f"exceeds the {len(labels)} samples available"
+        )
     classes = np.unique(labels)
     parts: list[list[np.ndarray]] = []
     for _ in range(max_tries):
@@ -40,8 +47,9 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float,
     return [np.sort(c) for c in _top_up(clients, min_samples, rng)]
 
 
-def _top_up(clients: list[np.ndarray], min_samples: int, rng: np.random.Generator
-            ) -> list[np.ndarray]:
+def _top_up(
+    clients: list[np.ndarray], min_samples: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """Move random samples from the largest clients until each has ``min_samples``."""
     clients = [rng.permutation(c) for c in clients]
     while True:
@@ -56,22 +64,26 @@ def _top_up(clients: list[np.ndarray], min_samples: int, rng: np.random.Generato
         clients[rich] = clients[rich][take:]
 
 
-def shard_partition(labels: np.ndarray, num_clients: int, shards_per_client: int,
-                    rng: np.random.Generator) -> list[np.ndarray]:
+def shard_partition(
+    labels: np.ndarray, num_clients: int, shards_per_client: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """Sort by label, cut into N*k shards, deal k random shards to each client (McMahan 2017)."""
     labels = np.asarray(labels)
     order = np.argsort(labels, kind="stable")
     num_shards = num_clients * shards_per_client
     if num_shards > len(labels):
-        raise ValueError(f"dataset.num_clients x dataset.shards_per_client = {num_shards} shards "
-                         f"exceeds the {len(labels)} samples available")
+        raise ValueError(
+            f"dataset.num_clients x dataset.shards_per_client = {num_shards} shards "
+            f"exceeds the {len(labels)} samples available"
+        )
     shards = np.array_split(order, num_shards)
     deal = rng.permutation(num_shards).reshape(num_clients, shards_per_client)
     return [np.sort(np.concatenate([shards[s] for s in row])) for row in deal]
 
 
-def split_local(indices: np.ndarray, test_fraction: float, rng: np.random.Generator
-                ) -> tuple[np.ndarray, np.ndarray]:
+def split_local(
+    indices: np.ndarray, test_fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Split one client's indices into local train and local test parts."""
     perm = rng.permutation(indices)
     n_test = int(round(test_fraction * len(perm)))

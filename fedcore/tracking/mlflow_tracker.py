@@ -61,7 +61,21 @@ def get_experiment_id(client: MlflowClient, settings: TrackingSettings) -> str:
 
 
 def run_tags(resolved: dict[str, Any], config_hash: str) -> dict[str, str]:
+    behaviour = resolved.get("clients", {})
+    misbehaving = {
+        f"clients.{k}": str(behaviour[k])
+        for k in ("noisy_fraction", "noise_rate")
+        if behaviour.get("noisy_fraction", 0) > 0
+    }
+    if behaviour.get("byzantine_fraction", 0) > 0:
+        misbehaving.update(
+            {
+                f"clients.{k}": str(behaviour[k])
+                for k in ("byzantine_fraction", "attack", "attack_strength")
+            }
+        )
     return {
+        **misbehaving,
         "method": str(resolved["method"]["name"]),
         "dataset": str(resolved["dataset"]["name"]),
         "alpha": str(resolved["dataset"]["alpha"]),
@@ -145,13 +159,17 @@ class MLflowTracker:
 
 
 def per_client_frame(tables: list[Any]) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "round": np.concatenate([np.full(len(t.client_id), t.round) for t in tables]),
-            "client_id": np.concatenate([t.client_id for t in tables]),
-            "accuracy": np.concatenate([t.accuracy for t in tables]),
-            "loss": np.concatenate([t.loss for t in tables]),
-            "num_samples": np.concatenate([t.num_samples for t in tables]),
-            "sampled": np.concatenate([t.sampled for t in tables]),
-        }
-    )
+    """One row per (evaluated round, client); aggregator stats are NaN where not reported."""
+    columns = {
+        "round": np.concatenate([np.full(len(t.client_id), t.round) for t in tables]),
+        "client_id": np.concatenate([t.client_id for t in tables]),
+        "accuracy": np.concatenate([t.accuracy for t in tables]),
+        "loss": np.concatenate([t.loss for t in tables]),
+        "num_samples": np.concatenate([t.num_samples for t in tables]),
+        "sampled": np.concatenate([t.sampled for t in tables]),
+    }
+    for name in sorted({k for t in tables for k in t.extra}):
+        columns[name] = np.concatenate(
+            [t.extra.get(name, np.full(len(t.client_id), np.nan)) for t in tables]
+        )
+    return pd.DataFrame(columns)
