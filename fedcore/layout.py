@@ -33,7 +33,9 @@ class ParamLayout:
 
     @property
     def dim(self) -> int:
-        return self.slots[-1].stop if self.slots else 0
+        if self.slots:
+            return self.slots[-1].stop
+        return self.groups[-1][1] if self.groups else 0
 
     @classmethod
     def from_model(cls, model: nn.Module) -> ParamLayout:

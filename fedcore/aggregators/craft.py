@@ -97,7 +97,7 @@ class CRAFT(Aggregator):
         self.last_metrics = {}
         # Pseudo-gradients g_k = theta - theta_k = -Delta_k (the one sign flip of this rule).
         pg = -batch.deltas
-        m, d = pg.shape
+        d = pg.shape[1]
         groups = ((0, d),) if self.hp.granularity == "model" else batch.layout.groups
         _check_tiling(groups, d)
         if self.g_prev is not None and self.g_prev.shape != (d,):
