@@ -38,6 +38,9 @@ class SweepSpec:
 def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
     """Read a sweep YAML ({name, base, grid, set}) and validate every cell before any compute.
 
+    ``grid`` maps dotted keys to value lists (their product is run), or is a list of such
+    mappings (the union of their products).
+
     ``overrides`` apply to every cell (after the grid), e.g. ``{"rounds": 2}``.
     """
     path = Path(path)
@@ -50,16 +53,20 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
     base: dict[str, Any] = {}
     if spec.get("base"):
         base_path = Path(spec["base"])
-        if not base_path.is_absolute() and not base_path.is_file():
+        if not base_path.is_absolute():
             base_path = path.parent / base_path
         base = read_yaml(base_path)
     grid = spec.get("grid") or {}
-    if not isinstance(grid, dict) or any(not isinstance(v, list) or not v for v in grid.values()):
-        raise ConfigError("sweep.grid: expected a mapping of KEY: [non-empty list of values]")
+    grids = grid if isinstance(grid, list) else [grid]
+    for g in grids:
+        if not isinstance(g, dict) or any(not isinstance(v, list) or not v for v in g.values()):
+            raise ConfigError("sweep.grid: expected a mapping of KEY: [non-empty list of values], "
+                              "or a list of such mappings")
     fixed = {**(spec.get("set") or {}), **(overrides or {})}
+    points = [dict(zip(g.keys(), values, strict=True))
+              for g in grids for values in itertools.product(*g.values())]
     cells = []
-    for values in itertools.product(*grid.values()):
-        point = dict(zip(grid.keys(), values, strict=True))
+    for point in points:
         try:
             cfg = build_config(base, {**point, **fixed})
         except ConfigError as exc:
