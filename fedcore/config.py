@@ -51,6 +51,19 @@ class LocalConfig(_Strict):
     lr_decay: float = Field(1.0, gt=0, le=1)
     momentum: float = Field(0.0, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
+    # warmup_cosine (METHODS.md §4.1 step 1): lr * r / warmup_rounds for r <= warmup_rounds, then
+    # cosine from lr down to lr_min at the last round; lr_decay applies to ``constant`` only.
+    lr_schedule: Literal["constant", "warmup_cosine"] = "constant"
+    lr_min: float = Field(0.0, ge=0)
+    warmup_rounds: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _schedule_knobs(self) -> LocalConfig:
+        if self.lr_schedule == "warmup_cosine" and self.lr_decay != 1.0:
+            raise ValueError("local.lr_decay: must be 1.0 with lr_schedule=warmup_cosine")
+        if self.lr_min > self.lr:
+            raise ValueError(f"local.lr_min: must be <= local.lr={self.lr} (got {self.lr_min})")
+        return self
 
 
 class ClientsConfig(_Strict):

@@ -54,3 +54,59 @@ def fairness_summary(acc: np.ndarray, prefix: str = "clients") -> dict[str, floa
 def conflict_fraction(deltas: torch.Tensor, step: torch.Tensor) -> float:
     """Share of clients whose delta has a negative dot product with the server step."""
     return float((deltas @ step < 0).float().mean())
+
+
+@torch.no_grad()
+def embeddings(model: nn.Module, x: torch.Tensor, batch_size: int = 2048) -> torch.Tensor:
+    """``model.embedding(x)`` (the classifier's input) in eval mode, batched."""
+    model.eval()
+    parts = [model.embedding(x[s : s + batch_size]) for s in range(0, len(x), batch_size)]
+    return torch.cat(parts) if parts else torch.zeros(0, 0)
+
+
+def representation_stats(z: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """Class geometry of embeddings ``z`` (n, e) with labels ``y`` (``repr/*`` metrics).
+
+    Each row is L2-normalised first: u_i = z_i / ||z_i||. With mu_c the mean of the u_i of
+    class c, over the C classes present in ``y``:
+
+    - ``intra_class_variance`` = (1/C) sum_c mean_{i: y_i = c} ||u_i - mu_c||^2
+      (each class weighted equally, so minority classes count as much as majority ones);
+    - ``inter_class_distance`` = mean over ordered pairs c != c' of ||mu_c - mu_c'||^2;
+    - ``intra_inter_ratio`` = intra_class_variance / inter_class_distance (lower = tighter,
+      better separated classes; NaN with fewer than 2 classes).
+    """
+    u = nn.functional.normalize(z.double(), dim=1)
+    classes, inverse = torch.unique(y, return_inverse=True)
+    c = len(classes)
+    counts = torch.bincount(inverse, minlength=c).double()
+    means = torch.zeros(c, u.shape[1], dtype=u.dtype, device=u.device)
+    means.index_add_(0, inverse, u)
+    means /= counts[:, None]
+    sq = ((u - means[inverse]) ** 2).sum(1)
+    intra = float((torch.bincount(inverse, sq, minlength=c) / counts).mean())
+    if c < 2:
+        return {"repr/intra_class_variance": intra, "repr/inter_class_distance": math.nan,
+                "repr/intra_inter_ratio": math.nan}
+    pair = torch.cdist(means, means) ** 2
+    inter = float(pair.sum() / (c * (c - 1)))
+    return {
+        "repr/intra_class_variance": intra,
+        "repr/inter_class_distance": inter,
+        "repr/intra_inter_ratio": intra / inter if inter > 0 else math.nan,
+    }
+
+
+def client_stat_metrics(stats: list[dict[str, float]]) -> dict[str, float]:
+    """Round metrics from the clients' ``ClientUpdate.stats``: every key containing ``/``.
+
+    Keys ending in ``_clients`` are per-client 0/1 indicators and are summed (a count of
+    clients this round, e.g. ``fedquad/fallback_clients``); every other ``/`` key is averaged
+    over the clients that report it.
+    """
+    keys = sorted({k for s in stats for k in s if "/" in k})
+    out = {}
+    for key in keys:
+        values = [float(s[key]) for s in stats if key in s]
+        out[key] = float(sum(values)) if key.endswith("_clients") else float(np.mean(values))
+    return out

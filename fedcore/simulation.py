@@ -14,11 +14,20 @@ from fedcore import aggregators, clients, compression
 from fedcore.adversaries import attack_update, choose_clients
 from fedcore.aggregators import UpdateBatch
 from fedcore.clients import ClientData, ClientUpdate, LocalContext, LocalSchedule
+from fedcore.compression.mismatch import round_gradient_mismatch
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
 from fedcore.layout import ParamLayout, flat_params, load_flat_params
-from fedcore.metrics import conflict_fraction, fairness_summary, per_sample_eval
+from fedcore.metrics import (
+    client_stat_metrics,
+    conflict_fraction,
+    embeddings,
+    fairness_summary,
+    per_sample_eval,
+    representation_stats,
+)
 from fedcore.models import build_model
+from fedcore.schedules import local_lr
 from fedcore.seeding import derive_seed, numpy_rng
 
 log = logging.getLogger("fedcore")
@@ -96,15 +105,18 @@ class Simulation:
                 self.data.num_clients, cfg.clients.byzantine_fraction, cfg.seed, "byzantine"
             ).tolist()
         )
+        self.client_algo = clients.build(cfg.method.client)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(cfg.seed, "init"))
-            self.model = build_model(
+            model = build_model(
                 cfg.model.name, self.data.in_shape, self.data.num_classes, norm=cfg.model.norm
-            ).to(self.device)
+            )
+            if self.client_algo.projection_dim is not None:  # MOON: head part of theta
+                model.add_projection_head(self.client_algo.projection_dim)
+            self.model = model.to(self.device)
         self.layout = ParamLayout.from_model(self.model)
         self.params = flat_params(self.model)
         self.buffers = {k: v.detach().clone() for k, v in self.model.named_buffers()}
-        self.client_algo = clients.build(cfg.method.client)
         self.aggregator = aggregators.build(cfg.method.aggregator)
         self.compressor = compression.build(cfg.method.compression)
         self.store = ClientStore()
@@ -130,7 +142,7 @@ class Simulation:
             epochs=loc.epochs,
             steps=loc.steps,
             batch_size=loc.batch_size,
-            lr=loc.lr * loc.lr_decay ** max(round - 1, 0),
+            lr=local_lr(loc, round, self.cfg.rounds),
             momentum=loc.momentum,
             weight_decay=loc.weight_decay,
         )
@@ -148,6 +160,7 @@ class Simulation:
             generator=torch.Generator().manual_seed(seed),
             round=round,
             needs=self.aggregator.needs,
+            start_params=self.compressor.start_point(self.params, self.store[client_id]),
         )
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
@@ -164,12 +177,18 @@ class Simulation:
 
     def run_round(self, round: int, order: list[int] | None = None) -> dict[str, float]:
         sampled = self.sample_clients(round)
+        self.compressor.begin_round(round, self.schedule(round))
+        mismatch = round_gradient_mismatch(self, sampled)
         train_order = order if order is not None else list(sampled)
         updates = {cid: self.train_client(int(cid), round) for cid in train_order}
         ups = [updates[int(cid)] for cid in sampled]
         sent, bytes_up = [], 0
         for up in ups:
-            delta, nbytes = self.compressor.compress(up.delta, self.store[up.client_id])
+            gen = None
+            if self.compressor.randomized:
+                seed = derive_seed(self.cfg.seed, "compress", round, up.client_id)
+                gen = torch.Generator().manual_seed(seed)
+            delta, nbytes = self.compressor.compress(up.delta, self.store[up.client_id], gen)
             sent.append(delta)
             bytes_up += nbytes
         self.bytes_up_total += bytes_up
@@ -199,6 +218,9 @@ class Simulation:
                     f"round {round}: the {self.aggregator.name} step is not finite"
                 )
         self.params = self.params + step
+        extra = self.compressor.end_round([u.client_id for u in ups], self.store)
+        if extra is not None:  # CSER's reset digest mean, applied like the main update
+            self.params = self.params + extra
         self._average_buffers(kept)
         n = torch.tensor([float(u.num_samples) for u in ups])
         train_loss = float((torch.stack([u.train_loss for u in ups]).cpu() * n).sum() / n.sum())
@@ -213,6 +235,9 @@ class Simulation:
             "comm/bytes_up_total": float(self.bytes_up_total),
         }
         metrics.update(self.aggregator.last_metrics)
+        metrics.update(self.compressor.last_metrics)
+        metrics.update(mismatch)
+        metrics.update(client_stat_metrics([u.stats for u in ups]))
         self._client_stats = self._per_client(kept)
         return metrics
 
@@ -228,14 +253,25 @@ class Simulation:
         return out
 
     def _average_buffers(self, ups: list[ClientUpdate]) -> None:
-        """BatchNorm running statistics: averaged by sample count (not part of theta)."""
+        """BatchNorm running statistics, by sample count (not part of theta).
+
+        Means are averaged; a ``running_var`` is moment-matched with its ``running_mean``
+        (METHODS.md §4.1 step 11): max(sum p_k (var_k + mu_k^2) - mu_bar^2, 1e-3).
+        """
         if not ups or not ups[0].buffers:
             return
         w = torch.tensor([u.num_samples for u in ups], dtype=torch.float32, device=self.device)
         w = w / w.sum()
         for name in ups[0].buffers:
             stacked = torch.stack([u.buffers[name] for u in ups])
-            self.buffers[name] = torch.tensordot(w, stacked, dims=1)
+            mean_name = name.removesuffix("running_var") + "running_mean"
+            if name.endswith("running_var") and mean_name in ups[0].buffers:
+                mus = torch.stack([u.buffers[mean_name] for u in ups])
+                second = torch.tensordot(w, stacked + mus.square(), dims=1)
+                mu_bar = torch.tensordot(w, mus, dims=1)
+                self.buffers[name] = (second - mu_bar.square()).clamp_min(1e-3)
+            else:
+                self.buffers[name] = torch.tensordot(w, stacked, dims=1)
 
     def evaluate(self, round: int, sampled: np.ndarray) -> tuple[dict[str, float], ClientTable]:
         load_flat_params(self.model, self.params)
@@ -243,6 +279,9 @@ class Simulation:
             self.model.load_state_dict(self.buffers, strict=False)
         correct, loss = per_sample_eval(self.model, self.data.x_test, self.data.y_test)
         metrics = {"test/accuracy": float(correct.float().mean()), "test/loss": float(loss.mean())}
+        metrics.update(
+            representation_stats(embeddings(self.model, self.data.x_test), self.data.y_test)
+        )
         c_correct, c_loss = per_sample_eval(self.model, self._eval_x, self._eval_y)
         n_clients = self.data.num_clients
         owner = self._eval_owner.to(c_correct.device)
@@ -252,6 +291,10 @@ class Simulation:
         has_test = np.array([len(c.y_test) > 0 for c in self.data.clients])
         acc_np = acc.numpy()
         metrics.update(fairness_summary(acc_np[has_test]))
+        personal = {}
+        if self.client_algo.personalized:
+            personal["personal_accuracy"] = self._personal_accuracy()
+            metrics.update(fairness_summary(personal["personal_accuracy"][has_test], "personal"))
         table = ClientTable(
             round=round,
             client_id=np.arange(n_clients),
@@ -263,9 +306,27 @@ class Simulation:
                 "noisy": np.isin(np.arange(n_clients), self.data.noisy_clients),
                 "byzantine": np.isin(np.arange(n_clients), sorted(self.byzantine)),
                 **getattr(self, "_client_stats", {}),
+                **personal,
             },
         )
         return metrics, table
+
+    def _personal_accuracy(self) -> np.ndarray:
+        """Each client's personal model on its local test split (global model if none yet)."""
+        acc = np.full(self.data.num_clients, np.nan)
+        for c in self.data.clients:
+            own = self.client_algo.personal_params(self.store[c.client_id])
+            params, buffers = own if own is not None else (self.params, self.buffers)
+            load_flat_params(self.model, params)
+            if buffers:
+                self.model.load_state_dict(buffers, strict=False)
+            if len(c.y_test):
+                acc[c.client_id] = float(per_sample_eval(self.model, c.x_test, c.y_test)[0]
+                                         .double().mean())
+        load_flat_params(self.model, self.params)
+        if self.buffers:
+            self.model.load_state_dict(self.buffers, strict=False)
+        return acc
 
     def run(self, order_fn=None) -> Result:
         """Run all remaining rounds; rounds are numbered 1..R (the MLflow step)."""

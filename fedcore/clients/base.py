@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -56,6 +57,7 @@ class LocalContext:
     generator: torch.Generator
     round: int
     needs: frozenset[str] = frozenset()
+    start_params: torch.Tensor | None = None  # where SGD starts (step-ahead EF); None: global
 
     def global_tensors(self) -> list[torch.Tensor]:
         """The global parameters as views shaped like ``model.parameters()``, in order."""
@@ -101,6 +103,7 @@ class ClientAlgorithm:
 
     name: ClassVar[str]
     HParams: ClassVar[type[HParams]] = HParams
+    personalized: ClassVar[bool] = False  # True: evaluate ``personal_params`` per client (Ditto)
 
     def __init__(self, hparams: HParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()
@@ -113,9 +116,32 @@ class ClientAlgorithm:
     def after_backward(self, params: list[torch.Tensor], ctx: LocalContext) -> None:
         """Hook between backward and the optimiser step (e.g. FedProx's proximal gradient)."""
 
+    def batches(self, ctx: LocalContext) -> Iterator[torch.Tensor]:
+        """Index batches into the client's train split (FedQuad yields quadruplet batches)."""
+        return minibatches(ctx.data.num_train, ctx.schedule, ctx.generator)
+
+    def begin_training(self, model: nn.Module, ctx: LocalContext) -> None:
+        """Hook after the global model is loaded, before the first step (MOON's frozen copies)."""
+
+    def end_training(self, model: nn.Module, ctx: LocalContext, stats: dict[str, float]) -> None:
+        """Hook after the last step, before the delta is taken; may add to ``stats``.
+
+        Stats keys with a ``/`` become round metrics (``fedcore.metrics.client_stat_metrics``).
+        """
+
+    @property
+    def projection_dim(self) -> int | None:
+        """Width of a projection head the model needs (MOON); None for none."""
+        return None
+
+    def personal_params(self, state: dict[str, Any]) -> tuple[torch.Tensor, dict] | None:
+        """A personalised client's (flat params, buffers) from its state; None if not personal."""
+        return None
+
     def local_update(self, ctx: LocalContext) -> ClientUpdate:
         model, data, sched = ctx.model, ctx.data, ctx.schedule
-        load_flat_params(model, ctx.global_params)
+        start = ctx.start_params if ctx.start_params is not None else ctx.global_params
+        load_flat_params(model, start)  # the delta below stays measured from global_params
         if ctx.global_buffers:
             model.load_state_dict(ctx.global_buffers, strict=False)
         stats = {k: fn(model, ctx) for k, fn in _extras().BEFORE_TRAINING.items() if k in ctx.needs}
@@ -127,7 +153,8 @@ class ClientAlgorithm:
         device = data.x_train.device
         loss_sum = torch.zeros((), device=device)
         seen, steps = 0, 0
-        for idx in minibatches(data.num_train, sched, ctx.generator):
+        self.begin_training(model, ctx)
+        for idx in self.batches(ctx):
             idx = idx.to(device)
             x, y = data.x_train[idx], data.y_train[idx]
             opt.zero_grad(set_to_none=True)
@@ -139,6 +166,7 @@ class ClientAlgorithm:
             seen += len(idx)
             steps += 1
         stats["num_steps"] = float(steps)
+        self.end_training(model, ctx, stats)
         for key, fn in _extras().AFTER_TRAINING.items():
             if key in ctx.needs:
                 stats[key] = fn(model, ctx, steps, self)

@@ -1,10 +1,10 @@
-"""Uplink compressors. ``build({"compressor": NAME, **hparams})``."""
+"""Uplink compressors with optional error feedback. ``build({"compressor": NAME, **hparams})``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fedcore.compression.base import REGISTRY, Compressor
+from fedcore.compression.base import REGISTRY, CompressionHParams, Compressor
 
 
 def build(spec: dict[str, Any]) -> Compressor:
@@ -15,4 +15,4 @@ def names() -> list[str]:
     return REGISTRY.names()
 
 
-__all__ = ["Compressor", "build", "names"]
+__all__ = ["CompressionHParams", "Compressor", "build", "names"]

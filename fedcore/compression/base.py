@@ -1,10 +1,16 @@
-"""The compressor interface: what a client puts on the uplink, and how many bytes that is."""
+"""The compressor interface: an operator C on the uplink, wrapped by optional error feedback.
+
+A compression config is one operator (``compressor: topk``) plus its error-feedback variant
+(``error_feedback: none | ef | saef | sapef | cser``, METHODS.md §4); the variant works with any
+client objective because it only moves the point local training starts from and what is sent.
+"""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
+from pydantic import Field
 
 from fedcore.registry import HParams, Registry
 
@@ -12,15 +18,67 @@ REGISTRY: Registry[Compressor] = Registry("compressor", "compressor", "fedcore.c
 register = REGISTRY.register
 
 
+class CompressionHParams(HParams):
+    """Error-feedback hyper-parameters shared by every compressor (METHODS.md §4.2-4.6)."""
+
+    error_feedback: Literal["none", "ef", "saef", "sapef", "cser"] = "none"
+    alpha_r: float = Field(0.85, ge=0.0, le=1.0)
+    alpha_schedule: Literal["constant", "theory"] = "constant"
+    L: float = Field(1.0, gt=0.0)
+    H: int = Field(5, ge=1)
+    reset_frac: float = Field(0.1, gt=0.0, le=1.0)
+    probe_alpha: float = Field(1.0, ge=0.0)
+
+
 class Compressor:
-    """Maps a client's delta to the delta the server receives; ``state`` is the client's store."""
+    """An uplink operator ``apply`` plus the error-feedback bookkeeping the round loop calls.
+
+    Loop protocol, once per round: ``begin_round``; per client ``start_point`` (before local
+    training) and ``compress`` (after); then ``end_round`` (an extra server step or None).
+    """
 
     name: ClassVar[str]
-    HParams: ClassVar[type[HParams]] = HParams
+    HParams: ClassVar[type[HParams]] = CompressionHParams
+    randomized: ClassVar[bool] = False
 
     def __init__(self, hparams: HParams | None = None) -> None:
-        self.hp = hparams if hparams is not None else self.HParams()
+        from fedcore.compression.feedback import ErrorFeedback
 
-    def compress(self, delta: torch.Tensor, state: dict[str, Any]) -> tuple[torch.Tensor, int]:
-        """Return (the delta as received by the server, bytes put on the wire)."""
+        self.hp = hparams if hparams is not None else self.HParams()
+        self.feedback = ErrorFeedback(self.hp)
+        self.last_metrics: dict[str, float] = {}
+
+    def apply(
+        self, x: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, int]:
+        """C(x): (x as the server receives it, bytes put on the wire)."""
         raise NotImplementedError
+
+    def begin_round(self, round: int, schedule: Any) -> None:
+        self.feedback.begin_round(round, schedule)
+
+    def start_point(
+        self, global_params: torch.Tensor, state: dict[str, Any]
+    ) -> torch.Tensor | None:
+        """Where local training starts (None: at the global model)."""
+        return self.feedback.start_point(global_params, state)
+
+    def compress(
+        self,
+        delta: torch.Tensor,
+        state: dict[str, Any],
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, int]:
+        """Return (the delta as received by the server, bytes put on the wire)."""
+        return self.feedback.compress(self.apply, delta, state, generator)
+
+    def end_round(self, client_ids: list[int], store: Any) -> torch.Tensor | None:
+        """Close the round for the sampled clients; return an extra server step or None."""
+        step = self.feedback.end_round(client_ids, store)
+        self.last_metrics = dict(self.feedback.last_metrics)
+        return step
+
+
+def sparse_bytes(k: int) -> int:
+    """k (index int32, value fp32) pairs."""
+    return 8 * k

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from fedcore.compression.base import Compressor, register
@@ -11,5 +9,7 @@ from fedcore.compression.base import Compressor, register
 
 @register("none")
 class Identity(Compressor):
-    def compress(self, delta: torch.Tensor, state: dict[str, Any]) -> tuple[torch.Tensor, int]:
-        return delta, delta.numel() * delta.element_size()
+    def apply(
+        self, x: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, int]:
+        return x, x.numel() * x.element_size()

@@ -23,9 +23,26 @@ class FedModel(nn.Module):
         """Input of the last ReLU before the classifier, shape (B, embed_dim)."""
         raise NotImplementedError
 
+    def add_projection_head(self, out_dim: int) -> None:
+        """MOON's 2-layer MLP projection (embed_dim -> embed_dim -> out_dim) before the classifier.
+
+        As in MOON's ``ModelFedCon``, the classifier then reads the projection: ``head`` is
+        rebuilt with input width ``out_dim``. Its parameters are part of theta like any other.
+        """
+        self.projection = nn.Sequential(
+            nn.Linear(self.embed_dim, self.embed_dim), nn.ReLU(), nn.Linear(self.embed_dim, out_dim)
+        )
+        self.head = nn.Linear(out_dim, self.head.out_features)
+
+    def embedding(self, x: torch.Tensor) -> torch.Tensor:
+        """The classifier's input: ``features(x)``, or its projection when the model has one."""
+        h = self.features(x)
+        projection = self._modules.get("projection")
+        return h if projection is None else projection(h)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Class logits, shape (B, num_classes)."""
-        return self.head(self.features(x))
+        return self.head(self.embedding(x))
 
 
 # Imported after FedModel is defined: the submodules subclass it.

@@ -1,0 +1,30 @@
+"""FedAvg of sparse updates, with the SA-PEF repo's per-coordinate support normalisation (§4.1)."""
+
+from __future__ import annotations
+
+import torch
+
+from fedcore.aggregators.base import Aggregator, UpdateBatch, register, weighted_mean
+from fedcore.registry import HParams
+
+
+@register("sparse_fedavg")
+class SparseFedAvg(Aggregator):
+    """``support_normalised``: coordinate j is averaged over the clients that sent it (n_k weights).
+
+    A client "sent" coordinate j when its received delta is non-zero there (a Top-k/Rand-k entry);
+    coordinates no client sent get 0. ``false`` is plain FedAvg (p_k weights over all clients).
+    """
+
+    class HParams(HParams):
+        server_lr: float = 1.0
+        support_normalised: bool = True
+
+    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+        if not self.hp.support_normalised:
+            return self.hp.server_lr * weighted_mean(batch.deltas, batch.weights)
+        # a_j = sum_{k: j in supp c_k} n_k c_kj / sum_{k: j in supp c_k} n_k   (§4.1 step 9)
+        n = batch.num_samples
+        covered = n @ (batch.deltas != 0).to(batch.deltas.dtype)
+        mean = (n @ batch.deltas) / covered.clamp_min(torch.finfo(covered.dtype).tiny)
+        return self.hp.server_lr * torch.where(covered > 0, mean, torch.zeros_like(mean))

@@ -1,0 +1,154 @@
+"""Shared machinery of the metric-learning clients (METHODS.md §5, §6.1, §6.2).
+
+The class-aware offline sampler of §5.2, the triplet and quadruplet hinges on L2-normalised
+embeddings, and ``TupletClient``, the local loop that trains on batches of B tuplets (4B images
+for quadruplets) with CE over all images plus ``beta`` times the hinge term.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from fedcore.clients.base import ClientAlgorithm, LocalContext, LocalSchedule
+
+
+def sample_tuplets(y: torch.Tensor, arity: int, generator: torch.Generator) -> torch.Tensor:
+    """Rows ``[a, p, n1]`` (arity 3) or ``[a, p, n1, n2]`` (arity 4) of indices into ``y``.
+
+    One shuffled pass over the anchors (samples whose class has >= 2 samples); for each,
+    ``p`` is uniform over the anchor's class minus the anchor, ``c1`` uniform over the other
+    classes and ``n1`` uniform within ``c1``, ``c2`` uniform over the classes other than
+    ``y_a, c1`` and ``n2`` uniform within ``c2``. Classes are drawn uniformly, not by size, so
+    minority classes appear as negatives. Needs ``arity - 1`` classes and one class with two
+    samples; returns an empty (0, arity) tensor otherwise.
+    """
+    y = y.cpu()
+    classes, inv, counts = torch.unique(y, return_inverse=True, return_counts=True)
+    num = len(classes)
+    if num < arity - 1 or not bool((counts >= 2).any()):
+        return torch.empty((0, arity), dtype=torch.long)
+    order = torch.argsort(inv, stable=True)  # samples grouped by class
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(y)) - starts[inv[order]]  # position within its class
+
+    def uniform(high: torch.Tensor) -> torch.Tensor:
+        u = torch.rand(len(high), generator=generator, dtype=torch.float64)
+        return (u * high.double()).long()
+
+    def member(cls: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return order[starts[cls] + k]
+
+    anchors = torch.nonzero(counts[inv] >= 2).squeeze(1)
+    anchors = anchors[torch.randperm(len(anchors), generator=generator)]
+    ca = inv[anchors]
+    k = uniform(counts[ca] - 1)
+    p = member(ca, k + (k >= rank[anchors]).long())  # skip the anchor itself
+    c1 = uniform(torch.full_like(ca, num - 1))
+    c1 = c1 + (c1 >= ca).long()  # skip y_a
+    rows = [anchors, p, member(c1, uniform(counts[c1]))]
+    if arity == 4:
+        lo, hi = torch.minimum(ca, c1), torch.maximum(ca, c1)
+        c2 = uniform(torch.full_like(ca, num - 2))
+        c2 = c2 + (c2 >= lo).long()
+        c2 = c2 + (c2 >= hi).long()  # skip y_a and c1
+        rows.append(member(c2, uniform(counts[c2])))
+    return torch.stack(rows, 1)
+
+
+def tuplet_batches(
+    y: torch.Tensor, arity: int, schedule: LocalSchedule, generator: torch.Generator
+) -> Iterator[torch.Tensor]:
+    """Batches of ``batch_size`` tuplets, flattened role by role: ``[a..., p..., n1..., n2...]``.
+
+    The sampler is rebuilt for every epoch (pass over the anchors); with ``schedule.steps``
+    set, passes repeat until that many full batches were yielded.
+    """
+    count, epoch = 0, 0
+    while True:
+        tuples = sample_tuplets(y, arity, generator)
+        bs = min(schedule.batch_size, len(tuples))
+        for start in range(0, len(tuples), bs):
+            chunk = tuples[start : start + bs]
+            if schedule.steps is not None and len(chunk) < bs:
+                continue
+            yield chunk.T.reshape(-1)
+            count += 1
+            if schedule.steps is not None and count >= schedule.steps:
+                return
+        epoch += 1
+        if schedule.steps is None and epoch >= schedule.epochs:
+            return
+
+
+def sq_dist(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """D(u, v) = ||u - v||^2 per row."""
+    return ((u - v) ** 2).sum(1)
+
+
+def triplet_loss(za: torch.Tensor, zp: torch.Tensor, zn: torch.Tensor, margin: float):
+    """mean [D(a,p) - D(a,n) + m]_+ (FaceNet form, METHODS.md §6.1)."""
+    return torch.relu(sq_dist(za, zp) - sq_dist(za, zn) + margin).mean()
+
+
+def quadruplet_loss(
+    za: torch.Tensor,
+    zp: torch.Tensor,
+    zn1: torch.Tensor,
+    zn2: torch.Tensor,
+    m1: float,
+    m2: float,
+    anchored: bool = True,
+) -> torch.Tensor:
+    """mean [D(a,p) - D(a,n1) + m1]_+ + mean [D(a,p) - D2 + m2]_+.
+
+    ``anchored``: D2 = D(a, n2), FedQuad's reformulated loss (§5.1); else D2 = D(n1, n2),
+    Chen et al. 2017 (QuadrupletFL, §6.2).
+    """
+    second = sq_dist(za, zn2) if anchored else sq_dist(zn1, zn2)
+    return triplet_loss(za, zp, zn1, m1) + torch.relu(sq_dist(za, zp) - second + m2).mean()
+
+
+class TupletClient(ClientAlgorithm):
+    """CE over all images + beta * ``tuplet_loss`` on L2-normalised embeddings.
+
+    A client with fewer classes than ``arity - 1`` falls back to smaller tuplets (a quadruplet
+    client with 2 classes trains on triplets), and to CE on plain minibatches when no tuplet
+    can be formed (1 class, or no class with 2 samples). Fallbacks are reported per round as
+    ``<name>/fallback_clients`` (any), ``<name>/ce_only_clients`` and, for quadruplet methods,
+    ``<name>/triplet_fallback_clients``.
+    """
+
+    arity: ClassVar[int] = 4
+    _current: int = 0  # tuplet size of the client being trained (0 = CE only)
+
+    def tuplet_loss(self, z: list[torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def batches(self, ctx: LocalContext) -> Iterator[torch.Tensor]:
+        _, counts = torch.unique(ctx.data.y_train.cpu(), return_counts=True)
+        usable = len(counts) >= 2 and bool((counts >= 2).any())
+        self._current = min(self.arity, len(counts) + 1) if usable else 0
+        if self._current == 0:
+            return super().batches(ctx)
+        return tuplet_batches(ctx.data.y_train, self._current, ctx.schedule, ctx.generator)
+
+    def loss(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: LocalContext
+    ) -> torch.Tensor:
+        h = model.embedding(x)
+        ce = nn.functional.cross_entropy(model.head(h), y)  # CE scope: all images (§5.2)
+        if self._current == 0:
+            return ce
+        z = nn.functional.normalize(h, dim=1).view(self._current, -1, h.shape[1])
+        return ce + self.hp.beta * self.tuplet_loss(list(z))
+
+    def end_training(self, model: nn.Module, ctx: LocalContext, stats: dict[str, float]) -> None:
+        stats[f"{self.name}/fallback_clients"] = float(self._current < self.arity)
+        stats[f"{self.name}/ce_only_clients"] = float(self._current == 0)
+        if self.arity == 4:
+            stats[f"{self.name}/triplet_fallback_clients"] = float(self._current == 3)

@@ -1,0 +1,98 @@
+"""Ditto: a personal model per client next to the global one (Li et al., ICML 2021)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+from pydantic import Field, field_validator
+from torch import nn
+
+from fedcore.clients.base import (
+    REGISTRY,
+    ClientAlgorithm,
+    ClientUpdate,
+    LocalContext,
+    minibatches,
+    register,
+)
+from fedcore.layout import flat_params, load_flat_params
+from fedcore.registry import HParams
+
+
+@register("ditto")
+class DittoClient(ClientAlgorithm):
+    """The global model trains with the ``inner`` objective (FedAvg by default) and is
+    aggregated by any rule; then the personal model v_k (``state["ditto_personal"]``,
+    initialised from theta_t at the first participation) takes its own local steps."""
+
+    personalized = True
+
+    class HParams(HParams):
+        lam: float = Field(0.1, ge=0.0)
+        personal_steps: int | None = Field(None, ge=1)  # None: the local schedule's length
+        personal_lr: float | None = Field(None, gt=0.0)  # None: the round's local lr
+        inner: dict[str, Any] = Field(default_factory=lambda: {"algorithm": "fedavg"})
+
+        @field_validator("inner")
+        @classmethod
+        def _valid_inner(cls, spec: dict[str, Any]) -> dict[str, Any]:
+            name = spec.get("algorithm")
+            if name is None or name == "ditto":
+                raise ValueError("inner needs an 'algorithm' other than ditto")
+            try:
+                hp = REGISTRY.hparams(spec)
+            except KeyError as exc:
+                raise ValueError(str(exc)) from None
+            return {"algorithm": name, **hp.model_dump(mode="json")}
+
+    def __init__(self, hparams: HParams | None = None) -> None:
+        super().__init__(hparams)
+        self.inner = REGISTRY.build(self.hp.inner)
+
+    @property
+    def projection_dim(self) -> int | None:
+        return self.inner.projection_dim
+
+    def personal_params(self, state: dict[str, Any]) -> tuple[torch.Tensor, dict] | None:
+        if "ditto_personal" not in state:
+            return None
+        return state["ditto_personal"], state["ditto_personal_buffers"]
+
+    def local_update(self, ctx: LocalContext) -> ClientUpdate:
+        update = self.inner.local_update(ctx)
+        self.train_personal(ctx)
+        return update
+
+    def train_personal(self, ctx: LocalContext) -> None:
+        """v_k <- v_k - eta_p (grad F_k(v_k) + lam (v_k - theta_t)), in proximal form."""
+        model, data, sched = ctx.model, ctx.data, ctx.schedule
+        own = self.personal_params(ctx.state)
+        params, buffers = own if own is not None else (ctx.global_params, ctx.global_buffers)
+        load_flat_params(model, params)
+        if buffers:
+            model.load_state_dict(buffers, strict=False)
+        model.train()
+        lr = self.hp.personal_lr if self.hp.personal_lr is not None else sched.lr
+        if self.hp.personal_steps is not None:
+            sched = replace(sched, steps=self.hp.personal_steps)
+        weights = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.SGD(
+            weights, lr=lr, momentum=sched.momentum, weight_decay=sched.weight_decay
+        )
+        shrink = 1.0 / (1.0 + lr * self.hp.lam)
+        anchors = ctx.global_tensors()
+        for idx in minibatches(data.num_train, sched, ctx.generator):
+            idx = idx.to(data.x_train.device)
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(model(data.x_train[idx]), data.y_train[idx]).backward()
+            opt.step()
+            # the lam-term as an exact proximal step: v <- theta + (v - theta) / (1 + eta lam)
+            with torch.no_grad():
+                for p, anchor in zip(weights, anchors, strict=True):
+                    p.sub_(anchor).mul_(shrink).add_(anchor)
+        ctx.state["ditto_personal"] = flat_params(model).clone()
+        ctx.state["ditto_personal_buffers"] = {
+            k: v.detach().clone() for k, v in model.named_buffers() if v.dtype.is_floating_point
+        }

@@ -1,0 +1,26 @@
+"""FedQuad client: CE + beta * quadruplet loss anchored at a (Göksu & Pugeault 2025)."""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+
+from fedcore.clients._tuplets import TupletClient, quadruplet_loss, triplet_loss
+from fedcore.clients.base import register
+from fedcore.registry import HParams
+
+
+@register("fedquad")
+class FedQuadClient(TupletClient):
+    anchored = True  # second hinge on D(a, n2); QuadrupletFL overrides
+
+    class HParams(HParams):
+        beta: float = Field(1.0, ge=0.0)
+        m1: float = Field(1.0, ge=0.0, le=4.0)  # D in [0, 4] on L2-normalised embeddings
+        m2: float = Field(0.5, ge=0.0, le=4.0)
+
+    def tuplet_loss(self, z: list[torch.Tensor]) -> torch.Tensor:
+        # l* = [D(a,p) - D(a,n1) + m1]_+ + [D(a,p) - D(a,n2) + m2]_+   (METHODS.md §5.1)
+        if len(z) == 3:  # 2 local classes: first hinge only (§5.5)
+            return triplet_loss(*z, self.hp.m1)
+        return quadruplet_loss(*z, self.hp.m1, self.hp.m2, anchored=self.anchored)

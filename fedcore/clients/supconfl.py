@@ -1,0 +1,42 @@
+"""SupConFL client: CE + beta * supervised contrastive loss in the batch (Khosla et al. 2020)."""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from fedcore.clients.base import ClientAlgorithm, LocalContext, register
+from fedcore.registry import HParams
+
+
+def supcon_loss(z: torch.Tensor, y: torch.Tensor, temperature: float) -> torch.Tensor:
+    """SupCon L_out on L2-normalised ``z``: mean over anchors i with a positive of
+    -1/|P(i)| sum_{p in P(i)} log( exp(u_i.u_p/tau) / sum_{a != i} exp(u_i.u_a/tau) ).
+    Zero when no sample of the batch has a same-class partner."""
+    u = nn.functional.normalize(z, dim=1)
+    eye = torch.eye(len(y), dtype=torch.bool, device=z.device)
+    sim = (u @ u.T / temperature).masked_fill(eye, float("-inf"))
+    log_prob = sim - torch.logsumexp(sim, dim=1, keepdim=True)
+    pos = (y[:, None] == y[None, :]) & ~eye
+    npos = pos.sum(1)
+    has = npos > 0
+    if not bool(has.any()):
+        return z.sum() * 0.0
+    per_anchor = log_prob.masked_fill(~pos, 0.0).sum(1)[has] / npos[has]
+    return -per_anchor.mean()
+
+
+@register("supconfl")
+class SupConFLClient(ClientAlgorithm):
+    class HParams(HParams):
+        beta: float = Field(1.0, ge=0.0)
+        temperature: float = Field(0.1, gt=0.0)
+
+    def loss(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: LocalContext
+    ) -> torch.Tensor:
+        # l_ce + beta * SupCon(z; tau)   (METHODS.md §6.4), z = the classifier's input
+        h = model.embedding(x)
+        ce = nn.functional.cross_entropy(model.head(h), y)
+        return ce + self.hp.beta * supcon_loss(h, y, self.hp.temperature)

@@ -1,0 +1,23 @@
+"""TripletFL client: CE + beta * [D(a,p) - D(a,n) + m]_+ on L2-normalised embeddings."""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+
+from fedcore.clients._tuplets import TupletClient, triplet_loss
+from fedcore.clients.base import register
+from fedcore.registry import HParams
+
+
+@register("tripletfl")
+class TripletFLClient(TupletClient):
+    arity = 3
+
+    class HParams(HParams):
+        beta: float = Field(1.0, ge=0.0)
+        margin: float = Field(1.0, ge=0.0, le=4.0)
+
+    def tuplet_loss(self, z: list[torch.Tensor]) -> torch.Tensor:
+        # FaceNet triplet hinge (METHODS.md §6.1), same sampler as FedQuad without n2
+        return triplet_loss(*z, self.hp.margin)

@@ -1,0 +1,116 @@
+"""Error feedback, one mechanism in alpha_r: EF (0), SAEF (1), SA-PEF (alpha), CSER (§4).
+
+Sign convention (DESIGN.md §2): deltas are ``local - global``, so the stored residual is the
+paper's ``-e``. The paper's step-ahead start ``w_r - alpha e`` is ``w_r + alpha * residual`` here,
+and ``u = (1 - alpha) e + g`` with ``g = w_r - w_T`` is ``u = delta + (1 - alpha) * residual`` with
+``delta = w_T - w_r`` measured from the UN-shifted global model (§4.1 "Why step 4 matters").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fedcore.compression.topk import num_kept
+
+RESIDUAL = "ef_residual"
+DIGEST = "cser_digest"
+DIGEST_ROUND = "cser_digest_round"
+
+Operator = Callable[[torch.Tensor, torch.Generator | None], tuple[torch.Tensor, int]]
+
+
+def alpha_star(lr: float, L: float, T: int) -> float:
+    """clip(1 / (1 + 12 (eta_r L T)^2), 0.6, 0.9): the minimiser of rho_r (§4.2), clipped."""
+    s = lr * L * T
+    return min(max(1.0 / (1.0 + 12.0 * s * s), 0.6), 0.9)
+
+
+class ErrorFeedback:
+    """Per-client residual bookkeeping; the residual lives in the client's store entry."""
+
+    def __init__(self, hp: Any) -> None:
+        self.hp = hp
+        self.variant: str = hp.error_feedback
+        self.round = 0
+        self.alpha = 0.0
+        self.last_metrics: dict[str, float] = {}
+
+    @property
+    def active(self) -> bool:
+        return self.variant != "none"
+
+    def begin_round(self, round: int, schedule: Any) -> None:
+        self.round = round
+        self.alpha = self.alpha_for(schedule)
+
+    def alpha_for(self, schedule: Any) -> float:
+        if self.variant in ("none", "ef", "cser"):
+            return 0.0
+        if self.variant == "saef":
+            return 1.0
+        if self.hp.alpha_schedule == "theory":
+            local_work = schedule.steps if schedule.steps is not None else schedule.epochs
+            return alpha_star(schedule.lr, self.hp.L, local_work)
+        return self.hp.alpha_r
+
+    def start_point(
+        self, global_params: torch.Tensor, state: dict[str, Any]
+    ) -> torch.Tensor | None:
+        residual = state.get(RESIDUAL)
+        if not self.active or residual is None or self.alpha == 0.0:
+            return None
+        return global_params + self.alpha * residual  # preview w_r - alpha e (§4.1 step 2)
+
+    def compress(
+        self,
+        op: Operator,
+        delta: torch.Tensor,
+        state: dict[str, Any],
+        generator: torch.Generator | None,
+    ) -> tuple[torch.Tensor, int]:
+        if not self.active:
+            return op(delta, generator)
+        residual = state.get(RESIDUAL)
+        u = delta if residual is None else delta + (1.0 - self.alpha) * residual  # §4.1 step 5
+        sent, nbytes = op(u, generator)  # step 6
+        if not torch.isfinite(u).all():
+            return sent, nbytes  # dropped by the loop; the residual stays as it was
+        new = u - sent  # step 7
+        if self.variant == "cser" and self.round % self.hp.H == 0:
+            nbytes += self._cser_digest(new, state)
+        state[RESIDUAL] = new
+        return sent, nbytes
+
+    def _cser_digest(self, residual: torch.Tensor, state: dict[str, Any]) -> int:
+        """§4.6: move the top-k1 entries of the residual into a digest sent to the server."""
+        k1 = num_kept(self.hp.reset_frac, residual.numel())
+        idx = torch.topk(residual.abs(), k1, sorted=False).indices
+        digest = torch.zeros_like(residual)
+        digest[idx] = residual[idx]
+        residual[idx] = 0.0
+        state[DIGEST], state[DIGEST_ROUND] = digest, self.round
+        return 8 * k1
+
+    def end_round(self, client_ids: list[int], store: Any) -> torch.Tensor | None:
+        states = [store[k] for k in client_ids]
+        self.last_metrics = {}
+        if not self.active:
+            return None
+        norms = [float(s[RESIDUAL].norm()) for s in states if RESIDUAL in s]
+        self.last_metrics["sapef/residual_norm_mean"] = float(sum(norms) / max(len(norms), 1))
+        self.last_metrics["sapef/alpha"] = self.alpha
+        if self.variant != "cser":
+            return None
+        reset = self.round % self.hp.H == 0
+        self.last_metrics["cser/reset"] = float(reset)
+        senders = [s for s in states if s.get(DIGEST_ROUND) == self.round]
+        if not reset or not senders:
+            return None
+        e_bar = torch.stack([s[DIGEST] for s in senders]).sum(0) / len(senders)  # uniform mean
+        for s in senders:  # reconciliation e <- e + (last_sent - e_bar), once e_bar is known
+            s[RESIDUAL] = s[RESIDUAL] + (s.pop(DIGEST) - e_bar)
+            del s[DIGEST_ROUND]
+        return e_bar  # applied to w like the main update

@@ -1,0 +1,31 @@
+"""Top-k over the whole flattened vector, k = max(1, floor(k_frac d)) (METHODS.md §4.1 step 6)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from pydantic import Field
+
+from fedcore.compression.base import CompressionHParams, Compressor, register, sparse_bytes
+
+
+def num_kept(k_frac: float, d: int) -> int:
+    return max(1, math.floor(k_frac * d))
+
+
+@register("topk")
+class TopK(Compressor):
+    """Keeps the k largest-magnitude entries; contractive with delta = d/k."""
+
+    class HParams(CompressionHParams):
+        k_frac: float = Field(0.01, gt=0.0, le=1.0)
+
+    def apply(
+        self, x: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, int]:
+        k = num_kept(self.hp.k_frac, x.numel())
+        idx = torch.topk(x.abs(), k, sorted=False).indices
+        out = torch.zeros_like(x)
+        out[idx] = x[idx]
+        return out, sparse_bytes(k)

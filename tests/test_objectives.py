@@ -1,0 +1,262 @@
+"""FedQuad, TripletFL, QuadrupletFL, SupConFL, MOON against METHODS.md §5 and §6."""
+
+import math
+
+import pytest
+import torch
+
+from fedcore import clients
+from fedcore.clients import ClientData, LocalContext, LocalSchedule
+from fedcore.clients._tuplets import quadruplet_loss, sample_tuplets, triplet_loss
+from fedcore.clients.moon import moon_contrastive
+from fedcore.clients.supconfl import supcon_loss
+from fedcore.config import load_config
+from fedcore.layout import ParamLayout, flat_params
+from fedcore.metrics import client_stat_metrics, representation_stats
+from fedcore.models import build_model
+from fedcore.simulation import Simulation
+
+from .conftest import TINY
+
+
+def _z(*rows):
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def test_quadruplet_loss_equals_hand_computation():
+    za, zp = _z([1.0, 0.0]), _z([0.0, 1.0])  # D(a,p) = 2
+    zn1, zn2 = _z([-1.0, 0.0]), _z([0.0, -1.0])  # D(a,n1) = 4, D(a,n2) = 2, D(n1,n2) = 2
+    # FedQuad: [2 - 4 + 1]_+ + [2 - 2 + 0.5]_+ = 0 + 0.5
+    assert quadruplet_loss(za, zp, zn1, zn2, 1.0, 0.5).item() == pytest.approx(0.5)
+    # both hinges active: m1 = 3 -> [2 - 4 + 3]_+ = 1, m2 = 0.7 -> 0.7
+    assert quadruplet_loss(za, zp, zn1, zn2, 3.0, 0.7).item() == pytest.approx(1.7)
+    # margins met: a = p, negatives far
+    zero = quadruplet_loss(za, za, zn1, _z([-1.0, 0.0]), 1.0, 0.5)
+    assert zero.item() == 0.0
+    # QuadrupletFL: second hinge on D(n1,n2) = 2 -> [2 - 2 + 0.5]_+ ; with n2 = n1, D = 0
+    chen = quadruplet_loss(za, zp, zn1, zn1, 1.0, 0.5, anchored=False)
+    assert chen.item() == pytest.approx(0 + (2 - 0 + 0.5))
+    # batch mean of each hinge
+    two = quadruplet_loss(
+        torch.cat([za, za]),
+        torch.cat([zp, za]),
+        torch.cat([zn1, zn1]),
+        torch.cat([zn2, zn2]),
+        3.0,
+        0.5,
+    )
+    assert two.item() == pytest.approx((1.0 + 0.0) / 2 + (0.5 + 0.0) / 2)
+    assert triplet_loss(za, zp, zn2, 1.0).item() == pytest.approx(1.0)
+
+
+def _labels():
+    # majority class 0 (40), class 1 (10), minority class 2 (2), singleton class 3
+    return torch.tensor([0] * 40 + [1] * 10 + [2] * 2 + [3])
+
+
+def test_sampler_returns_only_valid_quadruplets():
+    y = _labels()
+    q = sample_tuplets(y, 4, torch.Generator().manual_seed(0))
+    assert q.shape == (52, 4)  # every sample of a class with >= 2 samples anchors once
+    assert sorted(q[:, 0].tolist()) == list(range(52))  # singleton class 3 never anchors
+    a, p, n1, n2 = (y[q[:, i]] for i in range(4))
+    assert (q[:, 0] != q[:, 1]).all() and (a == p).all()
+    assert (n1 != a).all() and (n2 != a).all() and (n2 != n1).all()
+
+
+def test_sampler_visits_minority_classes_as_negatives():
+    y = _labels()
+    q = sample_tuplets(y, 4, torch.Generator().manual_seed(1))
+    neg = torch.cat([y[q[:, 2]], y[q[:, 3]]])
+    share = [(neg == c).float().mean().item() for c in range(4)]
+    # classes drawn uniformly: class 2 (2 samples) and class 3 (1 sample) are frequent negatives
+    assert share[2] > 0.2 and share[3] > 0.2, share
+
+
+def test_sampler_is_seeded_and_falls_back():
+    y = _labels()
+    q1 = sample_tuplets(y, 4, torch.Generator().manual_seed(5))
+    assert torch.equal(q1, sample_tuplets(y, 4, torch.Generator().manual_seed(5)))
+    assert not torch.equal(q1, sample_tuplets(y, 4, torch.Generator().manual_seed(6)))
+    two = torch.tensor([0, 0, 0, 1, 1])
+    assert sample_tuplets(two, 4, torch.Generator()).shape == (0, 4)
+    t = sample_tuplets(two, 3, torch.Generator().manual_seed(0))
+    assert t.shape == (5, 3) and (two[t[:, 0]] == two[t[:, 1]]).all()
+    assert (two[t[:, 2]] != two[t[:, 0]]).all()
+    assert sample_tuplets(torch.zeros(6, dtype=torch.long), 3, torch.Generator()).numel() == 0
+
+
+def _ctx(y, model, seed=0, state=None, steps=None):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(len(y), 1, 8, 8, generator=g)
+    data = ClientData(0, x, y, x[:2], y[:2])
+    return LocalContext(
+        model=model,
+        global_params=flat_params(model),
+        global_buffers={},
+        layout=ParamLayout.from_model(model),
+        data=data,
+        schedule=LocalSchedule(epochs=1, steps=steps, batch_size=4, lr=0.05),
+        state=state if state is not None else {},
+        generator=g,
+        round=1,
+    )
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return build_model("mlp", (1, 8, 8), 10)
+
+
+@pytest.mark.parametrize(
+    ("labels", "arity", "fallback", "kind"),
+    [
+        ([0, 1, 2, 3] * 5, 4, 0.0, None),
+        ([0, 1] * 6, 3, 1.0, "triplet_fallback_clients"),
+        ([4] * 12, 1, 1.0, "ce_only_clients"),
+    ],
+)
+def test_fedquad_batches_and_fallback_stats(labels, arity, fallback, kind):
+    y = torch.tensor(labels)
+    algo = clients.build({"algorithm": "fedquad"})
+    ctx = _ctx(y, _model())
+    batches = list(algo.batches(ctx))
+    if arity > 1:
+        assert all(len(b) == arity * 4 for b in batches[:-1])  # B = 4 tuplets of `arity` images
+        first = y[batches[0]].view(arity, -1)
+        assert (first[0] == first[1]).all() and (first[2] != first[0]).all()
+    up = algo.local_update(_ctx(y, _model()))
+    assert up.stats["fedquad/fallback_clients"] == fallback
+    if kind:
+        assert up.stats[f"fedquad/{kind}"] == 1.0
+
+
+def test_quadrupletfl_differs_from_fedquad_exactly_in_the_second_hinge():
+    y = torch.tensor([0, 1, 2, 3] * 4)
+    model = _model()
+    quad, chen = (
+        clients.build({"algorithm": "fedquad"}),
+        clients.build({"algorithm": "quadrupletfl"}),
+    )
+    ctx = _ctx(y, model)
+    idx = next(iter(quad.batches(ctx)))
+    chen.batches(_ctx(y, model))
+    x, yb = ctx.data.x_train[idx], y[idx]
+    diff = quad.loss(model, x, yb, ctx) - chen.loss(model, x, yb, ctx)
+    za, zp, zn1, zn2 = torch.nn.functional.normalize(model.features(x), dim=1).view(4, 4, -1)
+    d = lambda u, v: ((u - v) ** 2).sum(1)  # noqa: E731
+    expected = (
+        torch.relu(d(za, zp) - d(za, zn2) + 0.5) - torch.relu(d(za, zp) - d(zn1, zn2) + 0.5)
+    ).mean()
+    torch.testing.assert_close(diff, expected)
+    assert diff.abs() > 0
+
+
+def test_supcon_loss_equals_hand_computation():
+    z = _z([1.0, 0.0], [1.0, 0.0], [0.0, 1.0])
+    y = torch.tensor([0, 0, 1])
+    tau = 0.5
+    # anchors 0 and 1 each have one positive (cos 1) and one negative (cos 0); anchor 2 none
+    expected = -math.log(math.exp(1 / tau) / (math.exp(1 / tau) + math.exp(0)))
+    assert supcon_loss(z, y, tau).item() == pytest.approx(expected)
+    assert supcon_loss(z, torch.tensor([0, 1, 2]), tau).item() == 0.0
+
+
+def test_moon_contrastive_equals_hand_computation():
+    z = _z([1.0, 0.0])
+    zg, zp = _z([1.0, 1.0]), _z([0.0, 2.0])  # cos = 1/sqrt(2), 0
+    tau = 0.5
+    pos = (1 / math.sqrt(2)) / tau
+    expected = -math.log(math.exp(pos) / (math.exp(pos) + 1.0))
+    assert moon_contrastive(z, zg, zp, tau).item() == pytest.approx(expected)
+
+
+def _flat(model):
+    return torch.cat([p.reshape(-1) for p in model.parameters()])
+
+
+def test_moon_uses_the_previous_local_model_of_the_same_client():
+    sim = Simulation(
+        load_config(
+            None,
+            [
+                "method=moon",
+                *TINY,
+                "rounds=2",
+                "dataset.num_clients=3",
+                "clients_per_round=3",
+                "local.epochs=1",
+            ],
+        )
+    )
+    assert sim.model.head.in_features == 256 and "projection" in dict(sim.model.named_children())
+    assert sim.layout.dim == flat_params(sim.model).numel()
+    sim.run_round(1)
+    prev = {k: sim.store[k]["moon_prev"].clone() for k in range(3)}
+    assert not torch.equal(prev[0], prev[1])
+    algo = sim.client_algo
+    seen = []
+    original = algo.loss
+
+    def spy(model, x, y, ctx):
+        if algo._prev is not None and not seen:
+            seen.append((ctx.data.client_id, _flat(algo._prev), _flat(algo._glob)))
+        return original(model, x, y, ctx)
+
+    algo.loss = spy
+    sim.params = sim.params + 0.0
+    sim.train_client(1, 2)
+    cid, used_prev, used_glob = seen[0]
+    assert cid == 1
+    torch.testing.assert_close(used_prev, prev[1])
+    torch.testing.assert_close(used_glob, sim.params)
+    assert not torch.equal(sim.store[1]["moon_prev"], prev[1])  # updated after training
+
+
+def test_representation_stats_on_hand_built_embeddings():
+    z = _z([2.0, 0.0], [0.0, 3.0], [0.0, 1.0], [1.0, 1.0])  # normalised: e1, e2, e2, (1,1)/r2
+    y = torch.tensor([0, 1, 1, 0])
+    s = representation_stats(z, y)
+    r = 1 / math.sqrt(2)
+    mu0 = torch.tensor([(1 + r) / 2, r / 2], dtype=torch.float64)
+    var0 = ((torch.tensor([1.0, 0.0], dtype=torch.float64) - mu0) ** 2).sum().item()
+    assert s["repr/intra_class_variance"] == pytest.approx(var0 / 2)  # class 1 has variance 0
+    inter = ((mu0 - torch.tensor([0.0, 1.0], dtype=torch.float64)) ** 2).sum().item()
+    assert s["repr/inter_class_distance"] == pytest.approx(inter)
+    assert s["repr/intra_inter_ratio"] == pytest.approx(var0 / 2 / inter)
+    assert representation_stats(10 * z, y) == pytest.approx(s)  # scale free
+
+
+def test_client_stats_with_slash_become_round_metrics():
+    out = client_stat_metrics(
+        [
+            {"a/x_clients": 1.0, "a/loss": 2.0, "num_steps": 3.0},
+            {"a/x_clients": 1.0, "a/loss": 4.0, "num_steps": 3.0},
+        ]
+    )
+    assert out == {"a/x_clients": 2.0, "a/loss": 3.0}
+
+
+def test_fedquad_round_metrics_count_fallbacks():
+    res = Simulation(
+        load_config(
+            None, ["method=fedquad", *TINY, "rounds=2", "dataset.alpha=0.01", "local.epochs=1"]
+        )
+    ).run()
+    for h in res.history:
+        assert 0 <= h["fedquad/fallback_clients"] <= 3
+        assert "repr/intra_inter_ratio" in h
+    assert max(h["fedquad/fallback_clients"] for h in res.history) >= 1  # alpha 0.01: few classes
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"algorithm": "fedquad", "m1": 5.0},
+        {"algorithm": "moon", "temperature": 0.0},
+        {"algorithm": "supconfl", "tau": 0.1},
+    ],
+)
+def test_bad_hyperparameters_are_rejected(spec):
+    with pytest.raises(ValueError):
+        clients.build(spec)
