@@ -26,3 +26,17 @@ def test_craft_has_no_conflicts_where_fedavg_has_some():
     assert all(h["agg/conflict_fraction"] == 0 for h in craft.history)
     assert all(h["craft/conflict_after"] == 0 for h in craft.history)
     assert max(h["agg/conflict_fraction"] for h in fedavg.history) > 0
+
+
+OBJECTIVES = ["fedquad", "tripletfl", "quadrupletfl", "supconfl", "moon", "ditto"]
+
+
+@pytest.mark.parametrize("method", OBJECTIVES)
+def test_client_objective_learns_at_alpha_half(method):
+    cfg = load_config(None, [f"method={method}", "rounds=10", "model.name=mlp",
+                             "dataset.alpha=0.5", "dataset.num_clients=10"])
+    sim = Simulation(cfg)
+    assert min(len(c.y_train.unique()) for c in sim.data.clients) >= 3
+    result = sim.run()
+    assert result.summary["final/accuracy"] > 0.5, result.summary
+    assert 0 < result.history[-1]["repr/intra_inter_ratio"] < 1
