@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import torch
-from pydantic import Field
 
-from fedcore.compression.base import CompressionHParams, Compressor, register, sparse_bytes
-from fedcore.compression.topk import num_kept
+from fedcore.compression.base import register
+from fedcore.compression.topk import SparseK
 
 
 @register("randk")
-class RandK(Compressor):
+class RandK(SparseK):
     randomized = True
 
-    class HParams(CompressionHParams):
-        k_frac: float = Field(0.01, gt=0.0, le=1.0)
-
-    def apply(
-        self, x: torch.Tensor, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, int]:
-        k = num_kept(self.hp.k_frac, x.numel())
-        idx = torch.randperm(x.numel(), generator=generator)[:k].to(x.device)
-        out = torch.zeros_like(x)
-        out[idx] = x[idx]
-        return out, sparse_bytes(k)
+    def indices(self, x: torch.Tensor, k: int, generator: torch.Generator | None) -> torch.Tensor:
+        return torch.randperm(x.numel(), generator=generator)[:k].to(x.device)
