@@ -5,8 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/setup.sh
 .venv/bin/fedcore sweep configs/sweeps/main.yaml "$@"
+.venv/bin/fedcore report configs/sweeps/main.yaml "$@"
 cat <<MSG
 
+The comparison report (table.md/.html/.csv and plots) is in $(pwd)/reports/main/.
 Runs are recorded in $(pwd)/mlflow.db. To compare them in the MLflow UI:
   .venv/bin/mlflow ui --backend-store-uri sqlite:///$(pwd)/mlflow.db --port 5000
 then open http://127.0.0.1:5000 (experiment "fedcore"; the sweep is one parent run).

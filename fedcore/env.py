@@ -20,6 +20,7 @@ def configure_environment() -> None:
         "MPLCONFIGDIR": str(state / "matplotlib"),
         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
         "GIT_PYTHON_REFRESH": "quiet",
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)

@@ -1,0 +1,258 @@
+"""Comparison report of a sweep: its finished runs from MLflow, as tables and plots."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedcore.sweep import SweepSpec
+from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
+from fedcore.tracking.plots import _pyplot
+from fedcore.tracking.settings import TrackingSettings, load_settings
+
+GROUP = ["method", "dataset", "alpha"]
+COLUMNS = [
+    ("accuracy", "final/accuracy", "final accuracy"),
+    ("worst10", "final/accuracy_worst10", "worst-10 %"),
+    ("client_std", "final/accuracy_std", "client accuracy std"),
+    ("jain", "clients/jain_index", "Jain"),
+    ("auc", "auc/accuracy", "AUC"),
+    ("rounds_to_target", "rounds_to_target", "rounds to target"),
+    ("gb_sent", "comm/bytes_up_total", "GB sent"),
+]
+
+
+@dataclass
+class Report:
+    """The runs of a sweep (one row per cell) and the per-group summary table."""
+
+    runs: pd.DataFrame
+    table: pd.DataFrame
+    files: list[Path]
+
+
+def sweep_runs(spec: SweepSpec, settings: TrackingSettings | None = None) -> pd.DataFrame:
+    """The latest FINISHED run of every cell of ``spec`` (cells without one are left out).
+
+    Rows keep the sweep's cell order within each (dataset, alpha).
+    """
+    settings = settings or load_settings()
+    client = mlflow_client(settings)
+    exp_id = get_experiment_id(client, settings)
+    cells = {c.config.config_hash(): c for c in spec.cells}
+    varied = sorted({k for c in spec.cells for k in c.overrides} - {"seed", "method"} -
+                    {"dataset.name", "dataset.alpha"})
+    rows: list[dict[str, Any]] = []
+    for h, cell in cells.items():
+        found = client.search_runs(
+            [exp_id],
+            filter_string=f"tags.config_hash = '{h}' and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+        if not found:
+            continue
+        run, cfg = found[0], cell.config
+        row = {
+            "run_id": run.info.run_id,
+            "config_hash": h,
+            "method": cfg.method.name,
+            "dataset": cfg.dataset.name,
+            "alpha": cfg.dataset.alpha,
+            "seed": cfg.seed,
+            "compressor": cfg.method.compression.get("compressor", "none"),
+            **{f"grid:{k}": cell.overrides.get(k) for k in varied},
+        }
+        for key, metric, _ in COLUMNS:
+            row[key] = run.data.metrics.get(metric, np.nan)
+        row["gb_sent"] = row["gb_sent"] / 1e9
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame = frame.sort_values(["dataset", "alpha"], kind="stable").reset_index(drop=True)
+    return frame
+
+
+def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean and std over seeds of every column, per method x dataset x alpha (x varied keys)."""
+    keys = _group_keys(runs)
+    stats = {}
+    for key, _, _ in COLUMNS:
+        stats[f"{key}_mean"] = (key, "mean")
+        stats[f"{key}_std"] = (key, lambda s: float(np.std(s, ddof=1)) if s.count() > 1 else 0.0)
+    table = runs.groupby(keys, sort=False, dropna=False).agg(
+        seeds=("seed", "count"), reached_target=("rounds_to_target", "count"), **stats
+    )
+    return table.reset_index()
+
+
+def _group_keys(frame: pd.DataFrame) -> list[str]:
+    """method, dataset, alpha and any other key the sweep varies (seeds are averaged over)."""
+    return [c for c in frame.columns if c in GROUP or c.startswith("grid:")]
+
+
+def _formatted(table: pd.DataFrame) -> pd.DataFrame:
+    keys = _group_keys(table)
+    out = table[keys].copy()
+    out["seeds"] = table["seeds"]
+    fmt = {"rounds_to_target": ".1f", "gb_sent": ".4g"}
+    for key, _, label in COLUMNS:
+        f = fmt.get(key, ".4f")
+        mean, std = table[f"{key}_mean"], table[f"{key}_std"]
+        out[label] = [
+            "—" if np.isnan(m) else f"{m:{f}}" + (f" ± {s:{f}}" if n > 1 else "")
+            for m, s, n in zip(mean, std, table["seeds"], strict=True)
+        ]
+    return out.rename(columns=lambda c: c.removeprefix("grid:"))
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A GitHub Markdown table of ``frame`` (no index)."""
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |",
+             "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _histories(client: Any, run_ids: list[str], metric: str) -> dict[str, pd.Series]:
+    out = {}
+    for run_id in run_ids:
+        hist = client.get_metric_history(run_id, metric)
+        series = pd.Series({m.step: m.value for m in sorted(hist, key=lambda m: m.timestamp)})
+        out[run_id] = series.sort_index()
+    return out
+
+
+def convergence_png(runs: pd.DataFrame, acc: dict[str, pd.Series], path: Path) -> None:
+    """Test accuracy per round, one line per method (mean over seeds, band min..max), per alpha."""
+    plt = _pyplot()
+    alphas = sorted(runs["alpha"].unique())
+    fig, axes = plt.subplots(1, len(alphas), figsize=(6 * len(alphas), 4.5), squeeze=False)
+    for ax, alpha in zip(axes[0], alphas, strict=True):
+        sub = runs[runs["alpha"] == alpha]
+        groups = sub.groupby(["method", "dataset"], sort=False)
+        for i, ((method, dataset), group) in enumerate(groups):
+            curves = pd.concat([acc[r] for r in group["run_id"]], axis=1)
+            mean = curves.mean(axis=1)
+            label = method if sub["dataset"].nunique() == 1 else f"{method} ({dataset})"
+            style = ("-", "--", ":", "-.")[i // 10 % 4]
+            (line,) = ax.plot(mean.index, mean.values, style, label=label)
+            if curves.shape[1] > 1:
+                ax.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1),
+                                color=line.get_color(), alpha=0.2)
+        ax.set(xlabel="round", ylabel="test accuracy", title=f"Dirichlet alpha = {alpha}")
+        ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def client_accuracy_png(runs: pd.DataFrame, finals: dict[str, np.ndarray], path: Path) -> None:
+    """Final per-client local accuracy of every method (all seeds pooled), per alpha."""
+    plt = _pyplot()
+    alphas = sorted(runs["alpha"].unique())
+    fig, axes = plt.subplots(len(alphas), 1, figsize=(max(6, 0.5 * runs["method"].nunique() + 3),
+                                                      3.5 * len(alphas)), squeeze=False)
+    for ax, alpha in zip(axes[:, 0], alphas, strict=True):
+        sub = runs[runs["alpha"] == alpha]
+        labels, data = [], []
+        for method, group in sub.groupby("method", sort=False):
+            labels.append(method)
+            data.append(np.concatenate([finals[r] for r in group["run_id"]]))
+        ax.boxplot(data, showmeans=True)
+        ax.set_xticks(range(1, len(labels) + 1), labels, rotation=60, ha="right", fontsize=7)
+        ax.set(ylabel="client accuracy", ylim=(0, 1), title=f"Dirichlet alpha = {alpha}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def accuracy_vs_gb_png(
+    runs: pd.DataFrame, acc: dict[str, pd.Series], sent: dict[str, pd.Series], path: Path
+) -> None:
+    """Test accuracy against cumulative uplink GB for compressed methods and their baselines."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (method, alpha), group in runs.groupby(["method", "alpha"], sort=False):
+        curves = [pd.concat([sent[r] / 1e9, acc[r]], axis=1, join="inner")
+                  for r in group["run_id"]]
+        mean = sum(c.to_numpy() for c in curves) / len(curves)
+        style = "-" if (group["compressor"] != "none").any() else ":"
+        ax.plot(mean[:, 0], mean[:, 1], style, label=f"{method} (alpha {alpha})")
+    ax.set(xscale="log", xlabel="uplink GB (cumulative)", ylabel="test accuracy",
+           title="Accuracy vs communication (dotted: uncompressed)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _final_client_accuracy(client: Any, run_id: str, tmp: Path) -> np.ndarray:
+    local = client.download_artifacts(run_id, "per_client.parquet", str(tmp))
+    frame = pd.read_parquet(local)
+    last = frame[frame["round"] == frame["round"].max()]
+    return last["accuracy"].dropna().to_numpy()
+
+
+def build_report(
+    spec: SweepSpec,
+    out_dir: str | Path,
+    parent_run_id: str | None = None,
+    settings: TrackingSettings | None = None,
+) -> Report:
+    """Write table.{md,html,csv}, runs.csv and the plots to ``out_dir``; log them to the parent."""
+    settings = settings or load_settings()
+    client = mlflow_client(settings)
+    runs = sweep_runs(spec, settings)
+    if runs.empty:
+        raise LookupError(f"sweep {spec.name!r}: no FINISHED run of any of its "
+                          f"{len(spec.cells)} cells; run the sweep first")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = summary_table(runs)
+    pretty = _formatted(table)
+    files = [out / "table.md", out / "table.html", out / "table.csv", out / "runs.csv"]
+    missing = len(spec.cells) - len(runs)
+    header = (f"# Sweep `{spec.name}`: {len(runs)} finished runs of {len(spec.cells)} cells"
+              + (f" ({missing} missing)" if missing else "") + "\n\n"
+              "Mean ± std over seeds of the final round; `—`: no seed reached the target.\n\n")
+    files[0].write_text(header + markdown_table(pretty) + "\n")
+    files[1].write_text(pretty.to_html(index=False, border=0))
+    table.to_csv(files[2], index=False)
+    runs.to_csv(files[3], index=False)
+    ids = list(runs["run_id"])
+    acc = _histories(client, ids, "test/accuracy")
+    convergence_png(runs, acc, out / "convergence.png")
+    with tempfile.TemporaryDirectory() as tmp:
+        finals = {r: _final_client_accuracy(client, r, Path(tmp) / r) for r in ids}
+    client_accuracy_png(runs, finals, out / "client_accuracy.png")
+    files += [out / "convergence.png", out / "client_accuracy.png"]
+    compressed = runs["compressor"] != "none"
+    if compressed.any():
+        baselines = runs["method"].isin(["fedavg"]) & runs["alpha"].isin(
+            runs.loc[compressed, "alpha"])
+        shown = runs[compressed | baselines]
+        sent = _histories(client, list(shown["run_id"]), "comm/bytes_up_total")
+        accuracy_vs_gb_png(shown, acc, sent, out / "accuracy_vs_gb.png")
+        files.append(out / "accuracy_vs_gb.png")
+    if parent_run_id is not None:
+        for f in files:
+            client.log_artifact(parent_run_id, str(f), "report")
+    return Report(runs, table, files)
+
+
+def sweep_parent_run(spec: SweepSpec, settings: TrackingSettings | None = None) -> str | None:
+    """The sweep's parent run id (by sweep hash), if the sweep has been started."""
+    settings = settings or load_settings()
+    client = mlflow_client(settings)
+    found = client.search_runs(
+        [get_experiment_id(client, settings)],
+        filter_string=f"tags.sweep_hash = '{spec.sweep_hash}'",
+        max_results=1,
+    )
+    return found[0].info.run_id if found else None

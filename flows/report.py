@@ -1,0 +1,25 @@
+"""Prefect flow ``report``: a sweep's comparison table and plots, from its MLflow runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+import flows  # noqa: F401  (offline environment before Prefect starts its server)
+from fedcore.config import parse_overrides, project_root
+from fedcore.sweep import load_sweep
+from fedcore.tracking.report import build_report, sweep_parent_run
+
+
+@flow(name="report", log_prints=True)
+def report(
+    sweep_file: str, overrides: list[str] | None = None, out_dir: str | None = None
+) -> dict[str, Any]:
+    """Write SWEEP_FILE's report to OUT_DIR (default reports/<sweep>) and its parent MLflow run."""
+    spec = load_sweep(sweep_file, parse_overrides(overrides or []))
+    out = Path(out_dir) if out_dir else project_root() / "reports" / spec.name
+    result = build_report(spec, out, parent_run_id=sweep_parent_run(spec))
+    print(f"report of sweep {spec.name!r}: {len(result.runs)} runs -> {out}")
+    return {"out_dir": str(out), "runs": len(result.runs), "files": [str(f) for f in result.files]}
