@@ -12,7 +12,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
+DATASETS = (
+    "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
+)
+NATURAL_DATASETS = ("femnist",)  # datasets with per-sample owner ids (partition=natural)
 MODELS = ("mlp", "cnn", "resnet20", "resnet56", "resnet110")
 
 
@@ -25,11 +28,13 @@ class _Strict(BaseModel):
 
 
 class DatasetConfig(_Strict):
-    name: Literal["digits", "mnist", "fashion_mnist", "cifar10", "cifar100"] = "digits"
+    name: Literal[
+        "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
+    ] = "digits"
     root: str = "data"
     download: bool = False
     verify: bool = True
-    partition: Literal["iid", "dirichlet", "shards"] = "dirichlet"
+    partition: Literal["iid", "dirichlet", "shards", "natural"] = "dirichlet"
     alpha: float = Field(0.1, gt=0)
     num_clients: int = Field(20, ge=1)
     min_samples: int = Field(10, ge=0)
@@ -103,6 +108,22 @@ class ExperimentConfig(_Strict):
                 f"clients_per_round={self.clients_per_round} exceeds "
                 f"dataset.num_clients={self.dataset.num_clients}; "
                 f"allowed: 1..{self.dataset.num_clients}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _dataset_supports(self) -> ExperimentConfig:
+        ds = self.dataset
+        if ds.partition == "natural" and ds.name not in NATURAL_DATASETS:
+            raise ValueError(
+                f"dataset.partition: 'natural' needs per-sample owner ids, which "
+                f"dataset.name={ds.name!r} lacks (only {', '.join(NATURAL_DATASETS)} has them); "
+                "allowed: iid, dirichlet, shards"
+            )
+        if ds.download and ds.name == "femnist":
+            raise ValueError(
+                "dataset.download: femnist cannot be downloaded (LEAF's preprocess.sh writes "
+                "its JSON files, see README 'Datasets'); allowed: false"
             )
         return self
 

@@ -1,9 +1,11 @@
 """Load image-classification datasets as normalised in-memory tensors.
 
-``digits`` is embedded in scikit-learn and always available; the others go through torchvision's
-own dataset classes and read their on-disk files (``download=True`` fetches them when there is
-network access). Missing or corrupt files raise :class:`DatasetUnavailableError` with a one-line
-hint saying where to put which files.
+``digits`` is embedded in scikit-learn and always available; MNIST, Fashion-MNIST and CIFAR go
+through torchvision's own dataset classes and read their on-disk files (``download=True`` fetches
+them when there is network access); ``femnist`` reads LEAF's JSON files (:mod:`fedcore.data.leaf`)
+and ``tiny_imagenet`` the ``tiny-imagenet-200`` folder (:mod:`fedcore.data.tiny_imagenet`).
+Missing or corrupt files raise :class:`DatasetUnavailableError` with a one-line hint saying where
+to put which files.
 """
 
 from __future__ import annotations
@@ -20,12 +22,19 @@ import torch
 from torchvision import datasets as tvd
 from torchvision.datasets.utils import check_integrity
 
-DATASET_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
+DATASET_NAMES = (
+    "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
+)
 
 
 @dataclass
 class DatasetArrays:
-    """A dataset as tensors: normalised float32 images (N x C x H x W) and int64 labels."""
+    """A dataset as tensors: normalised float32 images (N x C x H x W) and int64 labels.
+
+    Datasets with a natural owner of each sample (FEMNIST's writers) also carry int64 owner ids
+    per sample (``owner_train``, and ``owner_test`` where the test samples have owners too) and
+    the owners' names (``owner_names[id]``); the ``natural`` partition needs ``owner_train``.
+    """
 
     x_train: torch.Tensor
     y_train: torch.Tensor
@@ -33,6 +42,9 @@ class DatasetArrays:
     y_test: torch.Tensor
     num_classes: int
     name: str
+    owner_train: torch.Tensor | None = None
+    owner_test: torch.Tensor | None = None
+    owner_names: tuple[str, ...] = ()
 
     @property
     def in_shape(self) -> tuple[int, int, int]:
@@ -92,11 +104,20 @@ def load_dataset(
 ) -> DatasetArrays:
     """Load ``name`` (one of :data:`DATASET_NAMES`) as normalised tensors.
 
-    ``seed`` and ``global_test_fraction`` only matter for ``digits``, which has no official test
-    split; ``verify=False`` skips torchvision's md5 checks (CIFAR), so repacked files load.
+    ``seed`` and ``global_test_fraction`` only matter where there is no official test split
+    (``digits``, FEMNIST's ``all_data`` files); ``verify=False`` skips torchvision's md5 checks
+    (CIFAR), so repacked files load.
     """
     if name == "digits":
         return _load_digits(seed, global_test_fraction)
+    if name == "femnist":
+        from fedcore.data.leaf import load_femnist
+
+        return load_femnist(root, seed, global_test_fraction)
+    if name == "tiny_imagenet":
+        from fedcore.data.tiny_imagenet import load_tiny_imagenet
+
+        return load_tiny_imagenet(root, download)
     if name not in _TORCHVISION:
         raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASET_NAMES)}")
     spec = _TORCHVISION[name]
@@ -142,7 +163,11 @@ def _load_digits(seed: int, global_test_fraction: float) -> DatasetArrays:
 def _to_images(data: torch.Tensor | np.ndarray, mean: tuple, std: tuple) -> torch.Tensor:
     """uint8 N x H x W (MNIST) or N x H x W x C (CIFAR) -> normalised float32 N x C x H x W."""
     x = torch.as_tensor(data)
-    x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)
+    return normalise_images(x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2), mean, std)
+
+
+def normalise_images(x: torch.Tensor, mean: tuple, std: tuple) -> torch.Tensor:
+    """uint8 N x C x H x W -> float32 ``(x / 255 - mean) / std`` per channel, contiguous."""
     x = x.to(torch.float32).div_(255.0)
     m, s = (torch.tensor(v, dtype=torch.float32).view(1, -1, 1, 1) for v in (mean, std))
     return x.sub_(m).div_(s).contiguous()

@@ -9,11 +9,13 @@ import torch
 
 from fedcore.adversaries import choose_clients, flip_labels
 from fedcore.clients.base import ClientData
-from fedcore.config import ClientsConfig, DatasetConfig
-from fedcore.data.datasets import load_dataset
+from fedcore.config import ClientsConfig, ConfigError, DatasetConfig
+from fedcore.data.datasets import DatasetArrays, load_dataset
 from fedcore.data.partition import (
     dirichlet_partition,
+    group_by_owner,
     iid_partition,
+    natural_partition,
     shard_partition,
     split_local,
 )
@@ -34,14 +36,61 @@ class FederatedData:
         return len(self.clients)
 
 
-def partition_indices(labels: np.ndarray, cfg: DatasetConfig, seed: int) -> list[np.ndarray]:
-    """Client index sets for the configured partitioner, deterministic in ``seed``."""
+def partition_indices(
+    labels: np.ndarray, cfg: DatasetConfig, seed: int, owners: np.ndarray | None = None
+) -> list[np.ndarray]:
+    """Client index sets for the configured partitioner, deterministic in ``seed``.
+
+    ``natural`` gives one client per owner id in ``owners`` (one per train sample).
+    """
     rng = numpy_rng(seed, "partition")
+    if cfg.partition == "natural":
+        if owners is None:
+            raise ConfigError(_no_owners(cfg.name))
+        return _natural(owners, cfg, rng)[1]
     if cfg.partition == "iid":
         return iid_partition(len(labels), cfg.num_clients, rng)
     if cfg.partition == "dirichlet":
         return dirichlet_partition(labels, cfg.num_clients, cfg.alpha, rng, cfg.min_samples)
     return shard_partition(labels, cfg.num_clients, cfg.shards_per_client, rng)
+
+
+def natural_split(
+    arrays: DatasetArrays, cfg: DatasetConfig, seed: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``natural`` partition of a dataset whose train and test samples both have owner ids: each
+    chosen owner's train samples (indices into ``x_train``) and test samples (into ``x_test``)."""
+    if arrays.owner_train is None or arrays.owner_test is None:
+        raise ConfigError(_no_owners(cfg.name))
+    owners_te = arrays.owner_test.numpy()
+    both = np.intersect1d(arrays.owner_train.numpy(), owners_te)
+    if len(both) == 0:
+        raise ConfigError(
+            f"dataset.partition: 'natural' needs owners with both train and test samples and "
+            f"{cfg.name} has none (for FEMNIST use LEAF's '-t sample' split, not '-t user')"
+        )
+    chosen, train = _natural(arrays.owner_train.numpy(), cfg, numpy_rng(seed, "partition"), both)
+    tests = group_by_owner(owners_te)
+    return train, [tests[int(o)] for o in chosen]
+
+
+def _natural(
+    owners: np.ndarray,
+    cfg: DatasetConfig,
+    rng: np.random.Generator,
+    eligible: np.ndarray | None = None,
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    try:
+        return natural_partition(owners, cfg.num_clients, rng, eligible)
+    except ValueError as e:  # more clients than owners: a config error, before any compute
+        raise ConfigError(str(e)) from None
+
+
+def _no_owners(name: str) -> str:
+    return (
+        f"dataset.partition: 'natural' needs per-sample owner ids and {name} has none; "
+        "allowed: iid, dirichlet, shards"
+    )
 
 
 def build_federated_data(
@@ -50,6 +99,13 @@ def build_federated_data(
     device: torch.device | str = "cpu",
     behaviour: ClientsConfig | None = None,
 ) -> FederatedData:
+    """Load ``cfg.name``, partition it and cut each client's local train and test split.
+
+    Under ``natural`` with owner ids on both splits (FEMNIST), a client is one owner with its own
+    train and test samples, and the global test set is the union of the chosen owners' test
+    samples; otherwise each client's indices are split by ``cfg.test_fraction`` and the global
+    test set is the dataset's test split.
+    """
     arrays = load_dataset(
         cfg.name,
         root=cfg.root,
@@ -58,13 +114,26 @@ def build_federated_data(
         seed=seed,
         global_test_fraction=cfg.global_test_fraction,
     )
-    parts = partition_indices(arrays.y_train.numpy(), cfg, seed)
     x, y = arrays.x_train.to(device), arrays.y_train.to(device)
+    x_test, y_test = arrays.x_test.to(device), arrays.y_test.to(device)
+    if cfg.partition == "natural" and arrays.owner_test is not None:
+        trains, tests = natural_split(arrays, cfg, seed)
+        x_local, y_local = x_test, y_test
+        keep = torch.as_tensor(np.concatenate(tests), device=device)
+        x_test, y_test = x_test[keep], y_test[keep]
+    else:
+        owners = None if arrays.owner_train is None else arrays.owner_train.numpy()
+        parts = partition_indices(arrays.y_train.numpy(), cfg, seed, owners)
+        splits = [
+            split_local(idx, cfg.test_fraction, numpy_rng(seed, "local_split", k))
+            for k, idx in enumerate(parts)
+        ]
+        trains, tests = [s[0] for s in splits], [s[1] for s in splits]
+        x_local, y_local = x, y
     clients = []
-    for k, idx in enumerate(parts):
-        train, test = split_local(idx, cfg.test_fraction, numpy_rng(seed, "local_split", k))
+    for k, (train, test) in enumerate(zip(trains, tests, strict=True)):
         tr, te = torch.as_tensor(train, device=device), torch.as_tensor(test, device=device)
-        clients.append(ClientData(k, x[tr], y[tr], x[te], y[te]))
+        clients.append(ClientData(k, x[tr], y[tr], x_local[te], y_local[te]))
     noisy = np.empty(0, dtype=np.int64)
     if behaviour is not None and behaviour.noisy_fraction > 0:
         noisy = choose_clients(len(clients), behaviour.noisy_fraction, seed, "noisy")
@@ -78,8 +147,8 @@ def build_federated_data(
             )
     return FederatedData(
         clients,
-        arrays.x_test.to(device),
-        arrays.y_test.to(device),
+        x_test,
+        y_test,
         arrays.num_classes,
         arrays.in_shape,
         noisy,

@@ -1,4 +1,5 @@
-"""Partitioners: split sample indices among clients (pure functions of labels and a Generator)."""
+"""Partitioners: split sample indices among clients (pure functions of labels or owner ids and a
+Generator)."""
 
 from __future__ import annotations
 
@@ -90,3 +91,32 @@ def split_local(
     if test_fraction > 0 and len(perm) >= 2:
         n_test = min(max(n_test, 1), len(perm) - 1)
     return np.sort(perm[n_test:]), np.sort(perm[:n_test])
+
+
+def group_by_owner(owners: np.ndarray) -> dict[int, np.ndarray]:
+    """owner id -> its sample indices (ascending), owners in ascending id order."""
+    owners = np.asarray(owners)
+    order = np.argsort(owners, kind="stable")
+    ids, starts = np.unique(owners[order], return_index=True)
+    return {int(o): idx for o, idx in zip(ids, np.split(order, starts[1:]), strict=True)}
+
+
+def natural_partition(
+    owners: np.ndarray,
+    num_clients: int,
+    rng: np.random.Generator,
+    eligible: np.ndarray | None = None,
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """One client per owner (e.g. FEMNIST writer): ``num_clients`` owners drawn without
+    replacement from ``eligible`` (default: every owner present), in ascending id order, and
+    each one's sample indices. Returns (chosen owner ids, index sets)."""
+    groups = group_by_owner(owners)
+    pool = np.array(sorted(groups), dtype=np.int64) if eligible is None else np.asarray(eligible)
+    pool = np.intersect1d(pool, np.fromiter(groups, dtype=np.int64, count=len(groups)))
+    if num_clients > len(pool):
+        raise ValueError(
+            f"dataset.num_clients={num_clients} exceeds the {len(pool)} owners (writers) "
+            f"available for the natural partition; allowed: 1..{len(pool)}"
+        )
+    chosen = np.sort(rng.choice(pool, num_clients, replace=False))
+    return chosen, [groups[int(o)] for o in chosen]
