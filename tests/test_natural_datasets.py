@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from fedcore.config import ConfigError, DatasetConfig, load_config
-from fedcore.data import federated, tiny_imagenet
+from fedcore.data import federated, leaf, tiny_imagenet
 from fedcore.data.datasets import DatasetArrays, DatasetUnavailableError, load_dataset
 from fedcore.data.federated import build_federated_data, partition_indices
 from fedcore.data.partition import group_by_owner, natural_partition
@@ -68,7 +68,10 @@ def as_tensor(samples: tuple[list, list]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(x, dtype=torch.float32).view(-1, 1, 28, 28), torch.tensor(y)
 
 
-def test_femnist_split_files(femnist_root):
+@pytest.mark.parametrize("parser", ["default", "stdlib"])
+def test_femnist_split_files(femnist_root, monkeypatch, parser):
+    if parser == "stdlib":  # the fallback when orjson is not installed
+        monkeypatch.setattr(leaf, "loads", json.loads)
     root, data = femnist_root
     d = load_dataset("femnist", root=root)
     assert d.name == "femnist" and d.num_classes == 62 and d.in_shape == (1, 28, 28)

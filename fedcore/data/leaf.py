@@ -11,13 +11,17 @@ LEAF (github.com/TalwalkarLab/leaf, ``data/femnist``) writes JSON files of the f
 
 Images are 1 x 28 x 28 float32 with the values LEAF gives (pixel / 255 in [0, 1], white
 background = 1.0), not re-normalised; labels are LEAF's 62 classes (0-9 digits, 10-35 upper case,
-36-61 lower case). Writers keep the order of first appearance over the sorted file names.
+36-61 lower case). Writers keep the order of first appearance over the sorted file names. The
+JSON is parsed with ``orjson`` when it is installed (it comes with Prefect; about 4x faster than
+the standard library's ``json``, which is used otherwise); nothing is cached.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,6 +36,17 @@ _EXPECTED = (
     "expected train/*.json and test/*.json, or all_data/*.json, as written by LEAF's "
     "data/femnist/preprocess.sh"
 )
+
+
+def _default_loads() -> Callable[[bytes], Any]:
+    try:
+        import orjson
+    except ImportError:
+        return json.loads
+    return orjson.loads
+
+
+loads = _default_loads()  # bytes -> parsed JSON
 
 
 def load_femnist(
@@ -93,8 +108,7 @@ def _read_files(
     writer name -> id and grows with writers seen for the first time."""
     xs, ys, owners = [], [], []
     for path in files:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = loads(path.read_bytes())
         for user in data["users"]:
             record = data["user_data"][user]
             x = np.asarray(record["x"], dtype=np.float32)
