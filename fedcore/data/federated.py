@@ -114,12 +114,12 @@ def build_federated_data(
         seed=seed,
         global_test_fraction=cfg.global_test_fraction,
     )
-    x, y = arrays.x_train.to(device), arrays.y_train.to(device)
-    x_test, y_test = arrays.x_test.to(device), arrays.y_test.to(device)
+    # indexed on the CPU, then moved: samples of owners not chosen never reach the device
+    x, y, x_test, y_test = arrays.x_train, arrays.y_train, arrays.x_test, arrays.y_test
     if cfg.partition == "natural" and arrays.owner_test is not None:
         trains, tests = natural_split(arrays, cfg, seed)
         x_local, y_local = x_test, y_test
-        keep = torch.as_tensor(np.concatenate(tests), device=device)
+        keep = torch.as_tensor(np.concatenate(tests))
         x_test, y_test = x_test[keep], y_test[keep]
     else:
         owners = None if arrays.owner_train is None else arrays.owner_train.numpy()
@@ -132,8 +132,9 @@ def build_federated_data(
         x_local, y_local = x, y
     clients = []
     for k, (train, test) in enumerate(zip(trains, tests, strict=True)):
-        tr, te = torch.as_tensor(train, device=device), torch.as_tensor(test, device=device)
-        clients.append(ClientData(k, x[tr], y[tr], x_local[te], y_local[te]))
+        tr, te = torch.as_tensor(train), torch.as_tensor(test)
+        tensors = (x[tr], y[tr], x_local[te], y_local[te])
+        clients.append(ClientData(k, *(t.to(device) for t in tensors)))
     noisy = np.empty(0, dtype=np.int64)
     if behaviour is not None and behaviour.noisy_fraction > 0:
         noisy = choose_clients(len(clients), behaviour.noisy_fraction, seed, "noisy")
@@ -147,8 +148,8 @@ def build_federated_data(
             )
     return FederatedData(
         clients,
-        x_test,
-        y_test,
+        x_test.to(device),
+        y_test.to(device),
         arrays.num_classes,
         arrays.in_shape,
         noisy,
