@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import zlib
 
 import numpy as np
+
+# Torch's global RNG is shared by every thread of a process: sections that seed it and draw from
+# it (model initialisation) hold this lock, so cells running in parallel threads stay
+# bit-identical to cells run alone.
+GLOBAL_RNG_LOCK = threading.RLock()
 
 
 def _key(part: int | str) -> int:

@@ -15,7 +15,13 @@ from fedcore.tracking.runner import run_tracked
 def simulate(
     config: str | None = None, overrides: list[str] | None = None, parent_run_id: str | None = None
 ) -> dict[str, Any]:
-    """Run one simulation of CONFIG (defaults when None) with ``key=value`` overrides."""
+    """Run one simulation as one MLflow run.
+
+    Args:
+        config: experiment YAML; None = the defaults (configs/experiment.yaml).
+        overrides: KEY=VALUE strings (dotted keys, YAML values), e.g. ``rounds=50``.
+        parent_run_id: MLflow run to nest this run under; None = a top-level run.
+    """
     cfg = load_config(config, overrides or [])
     run_id, result = run_tracked(cfg, parent_run_id=parent_run_id)
     print(f"run {run_id}: " + ", ".join(f"{k}={v:.4f}" for k, v in result.summary.items()))

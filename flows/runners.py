@@ -1,0 +1,109 @@
+"""Where sweep cells run: a thread pool or a Dask cluster, and the `gpu` tag concurrency limit.
+
+Prefect is imported lazily, so the CLI can check runner options before Prefect starts.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from fedcore.config import ConfigError
+from fedcore.devices import gpu_count
+
+if TYPE_CHECKING:
+    from prefect.task_runners import TaskRunner
+
+RUNNERS = ("thread", "dask")
+GPU_TAG = "gpu"
+# What a Dask worker process needs to record into the same MLflow store and Prefect API.
+WORKER_ENV = (
+    "MLFLOW_TRACKING_URI",
+    "FEDCORE_ARTIFACT_LOCATION",
+    "FEDCORE_EXPERIMENT",
+    "FEDCORE_HOME",
+    "FEDCORE_DEVICE_LOCKS",
+    "PREFECT_HOME",
+    "PREFECT_API_URL",
+    "MPLCONFIGDIR",
+    "DO_NOT_TRACK",
+    "MLFLOW_DISABLE_TELEMETRY",
+    "PREFECT_SERVER_ANALYTICS_ENABLED",
+    "PREFECT_LOGGING_LEVEL",
+)
+
+
+def check_runner(runner: str, workers: int, dask_address: str | None, cells_per_gpu: int) -> None:
+    """Reject bad runner options before anything runs (one-line ConfigError)."""
+    if runner not in RUNNERS:
+        raise ConfigError(f"runner: unknown runner {runner!r}; allowed: {', '.join(RUNNERS)}")
+    if workers < 1:
+        raise ConfigError(f"workers: must be >= 1 (got {workers})")
+    if cells_per_gpu < 1:
+        raise ConfigError(f"cells_per_gpu: must be >= 1 (got {cells_per_gpu})")
+    if dask_address and runner != "dask":
+        raise ConfigError(f"dask_address: needs runner=dask (got runner={runner!r})")
+
+
+def worker_env(api_url: str | None = None) -> dict[str, str]:
+    """The environment a LocalCluster's worker processes get (tracking store, Prefect API)."""
+    env = {k: os.environ[k] for k in WORKER_ENV if os.environ.get(k)}
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
+    return env
+
+
+def make_task_runner(
+    runner: str, workers: int, dask_address: str | None = None, api_url: str | None = None
+) -> TaskRunner:
+    """``thread``: ``workers`` threads here; ``dask``: the cluster at ``dask_address``, else a
+    LocalCluster of ``workers`` single-threaded processes on 127.0.0.1."""
+    if runner == "thread":
+        from prefect.task_runners import ThreadPoolTaskRunner
+
+        return ThreadPoolTaskRunner(max_workers=workers)
+    from prefect_dask import DaskTaskRunner
+
+    if dask_address:
+        return DaskTaskRunner(address=dask_address)
+    return DaskTaskRunner(
+        cluster_class="distributed.LocalCluster",
+        cluster_kwargs={
+            "n_workers": workers,
+            "threads_per_worker": 1,
+            "processes": True,
+            "host": "127.0.0.1",
+            "dashboard_address": None,
+            "env": worker_env(api_url),
+        },
+    )
+
+
+def gpu_slots(workers: int, cells_per_gpu: int, num_gpus: int | None = None) -> int:
+    """Cells allowed to run at once: GPUs x cells_per_gpu, or ``workers`` on a CPU machine."""
+    n = gpu_count() if num_gpus is None else num_gpus
+    return n * cells_per_gpu if n > 0 else workers
+
+
+def is_ephemeral() -> bool:
+    """True when no Prefect server is configured (Prefect starts a temporary local one)."""
+    from prefect.settings import PREFECT_API_URL
+
+    return not PREFECT_API_URL.value()
+
+
+def set_gpu_limit(slots: int) -> None:
+    """Create or resize the `gpu` tag concurrency limit (what `prefect concurrency-limit create
+    gpu N` does on a real server)."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        client.create_concurrency_limit(tag=GPU_TAG, concurrency_limit=slots)
+
+
+def current_api_url() -> str:
+    """The API URL of the Prefect server this process talks to (the ephemeral one included)."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return str(client.api_url).rstrip("/")
