@@ -151,7 +151,7 @@ def test_femnist_all_data_layout(tmp_path):
     assert torch.equal(same.x_test, d.x_test) and torch.equal(same.owner_test, d.owner_test)
     # natural: the single-sample writer (no test sample) is not eligible
     cfg = DatasetConfig(name="femnist", root=str(tmp_path), partition="natural", num_clients=3)
-    fd = build_federated_data(cfg, seed=5, )
+    fd = build_federated_data(cfg, seed=5)
     assert sorted(c.num_train + len(c.y_test) for c in fd.clients) == [2, 7, 10]
     with pytest.raises(ConfigError, match=r"num_clients=4 exceeds the 3 owners .* 1\.\.3"):
         build_federated_data(cfg.model_copy(update={"num_clients": 4}), seed=5)
