@@ -1,0 +1,137 @@
+"""Checkpoint files: plain containers of tensors written atomically, read with weights_only=True.
+
+A checkpoint is a ``torch.save`` of dicts, lists, tuples, str/int/float/bool/None and tensors
+only; numpy arrays and scalars are stored as tensors tagged ``{"__numpy__": tensor}`` (or plain
+Python numbers) and turned back on load. Loading uses ``torch.load(weights_only=True)``, which
+executes no code from the file.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedcore.config import ExperimentConfig, project_root
+from fedcore.seeding import GLOBAL_RNG_LOCK
+
+FORMAT = 1
+KEEP = 2  # newest files kept per run folder
+_NAME = re.compile(r"^round-(\d+)\.pt$")
+_NUMPY = "__numpy__"
+
+
+def encode(obj: Any) -> Any:
+    """Numpy arrays/scalars -> tensors/Python numbers, recursively; fails on anything else."""
+    if isinstance(obj, torch.Tensor) or obj is None or isinstance(obj, str | bool | int | float):
+        return obj
+    if isinstance(obj, np.ndarray):
+        return {_NUMPY: torch.from_numpy(np.ascontiguousarray(obj)).clone()}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        keys = [k for k in obj if not isinstance(k, str | int)]
+        if keys:
+            raise TypeError(f"checkpoint: dict key {keys[0]!r} is not a str or int")
+        return {k: encode(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(encode(v) for v in obj)
+    raise TypeError(f"checkpoint: cannot store a {type(obj).__name__}")
+
+
+def decode(obj: Any) -> Any:
+    """Inverse of :func:`encode`."""
+    if isinstance(obj, dict):
+        if set(obj) == {_NUMPY}:
+            return obj[_NUMPY].numpy()
+        return {k: decode(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(decode(v) for v in obj)
+    return obj
+
+
+def rng_state() -> dict[str, Any]:
+    """Every global generator: torch CPU and CUDA, numpy's legacy global, Python's ``random``."""
+    with GLOBAL_RNG_LOCK:
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        return {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
+            "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
+            "python": random.getstate(),
+        }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore :func:`rng_state` (CUDA only onto as many devices as were saved)."""
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    version, internal, gauss_next = state["python"]
+    with GLOBAL_RNG_LOCK:
+        torch.set_rng_state(state["torch"].cpu())
+        cuda = state["cuda"]
+        if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
+        np.random.set_state((kind, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, gauss))
+        random.setstate((version, tuple(internal), gauss_next))
+
+
+def run_folder(cfg: ExperimentConfig) -> Path:
+    """``<checkpoint_dir>/<config_hash>``; a relative checkpoint_dir is under the project root."""
+    base = Path(cfg.checkpoint_dir).expanduser()
+    if not base.is_absolute():
+        base = project_root() / base
+    return base / cfg.config_hash()
+
+
+def checkpoint_files(folder: Path) -> list[Path]:
+    """Complete checkpoint files in ``folder``, oldest first."""
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP) -> Path:
+    """Write ``round-<round>.pt`` atomically (temporary file, fsync, rename); keep the newest."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"round-{round:06d}.pt"
+    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        torch.save({"format": FORMAT, **encode(state)}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    for old in checkpoint_files(folder)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load(path: Path, map_location: str | torch.device | None = None) -> dict[str, Any]:
+    """Read a checkpoint with ``weights_only=True`` (no code runs) and undo :func:`encode`."""
+    if map_location is None and not torch.cuda.is_available():
+        map_location = "cpu"
+    raw = torch.load(path, map_location=map_location, weights_only=True)
+    if raw.get("format") != FORMAT:
+        raise ValueError(f"checkpoint {path}: unknown format {raw.get('format')!r}")
+    return decode(raw)
+
+
+def latest(folder: Path) -> dict[str, Any] | None:
+    """The newest checkpoint in ``folder`` that loads (an unreadable one falls back to older)."""
+    for path in reversed(checkpoint_files(folder)):
+        try:
+            return load(path)
+        except Exception:  # noqa: BLE001  (a truncated file: try the previous one)
+            continue
+    return None
+
+
+def remove(folder: Path) -> None:
+    """Delete a run's checkpoint folder (after the run finished)."""
+    shutil.rmtree(folder, ignore_errors=True)
