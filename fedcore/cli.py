@@ -88,6 +88,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if any(r["status"] == "failed" for r in rows) else 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from fedcore.tuning.command import tune_command
+
+    return tune_command(args.study, args.overrides, args.best, args.out, args.workers)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fedcore", description=__doc__, epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -101,6 +107,20 @@ def main(argv: list[str] | None = None) -> int:
     p_sweep.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     p_sweep.add_argument("--workers", type=int, default=1, help="cells run in parallel")
     p_sweep.set_defaults(func=cmd_sweep)
+    p_tune = sub.add_parser(
+        "tune", help="run (or resume) an Optuna study; --best writes the tuned method YAML",
+        epilog="Overrides set study keys (n_trials, timeout, storage, study_name, sampler.*, "
+        "pruner.*) or any key of the base experiment, e.g. n_trials=10 rounds=5.",
+    )
+    p_tune.add_argument("study", metavar="STUDY.yaml", help="a study file or a shipped study name")
+    p_tune.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    p_tune.add_argument("--best", action="store_true",
+                        help="print the best trial(s) and write their YAMLs; runs no trial")
+    p_tune.add_argument("--out", help="folder for --best's methods/ and experiments/ "
+                        "(default: configs/)")
+    p_tune.add_argument("--workers", type=int, default=1,
+                        help="trials in parallel (>1: through the Prefect flow tune)")
+    p_tune.set_defaults(func=cmd_tune)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -150,12 +150,15 @@ class MLflowTracker:
             self.client.log_artifacts(self.run_id, str(out))
         self.client.set_terminated(self.run_id, "FINISHED")
 
-    def fail(self, reason: str) -> None:
-        """Mark the run FAILED with the reason as a tag (metrics logged so far are kept)."""
+    def fail(self, reason: str, status: str = "FAILED") -> None:
+        """End the run FAILED (or KILLED, for a pruned trial) with the reason as a tag.
+
+        Metrics logged so far are kept.
+        """
         if self.run_id is None:
             return
         self.client.set_tag(self.run_id, "failure_reason", reason[:5000])
-        self.client.set_terminated(self.run_id, "FAILED")
+        self.client.set_terminated(self.run_id, status)
 
 
 def per_client_frame(tables: list[Any]) -> pd.DataFrame:

@@ -16,16 +16,20 @@ def run_tracked(
     callbacks: list[Callback] | tuple = (),
     tags: dict[str, str] | None = None,
     settings: TrackingSettings | None = None,
+    resume: bool = True,
 ) -> tuple[str, Result]:
-    """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason."""
+    """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason.
+
+    ``resume=False`` always starts a new run (an Optuna trial owns its run).
+    """
     sim = Simulation(cfg)
     tracker = MLflowTracker(settings, parent_run_id=parent_run_id, tags=tags)
     tracker.start(cfg.resolved(), cfg.config_hash())
     sim.callbacks = [tracker, *callbacks]
     try:
         result = sim.run()
-    except BaseException as exc:
-        tracker.fail(f"{type(exc).__name__}: {exc}")
+    except BaseException as exc:  # an exception's ``run_status`` (e.g. KILLED) wins over FAILED
+        tracker.fail(f"{type(exc).__name__}: {exc}", getattr(exc, "run_status", "FAILED"))
         raise
     return tracker.run_id, result
 

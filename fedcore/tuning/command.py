@@ -1,0 +1,64 @@
+"""``fedcore tune``: run or resume a study, or print and write its best trial(s)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedcore.config import ConfigError, parse_overrides
+from fedcore.tuning.spec import find_study_file, load_study
+
+
+def tune_command(
+    study_file: str, overrides: list[str], best: bool, out: str | None, workers: int
+) -> int:
+    """Validate everything first; then run trials (or, with ``best``, report the stored ones)."""
+    if workers < 1:
+        raise ConfigError(f"--workers: expected an int >= 1 (got {workers})")
+    spec = load_study(study_file, parse_overrides(overrides))
+    if best:
+        return _best(spec, out)
+    from fedcore.tuning.results import describe
+
+    if workers > 1:
+        from flows.tune import tune
+
+        rows = tune(str(find_study_file(study_file).resolve()), overrides, workers)
+    else:
+        from fedcore.tuning.study import tune
+
+        def show(o):
+            print(describe(spec, o.number, o.state, o.values, o.params), flush=True)
+
+        _, outcomes = tune(spec, on_trial=show)
+        rows = [o.__dict__ for o in outcomes]
+    print(f"\n{len(rows)} trial(s) of study {spec.study_name!r} in {spec.storage_label()}; "
+          f"best: fedcore tune --best {study_file}")
+    return 0
+
+
+def _best(spec, out: str | None) -> int:
+    from fedcore.tuning.results import describe, state_counts, write_best
+    from fedcore.tuning.study import load_existing
+
+    study = load_existing(spec)
+    counts = state_counts(study)
+    written = write_best(study, spec, out)
+    if not written:
+        raise ConfigError(
+            f"study_name={spec.study_name!r}: no COMPLETE trial yet ({counts}); run more trials"
+        )
+    title = "Best trial" if len(spec.metrics) == 1 else f"Pareto front ({len(written)} trials)"
+    print(f"{title} of {spec.study_name!r} ("
+          + ", ".join(f"{n} {s.lower()}" for s, n in counts.items() if n) + "):")
+    for trial, method_path, experiment_path in written:
+        print(describe(spec, trial.number, trial.state.name, trial.values, trial.params))
+        print(f"  method: {_rel(method_path)} (method={method_path.stem})")
+        print(f"  experiment: {_rel(experiment_path)} (fedcore run {_rel(experiment_path)})")
+    return 0
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

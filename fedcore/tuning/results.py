@@ -1,0 +1,154 @@
+"""A study's results: best trial(s) as ready YAML files, plots, and the parent run's artifacts."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from optuna.trial import FrozenTrial, TrialState
+
+from fedcore.config import config_dir
+from fedcore.tracking import load_settings, mlflow_client
+from fedcore.tracking.plots import _pyplot
+from fedcore.tuning.spec import StudySpec
+
+
+def best_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The best trial (one objective) or the Pareto-optimal trials (several), by number."""
+    if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        return []
+    if len(study.directions) == 1:
+        return [study.best_trial]
+    return sorted(study.best_trials, key=lambda t: t.number)
+
+
+def result_name(spec: StudySpec, trial: FrozenTrial, study: optuna.Study) -> str:
+    """``<study>_best`` for one objective, ``<study>_pareto_t<N>`` for a Pareto trial."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", spec.study_name)
+    return f"{stem}_best" if len(study.directions) == 1 else f"{stem}_pareto_t{trial.number}"
+
+
+def trial_files(spec: StudySpec, trial: FrozenTrial, name: str) -> tuple[str, str]:
+    """(method YAML, experiment YAML) text of one trial; the experiment reproduces the trial."""
+    cfg = spec.config_for(spec.values_from_params(trial.params))
+    resolved = cfg.resolved()
+    method = {**resolved["method"], "name": name}
+    score = ", ".join(f"{m}={v:.4f}" for m, v in zip(spec.metrics, trial.values, strict=True))
+    header = (
+        f"# Trial {trial.number} of study {spec.study_name!r} ({score}), seed {cfg.seed}.\n"
+        f"# Tuned: {', '.join(f'{k}={v}' for k, v in trial.params.items())}\n"
+        "# Written by `fedcore tune --best`.\n"
+    )
+    experiment = {**resolved, "method": method}
+    return (
+        header + yaml.safe_dump(method, sort_keys=False),
+        header + f"# Reproduce: fedcore run configs/experiments/{name}.yaml\n"
+        + yaml.safe_dump(experiment, sort_keys=False),
+    )
+
+
+def write_best(
+    study: optuna.Study, spec: StudySpec, out_dir: str | Path | None = None
+) -> list[tuple[FrozenTrial, Path, Path]]:
+    """Write ``methods/<name>.yaml`` and ``experiments/<name>.yaml`` under ``out_dir``.
+
+    ``out_dir`` defaults to configs/, so ``method=<study>_best`` selects the tuned method.
+    """
+    root = Path(out_dir) if out_dir is not None else config_dir()
+    written = []
+    for trial in best_trials(study):
+        name = result_name(spec, trial, study)
+        method_text, experiment_text = trial_files(spec, trial, name)
+        method_path = root / "methods" / f"{name}.yaml"
+        experiment_path = root / "experiments" / f"{name}.yaml"
+        for path, text in ((method_path, method_text), (experiment_path, experiment_text)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        written.append((trial, method_path, experiment_path))
+    return written
+
+
+def state_counts(study: optuna.Study) -> dict[str, int]:
+    counts = Counter(t.state.name for t in study.get_trials(deepcopy=False))
+    return {state: counts.get(state, 0) for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")}
+
+
+def plots(study: optuna.Study, spec: StudySpec, out: Path) -> list[str]:
+    """Optimisation history, parameter importance and (several objectives) Pareto front PNGs.
+
+    A plot Optuna cannot draw yet (e.g. importance with < 2 completed trials) is left out.
+    """
+    from optuna.visualization import matplotlib as vis
+
+    plt = _pyplot()
+    done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    jobs: list[tuple[str, Any]] = []
+    for i, metric in enumerate(spec.metrics):
+        suffix = "" if len(spec.metrics) == 1 else f"_{metric.replace('/', '_')}"
+        kw: dict[str, Any] = {}
+        if len(spec.metrics) > 1:
+            kw = {"target": lambda t, i=i: t.values[i], "target_name": metric}
+        jobs.append((f"optimization_history{suffix}.png",
+                     lambda kw=kw: vis.plot_optimization_history(study, **kw)))
+        varied = any(len({repr(t.params.get(p.key)) for t in done}) > 1 for p in spec.params)
+        if len(done) >= 2 and varied:
+            jobs.append((f"param_importances{suffix}.png",
+                         lambda kw=kw: vis.plot_param_importances(study, **kw)))
+    if len(spec.metrics) == 2 and done:
+        jobs.append(("pareto_front.png",
+                     lambda: vis.plot_pareto_front(study, target_names=list(spec.metrics))))
+    made = []
+    for name, draw in jobs:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                ax = draw()
+            except (ValueError, RuntimeError, ZeroDivisionError):
+                continue
+        first = ax.flat[0] if hasattr(ax, "flat") else ax
+        fig = first.figure
+        fig.savefig(out / name, dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        made.append(name)
+    return made
+
+
+def finish_parent(study: optuna.Study, spec: StudySpec, parent_run_id: str) -> list[str]:
+    """Log the best YAMLs, the plots and trial counts on the study's run; mark it FINISHED."""
+    client = mlflow_client(load_settings())
+    counts = state_counts(study)
+    for state, n in counts.items():
+        client.log_metric(parent_run_id, f"trials/{state.lower()}", n)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        written = write_best(study, spec, out)
+        made = plots(study, spec, out)
+        client.log_artifacts(parent_run_id, str(out))
+    for trial, _, _ in written[:1] if len(spec.metrics) == 1 else []:
+        client.set_tag(parent_run_id, "best_trial", str(trial.number))
+        for metric, value in zip(spec.metrics, trial.values, strict=True):
+            client.log_metric(parent_run_id, f"best/{metric}", value)
+    if len(spec.metrics) > 1:
+        pareto = ",".join(str(t.number) for t, _, _ in written)
+        client.set_tag(parent_run_id, "pareto_trials", pareto)
+    client.set_terminated(parent_run_id, "FINISHED")
+    return made
+
+
+def describe(spec: StudySpec, number: int, state: str, values: Any, params: dict[str, Any]) -> str:
+    """One line per trial: state, number, objective values and tuned params."""
+    score = (
+        "  ".join(f"{m}={v:.4f}" for m, v in zip(spec.metrics, values, strict=True))
+        if values else "-"
+    )
+    tuned = "  ".join(
+        f"{k.rsplit('.', 1)[-1]}={v:.4g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
+        for k, v in params.items()
+    )
+    return f"[{state}] trial {number}  {score}  {tuned}"

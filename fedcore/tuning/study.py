@@ -1,0 +1,239 @@
+"""Optuna studies: sampler, pruner, storage, and one trial as one nested MLflow run."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+from sqlalchemy.exc import OperationalError
+
+from fedcore.config import ConfigError
+from fedcore.tracking import get_experiment_id, load_settings, mlflow_client
+from fedcore.tracking.runner import run_tracked
+from fedcore.tuning.spec import Param, StudySpec
+
+SQLITE_TIMEOUT_S = 600  # how long a process waits for another's write lock on a shared SQLite file
+RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class TrialPruned(optuna.TrialPruned):
+    """A pruned trial; its MLflow run ends KILLED rather than FAILED."""
+
+    run_status = "KILLED"
+
+
+def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
+    kind, seed = spec.sampler["type"], spec.sampler["seed"]
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if kind == "nsga2":
+        kwargs = {k: spec.sampler[k] for k in ("population_size",) if k in spec.sampler}
+        return optuna.samplers.NSGAIISampler(seed=seed, **kwargs)
+    kwargs = {k: spec.sampler[k] for k in ("n_startup_trials",) if k in spec.sampler}
+    return optuna.samplers.TPESampler(seed=seed, **kwargs)
+
+
+def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    kind = spec.pruner["type"]
+    kwargs = {k: v for k, v in spec.pruner.items() if k not in ("type", "metric")}
+    if kind == "median":
+        return optuna.pruners.MedianPruner(**kwargs)
+    if kind == "hyperband":
+        return optuna.pruners.HyperbandPruner(**kwargs)
+    if kind == "threshold":
+        return optuna.pruners.ThresholdPruner(**kwargs)
+    return optuna.pruners.NopPruner()
+
+
+def make_storage(url: str) -> optuna.storages.RDBStorage:
+    """RDB storage; SQLite waits for other processes' locks instead of failing at once."""
+    sqlite = url.startswith("sqlite")
+    engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if sqlite else {}
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        except OperationalError:  # two processes creating the schema at the same time
+            if attempt == 4:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def open_study(spec: StudySpec) -> optuna.Study:
+    """Create the study, or resume it when one of that name exists in the storage."""
+    kwargs: dict[str, Any] = {
+        "storage": make_storage(spec.storage),
+        "sampler": make_sampler(spec),
+        "pruner": make_pruner(spec),
+        "study_name": spec.study_name,
+        "load_if_exists": True,
+    }
+    if spec.multi_objective:
+        kwargs["directions"] = list(spec.directions)
+    else:
+        kwargs["direction"] = spec.directions[0]
+    study = optuna.create_study(**kwargs)
+    if [d.name.lower() for d in study.directions] != list(spec.directions):
+        raise ConfigError(
+            f"study_name={spec.study_name!r}: the stored study has direction(s) "
+            f"{[d.name.lower() for d in study.directions]}, this file asks for "
+            f"{list(spec.directions)}; allowed: a new study_name"
+        )
+    study.set_user_attr("metrics", list(spec.metrics))
+    return study
+
+
+def load_existing(spec: StudySpec) -> optuna.Study:
+    try:
+        return optuna.load_study(study_name=spec.study_name, storage=make_storage(spec.storage))
+    except KeyError:
+        raise ConfigError(
+            f"study_name={spec.study_name!r}: no such study in {spec.storage_label()}; "
+            f"run fedcore tune first"
+        ) from None
+
+
+def suggest(trial: optuna.Trial, p: Param) -> Any:
+    if p.type == "categorical":
+        return p.from_label(trial.suggest_categorical(p.key, p.choice_labels()))
+    if p.type == "int":
+        return trial.suggest_int(p.key, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+    return trial.suggest_float(p.key, float(p.low), float(p.high), step=p.step, log=p.log)
+
+
+class PruningReporter:
+    """Round-loop callback: reports the per-round metric to the trial and prunes on request."""
+
+    def __init__(self, trial: optuna.Trial, metric: str) -> None:
+        self.trial = trial
+        self.metric = metric
+
+    def on_run_start(self, sim: Any) -> None:
+        pass
+
+    def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:
+        if self.metric not in metrics:
+            return
+        self.trial.report(float(metrics[self.metric]), round)
+        if self.trial.should_prune():
+            raise TrialPruned(f"pruned at round {round} ({self.metric}={metrics[self.metric]:.4f})")
+
+    def on_run_end(self, result: Any) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    number: int
+    state: str
+    values: list[float] | None
+    run_id: str | None
+    params: dict[str, Any]
+
+
+def study_parent_run(spec: StudySpec) -> str:
+    """Get or create the study's parent MLflow run (one per study name and storage)."""
+    settings = load_settings()
+    client = mlflow_client(settings)
+    exp_id = get_experiment_id(client, settings)
+    query = (
+        f"tags.`fedcore.role` = 'study' and tags.study = '{spec.study_name}' "
+        f"and tags.storage = '{spec.storage_label()}'"
+    )
+    found = client.search_runs([exp_id], filter_string=query)
+    if not found:
+        run = client.create_run(
+            exp_id,
+            run_name=f"study-{spec.study_name}",
+            tags={"fedcore.role": "study", "study": spec.study_name,
+                  "storage": spec.storage_label()},
+        )
+        client.log_param(run.info.run_id, "metrics", ",".join(spec.metrics))
+        client.log_param(run.info.run_id, "directions", ",".join(spec.directions))
+        client.log_param(run.info.run_id, "search", ",".join(p.key for p in spec.params))
+        found = client.search_runs([exp_id], filter_string=query)
+        keep = min(found, key=lambda r: (r.info.start_time, r.info.run_id))
+        if keep.info.run_id != run.info.run_id:  # another process created it first
+            client.delete_run(run.info.run_id)
+        found = [keep]
+    run_id = min(found, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id
+    client.update_run(run_id, status="RUNNING")
+    return run_id
+
+
+def run_trial(study: optuna.Study, spec: StudySpec, parent_run_id: str) -> TrialOutcome:
+    """Ask one trial, simulate it as a nested MLflow run, and tell Optuna its outcome."""
+    trial = study.ask()
+    run_id: str | None = None
+    values: list[float] | None = None
+    try:
+        config_values = {p.key: suggest(trial, p) for p in spec.params}
+        cfg = spec.config_for(config_values)
+        callbacks = []
+        if spec.pruner["type"] != "none":
+            callbacks.append(PruningReporter(trial, spec.pruner["metric"]))
+        tags = {"fedcore.role": "trial", "study": spec.study_name,
+                "trial_number": str(trial.number), "trial_state": "RUNNING"}
+        run_id, result = run_tracked(cfg, parent_run_id=parent_run_id, callbacks=callbacks,
+                                     tags=tags, resume=False)
+        values = [float(result.summary[m]) for m in spec.metrics]
+        state = "COMPLETE"
+    except optuna.TrialPruned:
+        state = "PRUNED"
+    except Exception as exc:
+        state = "FAIL"
+        trial.set_user_attr("failure_reason", f"{type(exc).__name__}: {exc}"[:2000])
+    run_id = run_id or _trial_run_id(parent_run_id, trial.number)
+    if run_id is not None:
+        trial.set_user_attr("mlflow_run_id", run_id)
+        mlflow_client(load_settings()).set_tag(run_id, "trial_state", state)
+    if state == "COMPLETE":
+        study.tell(trial, values if spec.multi_objective else values[0])
+    else:
+        study.tell(trial, state=TrialState.PRUNED if state == "PRUNED" else TrialState.FAIL)
+    return TrialOutcome(trial.number, state, values, run_id, dict(trial.params))
+
+
+def _trial_run_id(parent_run_id: str, number: int) -> str | None:
+    """The MLflow run of a trial that ended with an exception (run_tracked re-raised it)."""
+    settings = load_settings()
+    client = mlflow_client(settings)
+    runs = client.search_runs(
+        [get_experiment_id(client, settings)],
+        filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}' "
+        f"and tags.trial_number = '{number}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    return runs[0].info.run_id if runs else None
+
+
+def optimize(
+    study: optuna.Study, spec: StudySpec, parent_run_id: str, on_trial: Any = None
+) -> list[TrialOutcome]:
+    """Run trials one after another until n_trials ran in this process or timeout passed."""
+    deadline = time.monotonic() + spec.timeout if spec.timeout else None
+    outcomes: list[TrialOutcome] = []
+    while spec.n_trials is None or len(outcomes) < spec.n_trials:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        outcomes.append(run_trial(study, spec, parent_run_id))
+        if on_trial is not None:
+            on_trial(outcomes[-1])
+    return outcomes
+
+
+def tune(spec: StudySpec, on_trial: Any = None) -> tuple[optuna.Study, list[TrialOutcome]]:
+    """Open (or resume) the study, run its trials in this process, and report on the parent run."""
+    from fedcore.tuning.results import finish_parent
+
+    study = open_study(spec)
+    parent = study_parent_run(spec)
+    outcomes = optimize(study, spec, parent, on_trial)
+    finish_parent(study, spec, parent)
+    return study, outcomes

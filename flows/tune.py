@@ -1,0 +1,63 @@
+"""Prefect flow ``tune``: an Optuna study whose trials run in parallel through the task runner."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+import optuna
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ThreadPoolTaskRunner
+
+import flows  # noqa: F401  (offline environment before Prefect starts its server)
+from fedcore.config import parse_overrides
+from fedcore.tuning.results import describe, finish_parent
+from fedcore.tuning.spec import StudySpec, load_study
+from fedcore.tuning.study import open_study, run_trial, study_parent_run
+
+
+@task(name="trial", cache_policy=NO_CACHE, tags=["fedcore-sim"])
+def trial_task(
+    study: optuna.Study, spec: StudySpec, parent_run_id: str, deadline: float | None
+) -> dict[str, Any]:
+    """One trial (ask, simulate as a nested MLflow run, tell); skipped after the timeout."""
+    if deadline is not None and time.monotonic() >= deadline:
+        return {"state": "SKIPPED"}
+    return asdict(run_trial(study, spec, parent_run_id))
+
+
+@flow(name="tune", log_prints=True)
+def tune(
+    study_file: str, overrides: list[str] | None = None, max_workers: int = 1
+) -> list[dict[str, Any]]:
+    """Run (or resume) the study of STUDY_FILE with ``max_workers`` trials at a time.
+
+    The trials share one sampler; other processes on the same storage share the study.
+    """
+    spec = load_study(study_file, parse_overrides(overrides or []))
+    study = open_study(spec)
+    parent = study_parent_run(spec)
+    deadline = time.monotonic() + spec.timeout if spec.timeout else None
+    rows: list[dict[str, Any]] = []
+    with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
+        while spec.n_trials is None or len(rows) < spec.n_trials:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            wave = max_workers if spec.n_trials is None else spec.n_trials - len(rows)
+            futures = [
+                runner.submit(trial_task, {"study": study, "spec": spec,
+                                           "parent_run_id": parent, "deadline": deadline})
+                for _ in range(wave)
+            ]
+            for future in futures:
+                row = future.result()
+                if row["state"] == "SKIPPED":
+                    continue
+                rows.append(row)
+                print(describe(spec, row["number"], row["state"], row["values"], row["params"]))
+            if all(f.result()["state"] == "SKIPPED" for f in futures):
+                break
+    finish_parent(study, spec, parent)
+    return rows
