@@ -88,6 +88,13 @@ class MethodConfig(_Strict):
     compression: dict[str, Any] = Field(default_factory=lambda: {"compressor": "none"})
 
 
+class EngineConfig(_Strict):
+    """How clients are trained (README "Vectorised engine"); ``engine=NAME`` sets ``backend``."""
+
+    backend: Literal["auto", "sequential", "vectorised"] = "auto"
+    max_clients_per_chunk: int | None = Field(None, ge=1)  # None: from free device memory
+
+
 class ExperimentConfig(_Strict):
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -100,6 +107,7 @@ class ExperimentConfig(_Strict):
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda|cuda:\d+|mps)$")
     eval_every: int = Field(1, ge=1)
     target_accuracy: float | None = Field(None, gt=0, le=1)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
 
     @model_validator(mode="after")
     def _clients_fit(self) -> ExperimentConfig:
@@ -218,11 +226,16 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
         raise ConfigError("method: expected a method name or a mapping")
     for key, value in method_over.items():
         set_dotted(tree, key, value)
+    if isinstance(tree.get("engine"), str):  # shorthand engine=vectorised
+        tree["engine"] = {"backend": tree["engine"]}
     try:
         cfg = ExperimentConfig.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     _validate_method(cfg)
+    from fedcore.engines.select import validate_engine
+
+    validate_engine(cfg)
     return cfg
 
 

@@ -57,7 +57,7 @@ def test_per_client_metrics_match_a_direct_evaluation():
 
 
 def test_same_seed_is_bit_identical_whatever_the_training_order():
-    cfg = load_config(None, TINY)
+    cfg = load_config(None, [*TINY, "engine.backend=sequential"])  # the order-sensitive engine
     a = Simulation(cfg).run()
     b = Simulation(cfg).run(order_fn=lambda ids: list(reversed(ids)))
     strip = [{k: v for k, v in h.items() if k != "agg/seconds"} for h in a.history]

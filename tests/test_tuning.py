@@ -77,6 +77,12 @@ def test_bad_studies_fail_in_one_line_before_any_trial(tmp_path, over, match):
     assert not (tmp_path / "optuna.db").exists()
 
 
+def test_validation_does_not_import_optuna(tmp_path):
+    code = ("import sys; from fedcore.tuning.spec import load_study; "
+            f"load_study({str(_study(tmp_path))!r}); assert 'optuna' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
 def test_cli_bad_override_exits_2(tmp_path, capsys):
     from fedcore.cli import main
 

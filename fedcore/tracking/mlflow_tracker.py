@@ -126,6 +126,9 @@ class MLflowTracker:
         if self.run_id is None:
             self.start(sim.cfg.resolved(), sim.cfg.config_hash())
         self.client.set_tag(self.run_id, "device", str(sim.device))
+        if getattr(sim, "engine_name", None):  # the client-training engine used, and why
+            self.client.set_tag(self.run_id, "engine", sim.engine_name)
+            self.client.set_tag(self.run_id, "engine_reason", sim.engine_reason[:5000])
 
     def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:
         ts = int(time.time() * 1000)

@@ -105,16 +105,17 @@ def plots(study: optuna.Study, spec: StudySpec, out: Path) -> list[str]:
                      lambda: vis.plot_pareto_front(study, target_names=list(spec.metrics))))
     made = []
     for name, draw in jobs:
-        with warnings.catch_warnings():
+        # Optuna switches the global style to ggplot; rc_context restores it for later plots
+        with warnings.catch_warnings(), plt.rc_context():
             warnings.simplefilter("ignore")
             try:
                 ax = draw()
             except (ValueError, RuntimeError, ZeroDivisionError):
                 continue
-        first = ax.flat[0] if hasattr(ax, "flat") else ax
-        fig = first.figure
-        fig.savefig(out / name, dpi=100, bbox_inches="tight")
-        plt.close(fig)
+            first = ax.flat[0] if hasattr(ax, "flat") else ax
+            fig = first.figure
+            fig.savefig(out / name, dpi=100, bbox_inches="tight")
+            plt.close(fig)
         made.append(name)
     return made
 

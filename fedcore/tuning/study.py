@@ -188,6 +188,9 @@ def run_trial(study: optuna.Study, spec: StudySpec, parent_run_id: str) -> Trial
     except Exception as exc:
         state = "FAIL"
         trial.set_user_attr("failure_reason", f"{type(exc).__name__}: {exc}"[:2000])
+    except BaseException:  # Ctrl-C: the trial is FAIL, not RUNNING forever; then stop
+        study.tell(trial, state=TrialState.FAIL)
+        raise
     run_id = run_id or _trial_run_id(parent_run_id, trial.number)
     if run_id is not None:
         trial.set_user_attr("mlflow_run_id", run_id)

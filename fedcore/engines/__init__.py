@@ -1,0 +1,6 @@
+"""Execution engines of the round loop: how the sampled clients' local training is run.
+
+``sequential``: one client after the other (any objective, any model). ``vectorised``: all
+clients of a chunk at once with ``torch.func`` (fedcore/engines/vectorised.py). The choice and
+its reason come from ``fedcore.engines.select.choose_engine``.
+"""

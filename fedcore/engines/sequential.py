@@ -1,0 +1,65 @@
+"""The sequential engine: each sampled client trains on its own, one after the other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fedcore.adversaries import attack_update
+from fedcore.clients import ClientUpdate, LocalContext
+from fedcore.seeding import derive_seed
+
+NAME = "sequential"
+
+
+def client_seed(sim: Any, client_id: int, round: int) -> int:
+    """The seed of a client's batches, dropout and attack noise in one round."""
+    return derive_seed(sim.cfg.seed, "client", round, client_id)
+
+
+def local_context(sim: Any, client_id: int, round: int) -> LocalContext:
+    """What client ``client_id`` sees in ``round``: its data, state, generator and start point."""
+    return LocalContext(
+        model=sim.model,
+        global_params=sim.params,
+        global_buffers=sim.buffers,
+        layout=sim.layout,
+        data=sim.data.clients[client_id],
+        schedule=sim.schedule(round),
+        state=sim.store[client_id],
+        generator=torch.Generator().manual_seed(client_seed(sim, client_id, round)),
+        round=round,
+        needs=sim.aggregator.needs,
+        start_params=sim.compressor.start_point(sim.params, sim.store[client_id]),
+    )
+
+
+def rng_devices(sim: Any) -> list[torch.device]:
+    return [sim.device] if sim.device.type == "cuda" else []
+
+
+def attack(sim: Any, update: ClientUpdate, generator: torch.Generator) -> ClientUpdate:
+    """A Byzantine client's update replaced by its attack (after training, as the server sees)."""
+    if update.client_id in sim.byzantine:
+        update.delta = attack_update(
+            update.delta, sim.cfg.clients.attack, sim.cfg.clients.attack_strength, generator
+        )
+    return update
+
+
+def train_client(sim: Any, client_id: int, round: int) -> ClientUpdate:
+    """One client's local training in ``round`` (seeded by (seed, round, client))."""
+    ctx = local_context(sim, client_id, round)
+    with torch.random.fork_rng(devices=rng_devices(sim)):
+        torch.manual_seed(client_seed(sim, client_id, round))
+        update = sim.client_algo.local_update(ctx)
+    return attack(sim, update, ctx.generator)
+
+
+def train_round(
+    sim: Any, round: int, sampled: list[int], order: list[int] | None = None
+) -> dict[int, ClientUpdate]:
+    """Every sampled client's update, trained in ``order`` (default: ``sampled``)."""
+    train_order = order if order is not None else sampled
+    return {int(cid): sim.train_client(int(cid), round) for cid in train_order}

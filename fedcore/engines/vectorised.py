@@ -1,0 +1,369 @@
+"""The vectorised engine: a chunk of clients trains at once with ``vmap(grad(functional_call))``.
+
+Each client gets exactly the batches, dropout masks and SGD steps of the sequential engine:
+batches come from its own generator (``algo.batches``), dropout masks are drawn up front from
+its own seeded RNG stream in the order the sequential forward passes draw them, and a client
+that has run out of steps (or a row past a partial batch) is masked. The optimiser is
+``torch.optim.SGD`` (momentum, weight decay, FedProx's proximal gradient) written on the
+stacked flat parameters; the deltas are the rows of the m x d update matrix.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from fedcore.clients import ClientUpdate, LocalContext
+from fedcore.clients._tuplets import TupletClient
+from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
+from fedcore.engines import objectives, sequential
+from fedcore.engines.sequential import attack, client_seed, local_context, rng_devices
+from fedcore.layout import load_flat_params
+
+log = logging.getLogger("fedcore")
+
+NAME = "vectorised"
+CPU_MEMORY_SHARE = 0.25  # share of available RAM a chunk may use on CPU
+CUDA_MEMORY_SHARE = 0.5  # share of free device memory a chunk may use on CUDA
+
+
+def model_blocker(model: nn.Module) -> str | None:
+    """Why ``model`` cannot be vmapped with per-client dropout masks; None when it can."""
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.modules.batchnorm._NormBase) and mod.track_running_stats:
+            return f"module {name} keeps running statistics (BatchNorm); use model.norm=group"
+        if isinstance(mod, nn.modules.dropout._DropoutNd) and type(mod) is not nn.Dropout:
+            return f"module {name} is a {type(mod).__name__}; only nn.Dropout is vectorised"
+        if isinstance(mod, nn.Dropout) and mod.p >= 1.0:
+            return f"module {name} is a Dropout with p=1"
+    if any(True for _ in model.buffers()):
+        return "the model has buffers, which the vectorised engine does not update"
+    if not all(hasattr(model, a) for a in ("embedding", "head")):
+        return "the model has no embedding/head split"
+    return None
+
+
+class _Feed:
+    """Per-call dropout masks, set inside the vmapped function before the forward pass."""
+
+    masks: tuple[torch.Tensor, ...] = ()
+
+
+class _MaskedDropout(nn.Module):
+    """``nn.Dropout`` with its noise given: ``x * noise`` as ATen's dropout computes it."""
+
+    def __init__(self, slot: int, feed: _Feed) -> None:
+        super().__init__()
+        self.slot, self.feed = slot, feed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.feed.masks[self.slot]
+
+
+class _EmbedLogits(nn.Module):
+    """(embedding, logits) of the wrapped model in one call."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.m = model
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.m.embedding(x)
+        return h, self.m.head(h)
+
+
+@dataclass(frozen=True)
+class DropoutCall:
+    name: str
+    p: float
+    shape: tuple[int, ...]  # per sample
+
+
+def dropout_calls(model: nn.Module, in_shape: tuple[int, ...], device) -> list[DropoutCall]:
+    """The active dropout modules in the order one forward pass calls them (each once)."""
+    calls: list[DropoutCall] = []
+    hooks = [
+        mod.register_forward_hook(
+            lambda m, i, o, name=name: calls.append(DropoutCall(name, m.p, tuple(o.shape[1:])))
+        )
+        for name, mod in model.named_modules()
+        if isinstance(mod, nn.Dropout) and mod.p > 0
+    ]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model.head(model.embedding(torch.zeros(2, *in_shape, device=device)))
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    names = [c.name for c in calls]
+    if len(set(names)) != len(names):
+        raise ValueError(f"dropout modules called more than once per forward: {names}")
+    return calls
+
+
+def _activation_numel(model: nn.Module, in_shape: tuple[int, ...], device) -> int:
+    """Per-sample numel of all leaf-module outputs (a bound on what backward keeps)."""
+    total = [0]
+    hooks = [
+        mod.register_forward_hook(lambda m, i, o: total.__setitem__(0, total[0] + o[0].numel()))
+        for mod in model.modules()
+        if not list(mod.children())
+    ]
+    try:
+        with torch.no_grad():
+            model.head(model.embedding(torch.zeros(1, *in_shape, device=device)))
+    finally:
+        for h in hooks:
+            h.remove()
+    return total[0]
+
+
+@dataclass
+class _Client:
+    """One client's plan for the round: context, index batches, tuplet size, stats so far."""
+
+    ctx: LocalContext
+    batches: list[torch.Tensor]
+    arity: int
+    start: torch.Tensor
+    stats: dict[str, float]
+
+
+class VectorisedEngine:
+    """Trains the sampled clients of a round in chunks of vmapped functional SGD."""
+
+    def __init__(self, sim: Any) -> None:
+        reason = model_blocker(sim.model)
+        if reason is not None:
+            raise ValueError(reason)
+        self.feed = _Feed()
+        in_shape = tuple(sim.data.in_shape)
+        self.dropouts = dropout_calls(sim.model, in_shape, sim.device)
+        fmodel = copy.deepcopy(sim.model).train()
+        for slot, call in enumerate(self.dropouts):
+            parent, _, child = call.name.rpartition(".")
+            owner = fmodel.get_submodule(parent) if parent else fmodel
+            setattr(owner, child, _MaskedDropout(slot, self.feed))
+        self.wrapper = _EmbedLogits(fmodel)
+        self.slots = sim.layout.slots
+        self.act_numel = _activation_numel(sim.model, in_shape, sim.device)
+        self.in_numel = int(torch.Size(in_shape).numel())
+        self.max_chunk = sim.cfg.engine.max_clients_per_chunk
+        self.last_chunks: list[int] = []
+        self.fallback_logged: str | None = None
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def _plan(self, sim: Any, cid: int, round: int) -> _Client:
+        algo = sim.client_algo
+        ctx = local_context(sim, cid, round)
+        start = ctx.start_params if ctx.start_params is not None else ctx.global_params
+        stats: dict[str, float] = {}
+        before = [k for k in BEFORE_TRAINING if k in ctx.needs]
+        if before:
+            load_flat_params(sim.model, start)
+            for key in before:
+                stats[key] = BEFORE_TRAINING[key](sim.model, ctx)
+        batches = [idx.to(torch.long) for idx in algo.batches(ctx)]
+        arity = algo._current if isinstance(algo, TupletClient) else 0
+        return _Client(ctx, batches, arity, start, stats)
+
+    def chunk_size(self, sim: Any, clients: list[_Client]) -> int:
+        """Clients per chunk: the configured cap, else what fits the memory budget."""
+        if self.max_chunk is not None:
+            return self.max_chunk
+        steps = max(len(c.batches) for c in clients)
+        width = max((len(b) for c in clients for b in c.batches), default=1)
+        drop = sum(int(torch.Size(d.shape).numel()) for d in self.dropouts)
+        per_client = 4 * (
+            6 * sim.layout.dim
+            + width * (3 * self.act_numel + 2 * self.in_numel)
+            + steps * width * (drop + 3)
+        )
+        return max(1, int(_memory_budget(sim.device) // per_client))
+
+    # -- training ---------------------------------------------------------------------------
+
+    def train_round(
+        self, sim: Any, round: int, sampled: list[int], order: list[int] | None = None
+    ) -> dict[int, ClientUpdate]:
+        """Every sampled client's update (``order`` is irrelevant: clients are independent).
+
+        A client object the engine cannot express (e.g. a patched ``local_update``) is trained
+        by the sequential engine instead, with the reason logged once.
+        """
+        blocker = objectives.algo_blocker(sim.client_algo)
+        if blocker is not None:
+            if blocker != self.fallback_logged:
+                log.info("vectorised engine: %s; training sequentially", blocker)
+                self.fallback_logged = blocker
+            return sequential.train_round(sim, round, sampled, order)
+        plans = [self._plan(sim, int(cid), round) for cid in sampled]
+        groups: dict[int, list[_Client]] = {}
+        for plan in plans:
+            groups.setdefault(plan.arity, []).append(plan)
+        updates: dict[int, ClientUpdate] = {}
+        self.last_chunks = []
+        for arity, members in groups.items():
+            size = self.chunk_size(sim, members)
+            for lo in range(0, len(members), size):
+                chunk = members[lo : lo + size]
+                self.last_chunks.append(len(chunk))
+                final, losses, steps = self._train_chunk(sim, chunk, arity)
+                deltas = final - sim.params  # the rows of the m x d update matrix
+                for i, plan in enumerate(chunk):
+                    updates[plan.ctx.data.client_id] = self._finish(
+                        sim, plan, final[i], deltas[i], losses[i], steps[i]
+                    )
+        return updates
+
+    def _tensors(self, sim: Any, chunk: list[_Client], arity: int):
+        """Padded per-step index, masks and dropout noise of a chunk, on the device."""
+        device, m = sim.device, len(chunk)
+        steps = max(len(c.batches) for c in chunk)
+        if arity:
+            tuplets = max((len(b) // arity for c in chunk for b in c.batches), default=1)
+            width = arity * tuplets
+        else:
+            tuplets, width = 1, max((len(b) for c in chunk for b in c.batches), default=1)
+        sizes = [c.ctx.data.num_train for c in chunk]
+        offsets = torch.tensor([0, *sizes[:-1]]).cumsum(0).tolist()
+        index = torch.zeros(steps, m, width, dtype=torch.long)
+        image_mask = torch.zeros(steps, m, width)
+        tuplet_mask = torch.zeros(steps, m, tuplets)
+        rows_of: list[list[torch.Tensor]] = []
+        for i, c in enumerate(chunk):
+            rows_i = []
+            for t, idx in enumerate(c.batches):
+                if arity:
+                    b = len(idx) // arity
+                    rows = (torch.arange(arity)[:, None] * tuplets + torch.arange(b)).reshape(-1)
+                    tuplet_mask[t, i, :b] = 1.0
+                else:
+                    rows = torch.arange(len(idx))
+                index[t, i, rows] = idx + offsets[i]
+                image_mask[t, i, rows] = 1.0
+                rows_i.append(rows)
+            rows_of.append(rows_i)
+        noise = [torch.zeros(steps, m, width, *d.shape, device=device) for d in self.dropouts]
+        if self.dropouts:
+            for i, c in enumerate(chunk):
+                seed = client_seed(sim, c.ctx.data.client_id, c.ctx.round)
+                with torch.random.fork_rng(devices=rng_devices(sim)):
+                    torch.manual_seed(seed)
+                    for t, rows in enumerate(rows_of[i]):
+                        rows = rows.to(device)
+                        for k, d in enumerate(self.dropouts):
+                            ones = torch.ones(len(rows), *d.shape, device=device)
+                            noise[k][t, i, rows] = F.dropout(ones, d.p, training=True)
+        x = torch.cat([c.ctx.data.x_train for c in chunk])
+        y = torch.cat([c.ctx.data.y_train for c in chunk])
+        return (x, y, index.to(device), image_mask.to(device), tuplet_mask.to(device), noise)
+
+    def _train_chunk(self, sim: Any, chunk: list[_Client], arity: int):
+        device, m = sim.device, len(chunk)
+        sched = chunk[0].ctx.schedule
+        x_all, y_all, index, image_mask, tuplet_mask, noise = self._tensors(sim, chunk, arity)
+        counts = [len(c.batches) for c in chunk]
+        num_steps = torch.tensor(counts, device=device)
+        everyone = min(counts)  # steps before the first client stops: no masking needed
+        loss_of = objectives.client_loss(sim.client_algo, arity)
+        mu = objectives.proximal_mu(sim.client_algo)
+        feed, wrapper = self.feed, self.wrapper
+
+        def one_client(params, x, y, img_mask, tup_mask, masks):
+            feed.masks = masks
+            h, logits = functional_call(wrapper, params, (x,))
+            loss = loss_of(h, logits, y, img_mask, tup_mask)
+            return loss, loss.detach()
+
+        step_grad = vmap(grad(one_client, has_aux=True))
+        theta = sim.params
+        params = torch.stack([c.start for c in chunk]).to(device)
+        buf = None
+        loss_sum = torch.zeros(m, device=device)
+        seen = torch.zeros(m, device=device)
+        for t in range(int(index.shape[0])):
+            active = num_steps > t
+            idx = index[t]
+            tensors = {
+                f"m.{s.name}": params[:, s.start : s.stop].view(m, *s.shape) for s in self.slots
+            }
+            grads, loss = step_grad(
+                tensors, x_all[idx], y_all[idx], image_mask[t], tuplet_mask[t],
+                tuple(n[t] for n in noise),
+            )
+            g = torch.cat([grads[f"m.{s.name}"].reshape(m, -1) for s in self.slots], dim=1)
+            if mu:
+                g = torch.add(g, params - theta, alpha=mu)
+            if sched.weight_decay:
+                g = torch.add(g, params, alpha=sched.weight_decay)
+            if sched.momentum:
+                new = g if buf is None else torch.add(buf * sched.momentum, g)
+                buf = new if buf is None or t < everyone else _keep(active, new, buf)
+                g = buf
+            stepped = torch.add(params, g, alpha=-sched.lr)
+            params = stepped if t < everyone else _keep(active, stepped, params)
+            n = image_mask[t].sum(1)  # 0 for a client past its last step
+            loss_sum = loss_sum + loss * n
+            seen = seen + n
+        feed.masks = ()
+        return params, loss_sum / seen.clamp_min(1.0), counts
+
+    def _finish(
+        self,
+        sim: Any,
+        plan: _Client,
+        final: torch.Tensor,
+        delta: torch.Tensor,
+        loss: torch.Tensor,
+        steps: int,
+    ) -> ClientUpdate:
+        """Stats of the trained client (hooks and extras on its local model), then the attack."""
+        ctx, algo, stats = plan.ctx, sim.client_algo, plan.stats
+        stats["num_steps"] = float(steps)
+        after = [k for k in AFTER_TRAINING if k in ctx.needs]
+        if after:
+            load_flat_params(sim.model, final)
+        if isinstance(algo, TupletClient):
+            algo._current = plan.arity
+        algo.end_training(sim.model, ctx, stats)
+        for key in after:
+            stats[key] = AFTER_TRAINING[key](sim.model, ctx, steps, algo)
+        update = ClientUpdate(
+            client_id=ctx.data.client_id,
+            delta=delta,
+            num_samples=ctx.data.num_train,
+            num_steps=steps,
+            train_loss=loss,
+            stats=stats,
+        )
+        return attack(sim, update, ctx.generator)
+
+
+def _keep(active: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """Rows of ``new`` for active clients, ``old`` for clients past their last step."""
+    return torch.where(active[:, None], new, old)
+
+
+def _memory_budget(device: torch.device) -> float:
+    """Bytes a chunk may use: a share of free CUDA memory, or of available RAM on CPU."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return CUDA_MEMORY_SHARE * free
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        avail = 4 << 30
+    return CPU_MEMORY_SHARE * avail
