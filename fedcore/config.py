@@ -19,6 +19,9 @@ NATURAL_DATASETS = ("femnist",)  # datasets with per-sample owner ids (partition
 MODELS = ("mlp", "cnn", "resnet20", "resnet56", "resnet110")
 
 
+UNHASHED = ("checkpoint_every", "checkpoint_dir")  # cannot change a run's numbers
+
+
 class ConfigError(ValueError):
     """An invalid configuration; the message is one line naming the key and the allowed values."""
 
@@ -88,13 +91,6 @@ class MethodConfig(_Strict):
     compression: dict[str, Any] = Field(default_factory=lambda: {"compressor": "none"})
 
 
-class EngineConfig(_Strict):
-    """How clients are trained (README "Vectorised engine"); ``engine=NAME`` sets ``backend``."""
-
-    backend: Literal["auto", "sequential", "vectorised"] = "auto"
-    max_clients_per_chunk: int | None = Field(None, ge=1)  # None: from free device memory
-
-
 class ExperimentConfig(_Strict):
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -107,7 +103,9 @@ class ExperimentConfig(_Strict):
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda|cuda:\d+|mps)$")
     eval_every: int = Field(1, ge=1)
     target_accuracy: float | None = Field(None, gt=0, le=1)
-    engine: EngineConfig = Field(default_factory=EngineConfig)
+    # resumable runs (README "Checkpoints and failures"); not part of config_hash()
+    checkpoint_every: int = Field(0, ge=0)
+    checkpoint_dir: str = ".fedcore/checkpoints"
 
     @model_validator(mode="after")
     def _clients_fit(self) -> ExperimentConfig:
@@ -140,7 +138,9 @@ class ExperimentConfig(_Strict):
         return self.model_dump(mode="json")
 
     def config_hash(self) -> str:
-        blob = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":"))
+        """Hash of the keys that can change the numbers (``UNHASHED`` keys are left out)."""
+        keyed = {k: v for k, v in self.resolved().items() if k not in UNHASHED}
+        blob = json.dumps(keyed, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -226,16 +226,11 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
         raise ConfigError("method: expected a method name or a mapping")
     for key, value in method_over.items():
         set_dotted(tree, key, value)
-    if isinstance(tree.get("engine"), str):  # shorthand engine=vectorised
-        tree["engine"] = {"backend": tree["engine"]}
     try:
         cfg = ExperimentConfig.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     _validate_method(cfg)
-    from fedcore.engines.select import validate_engine
-
-    validate_engine(cfg)
     return cfg
 
 

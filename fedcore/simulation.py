@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -10,15 +11,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from fedcore import aggregators, clients, compression
-from fedcore.adversaries import choose_clients
+from fedcore import aggregators, checkpoint, clients, compression
+from fedcore.adversaries import attack_update, choose_clients
 from fedcore.aggregators import UpdateBatch
-from fedcore.clients import ClientData, ClientUpdate, LocalSchedule
+from fedcore.clients import ClientData, ClientUpdate, LocalContext, LocalSchedule
 from fedcore.compression.mismatch import round_gradient_mismatch
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
-from fedcore.engines import sequential
-from fedcore.engines.select import build_engine
 from fedcore.layout import ParamLayout, flat_params, load_flat_params
 from fedcore.metrics import (
     client_stat_metrics,
@@ -121,11 +120,11 @@ class Simulation:
         self.buffers = {k: v.detach().clone() for k, v in self.model.named_buffers()}
         self.aggregator = aggregators.build(cfg.method.aggregator)
         self.compressor = compression.build(cfg.method.compression)
-        self.engine, self.engine_name, self.engine_reason = build_engine(self)
-        log.info("engine: %s (%s)", self.engine_name, self.engine_reason)
         self.store = ClientStore()
         self.round = 0
         self.bytes_up_total = 0
+        self.history: list[dict[str, float]] = []  # the Result's, kept here to be checkpointed
+        self.client_tables: list[ClientTable] = []
         self._eval_x, self._eval_y, self._eval_owner = self._stack_client_tests(self.data.clients)
 
     @staticmethod
@@ -152,14 +151,39 @@ class Simulation:
         )
 
     def train_client(self, client_id: int, round: int) -> ClientUpdate:
-        """One client's update, trained on its own (the sequential engine's unit)."""
-        return sequential.train_client(self, client_id, round)
+        seed = derive_seed(self.cfg.seed, "client", round, client_id)
+        ctx = LocalContext(
+            model=self.model,
+            global_params=self.params,
+            global_buffers=self.buffers,
+            layout=self.layout,
+            data=self.data.clients[client_id],
+            schedule=self.schedule(round),
+            state=self.store[client_id],
+            generator=torch.Generator().manual_seed(seed),
+            round=round,
+            needs=self.aggregator.needs,
+            start_params=self.compressor.start_point(self.params, self.store[client_id]),
+        )
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            update = self.client_algo.local_update(ctx)
+        if client_id in self.byzantine:
+            update.delta = attack_update(
+                update.delta,
+                self.cfg.clients.attack,
+                self.cfg.clients.attack_strength,
+                ctx.generator,
+            )
+        return update
 
     def run_round(self, round: int, order: list[int] | None = None) -> dict[str, float]:
         sampled = self.sample_clients(round)
         self.compressor.begin_round(round, self.schedule(round))
         mismatch = round_gradient_mismatch(self, sampled)
-        updates = self.engine.train_round(self, round, list(map(int, sampled)), order)
+        train_order = order if order is not None else list(sampled)
+        updates = {cid: self.train_client(int(cid), round) for cid in train_order}
         ups = [updates[int(cid)] for cid in sampled]
         sent, bytes_up = [], 0
         for up in ups:
@@ -309,7 +333,9 @@ class Simulation:
 
     def run(self, order_fn=None) -> Result:
         """Run all remaining rounds; rounds are numbered 1..R (the MLflow step)."""
-        result = Result(self.cfg.resolved(), self.cfg.config_hash())
+        result = Result(
+            self.cfg.resolved(), self.cfg.config_hash(), self.history, self.client_tables
+        )
         for cb in self.callbacks:
             cb.on_run_start(self)
         total = self.cfg.rounds
@@ -327,10 +353,94 @@ class Simulation:
             result.history.append({"round": r, **metrics})
             for cb in self.callbacks:
                 cb.on_round_end(r, metrics, table)
+            reason = divergence(r, metrics, self.cfg.clients_per_round)
+            if reason:
+                raise FloatingPointError(reason)
+            every = self.cfg.checkpoint_every
+            if every and (r % every == 0 or r == total):
+                self.save_checkpoint()
         result.summary = summarize(result.history, self.cfg.target_accuracy)
         for cb in self.callbacks:
             cb.on_run_end(result)
+        if self.cfg.checkpoint_every:
+            checkpoint.remove(checkpoint.run_folder(self.cfg))
         return result
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs to finish with the same numbers (plain containers)."""
+        agg, comp = self.aggregator, self.compressor
+        return {
+            "config_hash": self.cfg.config_hash(),
+            "round": self.round,
+            "bytes_up_total": self.bytes_up_total,
+            "params": self.params,
+            "buffers": self.buffers,
+            "aggregator": agg.state_dict(),
+            "aggregator_last": {
+                "metrics": agg.last_metrics,
+                "client_stats": getattr(agg, "last_client_stats", None),
+            },
+            "compressor": comp.state_dict() if hasattr(comp, "state_dict") else {},
+            "compressor_last_metrics": comp.last_metrics,
+            "store": self.store.state_dict(),
+            "history": self.history,
+            "client_tables": [vars(t) for t in self.client_tables],
+            "rng": checkpoint.rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], rng: bool = True) -> None:
+        """Restore :meth:`state_dict` (and, with ``rng``, the global generators it saved)."""
+        if state["config_hash"] != self.cfg.config_hash():
+            raise ValueError(
+                f"checkpoint of config {state['config_hash']}, not {self.cfg.config_hash()}"
+            )
+        self.round = int(state["round"])
+        self.bytes_up_total = int(state["bytes_up_total"])
+        self.params = state["params"].to(self.device)
+        self.buffers = {k: v.to(self.device) for k, v in state["buffers"].items()}
+        self.aggregator.load_state_dict(state["aggregator"])
+        self.aggregator.last_metrics = dict(state["aggregator_last"]["metrics"])
+        if state["aggregator_last"]["client_stats"] is not None:
+            self.aggregator.last_client_stats = state["aggregator_last"]["client_stats"]
+        if state["compressor"]:
+            self.compressor.load_state_dict(state["compressor"])
+        self.compressor.last_metrics = dict(state["compressor_last_metrics"])
+        self.store.load_state_dict(state["store"])
+        self.history[:] = [dict(h) for h in state["history"]]
+        self.client_tables[:] = [ClientTable(**t) for t in state["client_tables"]]
+        if rng:
+            checkpoint.set_rng_state(state["rng"])
+
+    def save_checkpoint(self) -> None:
+        """Write this round's checkpoint; callbacks with ``on_checkpoint(path)`` are told."""
+        path = checkpoint.save(self.state_dict(), checkpoint.run_folder(self.cfg), self.round)
+        for cb in self.callbacks:
+            if hasattr(cb, "on_checkpoint"):
+                cb.on_checkpoint(path)
+
+    def resume(self, state: dict[str, Any] | None = None) -> bool:
+        """Continue from ``state``, else from the newest local checkpoint; False if none."""
+        state = state if state is not None else checkpoint.latest(checkpoint.run_folder(self.cfg))
+        if state is None:
+            return False
+        self.load_state_dict(state)
+        log.info("resumed %s at round %d", self.cfg.config_hash(), self.round)
+        return True
+
+
+def divergence(round: int, metrics: dict[str, float], sampled: int) -> str | None:
+    """Why the run diverged this round, or None.
+
+    A non-finite global test loss, or a non-finite train loss with every sampled update
+    non-finite (a single client's NaN update is excluded and the run goes on).
+    """
+    test = metrics.get("test/loss", 0.0)
+    if not math.isfinite(test):
+        return f"diverged at round {round}: test/loss is {test}"
+    train = metrics["train/loss"]
+    if not math.isfinite(train) and metrics["agg/rejected_clients"] >= sampled:
+        return f"diverged at round {round}: train/loss is {train} and every update is non-finite"
+    return None
 
 
 def summarize(history: list[dict[str, float]], target: float | None) -> dict[str, float]:

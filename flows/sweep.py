@@ -14,7 +14,24 @@ from fedcore.tracking import get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.runner import finished_run, run_tracked
 
 
-@task(name="simulate-cell", retries=1, retry_delay_seconds=1, tags=["fedcore-sim"])
+def _retry_unless_diverged(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry a failed cell once, but not a divergence (it would diverge again)."""
+    try:
+        state.result()
+    except FloatingPointError:
+        return False
+    except Exception:  # noqa: BLE001  (any other failure may be transient)
+        return True
+    return True
+
+
+@task(
+    name="simulate-cell",
+    retries=1,
+    retry_delay_seconds=1,
+    retry_condition_fn=_retry_unless_diverged,
+    tags=["fedcore-sim"],
+)
 def simulate_cell(resolved: dict[str, Any], parent_run_id: str, sweep: str) -> dict[str, Any]:
     """Simulate one cell (its resolved config) as a child run of the sweep."""
     cfg = build_config(resolved)

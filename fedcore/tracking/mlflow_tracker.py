@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -11,13 +14,15 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from fedcore import checkpoint
 from fedcore.env import configure_environment
 from fedcore.tracking.plots import curves_png, fairness_png
+from fedcore.tracking.retry import RetryingClient
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
 configure_environment()
 
-from mlflow.entities import Metric, Param  # noqa: E402
+from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 
@@ -40,9 +45,15 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-def mlflow_client(settings: TrackingSettings | None = None) -> MlflowClient:
+def mlflow_client(settings: TrackingSettings | None = None) -> RetryingClient:
+    """An MlflowClient whose calls retry while a shared SQLite store is locked."""
     settings = settings or load_settings()
-    return MlflowClient(tracking_uri=settings.tracking_uri)
+    return RetryingClient(MlflowClient(tracking_uri=settings.tracking_uri))
+
+
+def owner_tags() -> dict[str, str]:
+    """Which process is writing a run (to tell a live run from one whose process died)."""
+    return {"fedcore.host": socket.gethostname(), "fedcore.pid": str(os.getpid())}
 
 
 def get_experiment_id(client: MlflowClient, settings: TrackingSettings) -> str:
@@ -105,10 +116,11 @@ class MLflowTracker:
         self.run_name = run_name
         self.extra_tags = dict(tags or {})
         self.run_id: str | None = None
+        self._logged: set[tuple[str, int]] = set()  # (metric, step) already in the run
 
     def start(self, resolved: dict[str, Any], config_hash: str) -> str:
         exp_id = get_experiment_id(self.client, self.settings)
-        tags = {**run_tags(resolved, config_hash), **self.extra_tags}
+        tags = {**run_tags(resolved, config_hash), **self.extra_tags, **owner_tags()}
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
         name = (
@@ -122,26 +134,64 @@ class MLflowTracker:
         self.client.log_text(self.run_id, yaml.safe_dump(resolved, sort_keys=False), "config.yaml")
         return self.run_id
 
+    def resume(self, run_id: str) -> None:
+        """Continue an unfinished run: RUNNING again, and no (metric, step) is logged twice."""
+        run = self.client.get_run(run_id)
+        self.run_id = run_id
+        self._logged = {
+            (m.key, m.step)
+            for key in run.data.metrics
+            for m in self.client.get_metric_history(run_id, key)
+        }
+        tags = {**self.extra_tags, **owner_tags()}
+        if self.parent_run_id:
+            tags["mlflow.parentRunId"] = self.parent_run_id
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        if "failure_reason" in run.data.tags:
+            self.client.delete_tag(run_id, "failure_reason")
+        self.client.update_run(run_id, status="RUNNING")
+
     def on_run_start(self, sim: Any) -> None:
         if self.run_id is None:
             self.start(sim.cfg.resolved(), sim.cfg.config_hash())
         self.client.set_tag(self.run_id, "device", str(sim.device))
-        if getattr(sim, "engine_name", None):  # the client-training engine used, and why
-            self.client.set_tag(self.run_id, "engine", sim.engine_name)
-            self.client.set_tag(self.run_id, "engine_reason", sim.engine_reason[:5000])
+        if sim.round:
+            self.client.set_tag(self.run_id, "fedcore.resumed_from_round", str(sim.round))
+        tables = {t.round: t for t in sim.client_tables}
+        for h in sim.history:  # rounds restored from a checkpoint, if the run lacks them
+            r = int(h["round"])
+            self.on_round_end(r, {k: v for k, v in h.items() if k != "round"}, tables.get(r))
 
-    def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:
+    def _log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """Log the metrics this run does not have at ``step`` yet."""
         ts = int(time.time() * 1000)
-        batch = [Metric(k, float(v), ts, round) for k, v in metrics.items()]
+        new = {k: v for k, v in metrics.items() if (k, step) not in self._logged}
+        batch = [Metric(k, float(v), ts, step) for k, v in new.items()]
         for i in range(0, len(batch), 500):
             self.client.log_batch(self.run_id, metrics=batch[i : i + 500])
+        self._logged.update((m.key, step) for m in batch)
+
+    def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:
+        self._log_metrics(metrics, round)
+
+    def on_checkpoint(self, path: Path) -> None:
+        """Upload the newest checkpoint as ``checkpoint/checkpoint.pt`` (replacing the last)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copyfile(path, Path(tmp) / "checkpoint.pt")
+            self.client.log_artifact(self.run_id, str(Path(tmp) / "checkpoint.pt"), "checkpoint")
+        self.client.set_tag(self.run_id, "fedcore.checkpoint", Path(path).name)
+
+    def download_checkpoint(self) -> dict[str, Any] | None:
+        """The run's uploaded checkpoint (the fallback when the local folder is gone)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                local = self.client.download_artifacts(self.run_id, "checkpoint/checkpoint.pt", tmp)
+            except Exception:  # noqa: BLE001  (no checkpoint was uploaded)
+                return None
+            return checkpoint.load(Path(local))
 
     def on_run_end(self, result: Any) -> None:
-        ts = int(time.time() * 1000)
-        last = result.history[-1]["round"]
-        self.client.log_batch(
-            self.run_id, metrics=[Metric(k, float(v), ts, last) for k, v in result.summary.items()]
-        )
+        self._log_metrics(result.summary, result.history[-1]["round"])
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
             per_client_frame(result.client_tables).to_parquet(
@@ -153,15 +203,12 @@ class MLflowTracker:
             self.client.log_artifacts(self.run_id, str(out))
         self.client.set_terminated(self.run_id, "FINISHED")
 
-    def fail(self, reason: str, status: str = "FAILED") -> None:
-        """End the run FAILED (or KILLED, for a pruned trial) with the reason as a tag.
-
-        Metrics logged so far are kept.
-        """
+    def fail(self, reason: str) -> None:
+        """Mark the run FAILED with the reason as a tag (metrics logged so far are kept)."""
         if self.run_id is None:
             return
         self.client.set_tag(self.run_id, "failure_reason", reason[:5000])
-        self.client.set_terminated(self.run_id, status)
+        self.client.set_terminated(self.run_id, "FAILED")
 
 
 def per_client_frame(tables: list[Any]) -> pd.DataFrame:

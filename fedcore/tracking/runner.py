@@ -1,9 +1,13 @@
-"""Run one simulation recorded in MLflow, and find runs already finished."""
+"""Run one simulation recorded in MLflow, resuming an unfinished run; find finished runs."""
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 from typing import Any
 
+from fedcore import checkpoint
 from fedcore.config import ExperimentConfig
 from fedcore.simulation import Callback, Result, Simulation
 from fedcore.tracking.mlflow_tracker import MLflowTracker, get_experiment_id, mlflow_client
@@ -16,22 +20,74 @@ def run_tracked(
     callbacks: list[Callback] | tuple = (),
     tags: dict[str, str] | None = None,
     settings: TrackingSettings | None = None,
-    resume: bool = True,
 ) -> tuple[str, Result]:
-    """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason.
-
-    ``resume=False`` always starts a new run (an Optuna trial owns its run).
-    """
+    """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason."""
     sim = Simulation(cfg)
     tracker = MLflowTracker(settings, parent_run_id=parent_run_id, tags=tags)
-    tracker.start(cfg.resolved(), cfg.config_hash())
+    with _CLAIM:
+        previous = unfinished_run(cfg.config_hash(), tracker.settings)
+        if previous is not None:
+            tracker.resume(previous.info.run_id)
+        else:
+            tracker.start(cfg.resolved(), cfg.config_hash())
+        _ACTIVE.add(tracker.run_id)
     sim.callbacks = [tracker, *callbacks]
     try:
+        state = checkpoint.latest(checkpoint.run_folder(cfg))
+        if state is None and previous is not None:
+            state = tracker.download_checkpoint()
+        if state is not None:
+            sim.resume(state)
         result = sim.run()
-    except BaseException as exc:  # an exception's ``run_status`` (e.g. KILLED) wins over FAILED
-        tracker.fail(f"{type(exc).__name__}: {exc}", getattr(exc, "run_status", "FAILED"))
+    except BaseException as exc:
+        tracker.fail(f"{type(exc).__name__}: {exc}")
         raise
+    finally:
+        _ACTIVE.discard(tracker.run_id)
     return tracker.run_id, result
+
+
+_CLAIM = threading.Lock()
+_ACTIVE: set[str] = set()  # runs this process is writing now (never resumed by another thread)
+
+
+def unfinished_run(config_hash: str, settings: TrackingSettings | None = None) -> Any | None:
+    """The newest run with this config hash that did not finish and that no live process owns.
+
+    A run is RUNNING after its process was killed, FAILED after an exception or divergence,
+    KILLED when stopped. A RUNNING run whose writer process is alive on this host, or that a
+    thread of this process writes now, is left alone.
+    """
+    settings = settings or load_settings()
+    client = mlflow_client(settings)
+    exp_id = get_experiment_id(client, settings)
+    runs = client.search_runs(
+        [exp_id],
+        filter_string=f"tags.config_hash = '{config_hash}' and attributes.status != 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=50,
+    )
+    for run in runs:
+        if run.info.run_id in _ACTIVE:
+            continue
+        if run.info.status == "RUNNING" and _writer_alive(run.data.tags):
+            continue
+        return run
+    return None
+
+
+def _writer_alive(tags: dict[str, str]) -> bool:
+    """Whether another process on this host that started or resumed the run still lives."""
+    pid = int(tags.get("fedcore.pid", "0"))
+    if tags.get("fedcore.host") != socket.gethostname() or pid in (0, os.getpid()):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def finished_run(config_hash: str, settings: TrackingSettings | None = None) -> Any | None:

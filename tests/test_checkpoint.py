@@ -1,0 +1,210 @@
+"""Checkpoints: plain files loaded with weights_only=True; resuming equals not stopping."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from fedcore import checkpoint
+from fedcore.config import load_config, project_root
+from fedcore.simulation import Simulation
+from fedcore.tracking.runner import run_tracked
+
+FAST = ["model.name=mlp", "dataset.num_clients=6", "clients_per_round=3", "local.epochs=1",
+        "local.steps=3"]
+TIMING = "agg/seconds"  # wall-clock, the one metric that differs between any two runs
+
+
+class StopAt:
+    """Interrupts the loop after round ``r`` was reported (before its checkpoint is written)."""
+
+    def __init__(self, r: int) -> None:
+        self.r = r
+
+    def on_run_start(self, sim):
+        pass
+
+    def on_round_end(self, round, metrics, clients):
+        if round == self.r:
+            raise KeyboardInterrupt(f"stopped at round {round}")
+
+    def on_run_end(self, result):
+        pass
+
+
+def _numbers(history):
+    return [{k: v for k, v in h.items() if k != TIMING} for h in history]
+
+
+def _same_tables(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.round == y.round and sorted(x.extra) == sorted(y.extra)
+        for name in ("client_id", "accuracy", "loss", "num_samples", "sampled"):
+            np.testing.assert_array_equal(getattr(x, name), getattr(y, name))
+        for name in x.extra:
+            np.testing.assert_array_equal(x.extra[name], y.extra[name])
+
+
+def _cfg(tmp_path, method, *extra):
+    return load_config(None, [*FAST, f"method={method}", f"checkpoint_dir={tmp_path / 'ck'}",
+                              *extra])
+
+
+def test_checkpoint_keys_are_recorded_but_not_hashed(tmp_path):
+    plain = load_config(None, FAST)
+    ck = _cfg(tmp_path, "fedavg", "checkpoint_every=2")
+    assert ck.config_hash() == plain.config_hash()
+    assert ck.resolved()["checkpoint_every"] == 2
+    assert checkpoint.run_folder(ck) == tmp_path / "ck" / plain.config_hash()
+    rel = load_config(None, [*FAST, "checkpoint_dir=ckpts"])
+    assert checkpoint.run_folder(rel) == project_root() / "ckpts" / plain.config_hash()
+
+
+def test_checkpoint_round_trip_with_weights_only(tmp_path):
+    cfg = _cfg(tmp_path, "ef_topk", "rounds=3", "checkpoint_every=1")
+    sim = Simulation(cfg, [StopAt(3)])
+    with pytest.raises(KeyboardInterrupt):
+        sim.run()
+    files = checkpoint.checkpoint_files(checkpoint.run_folder(cfg))
+    assert [f.name for f in files] == ["round-000001.pt", "round-000002.pt"]
+    assert not list(checkpoint.run_folder(cfg).glob("*.tmp"))
+    raw = torch.load(files[-1], weights_only=True)  # plain containers and tensors only
+    assert raw["format"] == checkpoint.FORMAT and raw["round"] == 2
+    assert raw["store"] and all("ef_residual" in s for s in raw["store"].values())
+    assert {"torch", "cuda", "numpy", "python"} <= set(raw["rng"])
+
+    fresh = Simulation(cfg)
+    state = checkpoint.load(files[-1])
+    fresh.load_state_dict(state)
+    assert fresh.round == 2 and fresh.bytes_up_total == state["bytes_up_total"] > 0
+    assert torch.equal(fresh.params, state["params"])
+    again = fresh.state_dict()
+    for cid, entry in state["store"].items():
+        assert torch.equal(again["store"][cid]["ef_residual"], entry["ef_residual"])
+    assert again["history"] == state["history"] and len(state["client_tables"]) == 2
+    assert torch.equal(torch.get_rng_state(), state["rng"]["torch"])
+
+
+@pytest.mark.parametrize("method", ["fedavgm", "ef_topk", "ditto"])
+def test_resume_after_interruption_is_bit_identical(tmp_path, method):
+    full = Simulation(_cfg(tmp_path, method, "rounds=4")).run()
+    cfg = _cfg(tmp_path, method, "rounds=4", "checkpoint_every=2")
+    with pytest.raises(KeyboardInterrupt):
+        Simulation(cfg, [StopAt(3)]).run()
+    resumed = Simulation(cfg)
+    assert resumed.resume() and resumed.round == 2
+    result = resumed.run()
+    assert _numbers(result.history) == _numbers(full.history)
+    assert result.summary == full.summary
+    _same_tables(result.client_tables, full.client_tables)
+    assert not checkpoint.run_folder(cfg).exists()  # removed once the run finished
+
+
+def _metric_rows(client, run_id):
+    run = client.get_run(run_id)
+    return {key: [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+            for key in run.data.metrics if key != TIMING}
+
+
+def test_tracked_resume_continues_the_same_run(tracking, tmp_path):
+    ref_id, ref = run_tracked(_cfg(tmp_path, "fedfv", "rounds=4", "seed=1"))
+    client = MlflowClient(tracking.tracking_uri)
+    expected = _metric_rows(client, ref_id)
+    ref_frame = pd.read_parquet(client.download_artifacts(ref_id, "per_client.parquet",
+                                                          str(tmp_path)))
+    client.delete_run(ref_id)  # keep one run per config hash in this store
+
+    cfg = _cfg(tmp_path, "fedfv", "rounds=4", "seed=1", "checkpoint_every=2")
+    with pytest.raises(KeyboardInterrupt):
+        run_tracked(cfg, callbacks=[StopAt(3)])  # round 3 is logged, its checkpoint is not
+    exp = client.get_experiment_by_name(tracking.experiment).experiment_id
+    (failed,) = client.search_runs([exp], f"tags.config_hash = '{cfg.config_hash()}'")
+    assert failed.info.status == "FAILED"
+    assert "KeyboardInterrupt" in failed.data.tags["failure_reason"]
+    names = {a.path for a in client.list_artifacts(failed.info.run_id, "checkpoint")}
+    assert names == {"checkpoint/checkpoint.pt"}
+
+    run_id, result = run_tracked(cfg)
+    assert run_id == failed.info.run_id and result.summary == ref.summary
+    (run,) = client.search_runs([exp], f"tags.config_hash = '{cfg.config_hash()}'")
+    assert run.info.status == "FINISHED" and "failure_reason" not in run.data.tags
+    assert run.data.tags["fedcore.resumed_from_round"] == "2"
+    assert _metric_rows(client, run_id) == expected  # every (metric, round) exactly once
+    (tmp_path / "resumed").mkdir()
+    frame = pd.read_parquet(client.download_artifacts(run_id, "per_client.parquet",
+                                                      str(tmp_path / "resumed")))
+    pd.testing.assert_frame_equal(frame, ref_frame)
+
+
+def test_resume_from_mlflow_artifact_when_local_folder_is_gone(tracking, tmp_path):
+    cfg = _cfg(tmp_path, "fedavgm", "rounds=3", "seed=2", "checkpoint_every=1")
+    full = Simulation(cfg.model_copy(update={"checkpoint_every": 0})).run()
+    with pytest.raises(KeyboardInterrupt):
+        run_tracked(cfg, callbacks=[StopAt(3)])
+    checkpoint.remove(checkpoint.run_folder(cfg))
+
+    class Seen:
+        def on_run_start(self, sim):
+            self.start = sim.round
+
+        def on_round_end(self, round, metrics, clients):
+            pass
+
+        def on_run_end(self, result):
+            pass
+
+    seen = Seen()
+    _, result = run_tracked(cfg, callbacks=[seen])
+    assert seen.start == 2 and result.summary == full.summary
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not checkpoint.checkpoint_files(path):
+        assert proc.poll() is None, log.read_text()[-2000:]
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.02)
+
+
+def test_sigkill_then_rerun_gives_identical_final_metrics(tracking, tmp_path):
+    args = [*FAST, "rounds=10", "seed=3", "method=fedavgm", f"checkpoint_dir={tmp_path / 'ck'}"]
+    cfg = load_config(None, [*args, "checkpoint_every=1"])
+    reference = Simulation(load_config(None, args)).run()
+    command = [sys.executable, "-m", "fedcore.cli", "run", *args, "checkpoint_every=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    log = tmp_path / "killed.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    _wait_for(checkpoint.run_folder(cfg), proc, log)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+
+    client = MlflowClient(tracking.tracking_uri)
+    exp = client.get_experiment_by_name(tracking.experiment).experiment_id
+    query = f"tags.config_hash = '{cfg.config_hash()}'"
+    (killed,) = client.search_runs([exp], query)
+    assert killed.info.status == "RUNNING"  # what a SIGKILL leaves behind
+    assert checkpoint.checkpoint_files(checkpoint.run_folder(cfg))
+
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    runs = client.search_runs([exp], query)
+    assert [(r.info.run_id, r.info.status) for r in runs] == [(killed.info.run_id, "FINISHED")]
+    metrics = runs[0].data.metrics
+    for key, value in reference.summary.items():
+        assert metrics[key] == value, key
+    history = client.get_metric_history(runs[0].info.run_id, "test/accuracy")
+    assert [(m.step, m.value) for m in history] == [
+        (h["round"], h["test/accuracy"]) for h in reference.history
+    ]
+    assert not checkpoint.run_folder(cfg).exists()
