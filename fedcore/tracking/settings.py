@@ -28,7 +28,7 @@ def load_settings(path: Path | None = None) -> TrackingSettings:
     artifacts = os.environ.get("FEDCORE_ARTIFACT_LOCATION") or raw.get(
         "artifact_location", "mlartifacts"
     )
-    if "://" not in artifacts:
+    if "://" not in artifacts and not artifacts.startswith("mlflow-artifacts:"):
         artifacts = (base / artifacts).resolve().as_uri()
     experiment = os.environ.get("FEDCORE_EXPERIMENT") or raw.get("experiment", "fedcore")
     return TrackingSettings(uri, artifacts, experiment)

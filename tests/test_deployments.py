@@ -1,0 +1,207 @@
+"""Integration: prefect.yaml deployed to a real Prefect server, run by a real process worker,
+recorded through a real `mlflow server`; every process on 127.0.0.1 and stopped by the test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+POOL = "fedcore-process"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text()[-3000:]
+            raise RuntimeError(f"{url}: process exited {proc.returncode}\n{tail}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} not healthy after {timeout} s\n{log.read_text()[-3000:]}")
+
+
+class Processes:
+    """Background processes, each in its own process group, killed group-wise on close."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.procs: list[subprocess.Popen] = []
+
+    def start(
+        self, name: str, args: list[str], env: dict[str, str]
+    ) -> tuple[subprocess.Popen, Path]:
+        log = self.folder / f"{name}.log"
+        proc = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc, log
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # stragglers of the group (flow subprocesses)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[dict]:
+    """Prefect server + MLflow server on 127.0.0.1 (own PREFECT_HOME and stores)."""
+    tmp = tmp_path_factory.mktemp("stack")
+    prefect_port, mlflow_port = _free_port(), _free_port()
+    api = f"http://127.0.0.1:{prefect_port}/api"
+    mlflow_uri = f"http://127.0.0.1:{mlflow_port}"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
+    env = {
+        **base,
+        "PREFECT_HOME": str(tmp / "prefect-home"),
+        "PREFECT_API_URL": api,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_UI_ENABLED": "false",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        "DO_NOT_TRACK": "true",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        "MLFLOW_TRACKING_URI": mlflow_uri,
+        "FEDCORE_ARTIFACT_LOCATION": "mlflow-artifacts:/fedcore",  # through the server
+        "FEDCORE_EXPERIMENT": "fedcore-deployments",
+        "FEDCORE_DEVICE_LOCKS": str(tmp / "device-locks"),
+        "MPLCONFIGDIR": str(tmp / "mpl"),
+        "OMP_NUM_THREADS": "1",
+        "PWD": str(ROOT),
+    }
+    procs = Processes(tmp)
+    try:
+        server, server_log = procs.start(
+            "prefect-server",
+            [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port",
+             str(prefect_port), "--no-ui", "--analytics-off", "--no-scheduler"],
+            env,
+        )
+        tracking, tracking_log = procs.start(
+            "mlflow-server",
+            [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(mlflow_port),
+             "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp / 'mlflow.db'}",
+             "--artifacts-destination", str(tmp / "mlartifacts")],
+            env,
+        )
+        _wait_http(f"{api}/health", server, server_log)
+        _wait_http(f"{mlflow_uri}/health", tracking, tracking_log)
+        yield {"env": env, "api": api, "mlflow": mlflow_uri, "tmp": tmp, "procs": procs}
+    finally:
+        procs.close()
+
+
+def _cli(env: dict[str, str], *args: str, timeout: float = 300) -> str:
+    done = subprocess.run(
+        [str(BIN / "prefect"), "--no-prompt", *args], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=timeout,
+    )
+    assert done.returncode == 0, f"prefect {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _api(api: str, path: str, body: dict | None = None) -> dict | list:
+    req = urllib.request.Request(
+        f"{api}{path}", data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"}, method="GET" if body is None else "POST",
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def test_sweep_deployment_runs_on_a_worker_and_records_through_mlflow_server(stack, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    env, api = stack["env"], stack["api"]
+    _cli(env, "work-pool", "create", POOL, "--type", "process")
+    _cli(env, "concurrency-limit", "create", "gpu", "1")
+    _cli(env, "deploy", "--all")
+
+    deployments = {d["name"]: d for d in _api(api, "/deployments/filter", {})}
+    assert set(deployments) == {"simulate", "sweep", "tune", "report"}
+    sweep_dep = deployments["sweep"]
+    assert sweep_dep["work_pool_name"] == POOL
+    schema = sweep_dep["parameter_openapi_schema"]["properties"]
+    assert {"sweep_file", "overrides", "max_workers", "runner", "dask_address",
+            "cells_per_gpu"} <= set(schema)
+    assert [s["active"] for s in sweep_dep["schedules"]] == [False]
+    assert sweep_dep["pull_steps"][0]["prefect.deployments.steps.set_working_directory"] == {
+        "directory": str(ROOT)
+    }
+
+    sweep_file = tmp_path / "deployed.yaml"
+    sweep_file.write_text(yaml.safe_dump({
+        "name": "deployed",
+        "grid": {"method": ["fedavg", "fedavgm"]},
+        "set": {"rounds": 3, "model.name": "mlp", "dataset.num_clients": 6,
+                "clients_per_round": 2},
+    }))
+    worker, worker_log = stack["procs"].start(
+        "worker",
+        [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--limit", "1"],
+        env,
+    )
+    params = {"sweep_file": str(sweep_file), "overrides": ["rounds=2"], "max_workers": 2}
+    out = _cli(env, "deployment", "run", "sweep/sweep", "--params", json.dumps(params),
+               "--watch", "--watch-timeout", "240", "--watch-interval", "2", timeout=300)
+    assert worker.poll() is None, worker_log.read_text()[-3000:]
+
+    runs = _api(api, "/flow_runs/filter", {"deployments": {"id": {"any_": [sweep_dep["id"]]}}})
+    assert len(runs) == 1, out
+    assert runs[0]["state_type"] == "COMPLETED", out + worker_log.read_text()[-3000:]
+    assert runs[0]["parameters"]["overrides"] == ["rounds=2"]
+    tasks = _api(api, "/task_runs/filter", {
+        "flow_runs": {"id": {"any_": [runs[0]["id"]]}}, "task_runs": {"tags": {"all_": ["gpu"]}},
+    })
+    assert sorted(t["state_type"] for t in tasks) == ["COMPLETED", "COMPLETED"]
+
+    client = MlflowClient(stack["mlflow"])
+    exp = client.get_experiment_by_name("fedcore-deployments").experiment_id
+    parents = client.search_runs([exp], "tags.`fedcore.role` = 'sweep'")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    children = client.search_runs(
+        [exp], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'"
+    )
+    assert sorted(c.data.tags["method"] for c in children) == ["fedavg", "fedavgm"]
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert child.data.params["rounds"] == "2"
+        assert 0.0 <= child.data.metrics["final/accuracy"] <= 1.0
+        assert "config.yaml" in {a.path for a in client.list_artifacts(child.info.run_id)}
+    assert (stack["tmp"] / "mlartifacts").is_dir()

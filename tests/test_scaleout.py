@@ -1,0 +1,89 @@
+"""Scale-out: a sweep on a Dask LocalCluster (2 worker processes) equals the thread runner."""
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from mlflow.tracking import MlflowClient
+
+from fedcore.config import ConfigError
+from fedcore.tracking import load_settings
+
+CELLS = ["fedavg", "fedprox"]
+
+
+def _sweep_file(tmp_path: Path) -> Path:
+    path = tmp_path / "scaleout.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "scaleout",
+        "grid": {"method": CELLS},
+        "set": {"rounds": 2, "model.name": "mlp", "dataset.num_clients": 6,
+                "clients_per_round": 2},
+    }))
+    return path
+
+
+def _use_store(monkeypatch, folder: Path):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
+    monkeypatch.setenv("FEDCORE_ARTIFACT_LOCATION", str(folder / "artifacts"))
+    return load_settings()
+
+
+def _children(settings) -> dict[str, tuple[str, dict[str, float]]]:
+    client = MlflowClient(settings.tracking_uri)
+    exp = client.get_experiment_by_name(settings.experiment).experiment_id
+    parents = client.search_runs([exp], "tags.`fedcore.role` = 'sweep'")
+    assert len(parents) == 1
+    runs = client.search_runs([exp])
+    return {
+        r.data.tags["method"]: (
+            r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id,
+            {k: v for k, v in r.data.metrics.items() if not k.startswith("agg/seconds")},
+        )
+        for r in runs
+        if r.info.run_id != parents[0].info.run_id
+    }
+
+
+def test_dask_local_cluster_gives_the_thread_runner_metrics(prefect_harness, monkeypatch, tmp_path):
+    from flows.sweep import sweep
+
+    path = _sweep_file(tmp_path)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # Dask workers run single-threaded (OMP_NUM_THREADS=1)
+    try:
+        thread_store = _use_store(monkeypatch, tmp_path / "thread")
+        thread_rows = sweep(str(path), max_workers=2, runner="thread")
+    finally:
+        torch.set_num_threads(threads)
+    dask_store = _use_store(monkeypatch, tmp_path / "dask")
+    dask_rows = sweep(str(path), max_workers=2, runner="dask")
+
+    assert [r["status"] for r in thread_rows] == ["finished"] * len(CELLS)
+    assert [r["status"] for r in dask_rows] == ["finished"] * len(CELLS)
+    on_threads, on_dask = _children(thread_store), _children(dask_store)
+    assert sorted(on_dask) == sorted(CELLS)
+    assert all(nested for nested, _ in on_dask.values())
+    for method in CELLS:
+        assert on_dask[method][1] == on_threads[method][1], method
+    assert {r["final/accuracy"] for r in dask_rows} == {
+        r["final/accuracy"] for r in thread_rows
+    }
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"runner": "ray"}, "runner"),
+        ({"workers": 0}, "workers"),
+        ({"cells_per_gpu": 0}, "cells_per_gpu"),
+        ({"dask_address": "tcp://127.0.0.1:1"}, "dask_address"),
+    ],
+)
+def test_bad_runner_options_are_rejected_before_any_run(kwargs, key):
+    from flows.runners import check_runner
+
+    args = {"runner": "thread", "workers": 1, "dask_address": None, "cells_per_gpu": 1}
+    with pytest.raises(ConfigError, match=f"^{key}: "):
+        check_runner(**{**args, **kwargs})
