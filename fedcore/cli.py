@@ -78,9 +78,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from fedcore.sweep import load_sweep
 
     load_sweep(args.sweep, parse_overrides(args.overrides))  # validate before Prefect starts
+    from flows.runners import check_runner
+
+    check_runner(args.runner, args.workers, args.dask_address, args.cells_per_gpu)
     from flows.sweep import sweep
 
-    rows = sweep(str(Path(args.sweep).resolve()), args.overrides, args.workers)
+    rows = sweep(
+        str(Path(args.sweep).resolve()), args.overrides, args.workers, runner=args.runner,
+        dask_address=args.dask_address, cells_per_gpu=args.cells_per_gpu,
+    )
     print()
     print_table(
         rows, ["status", "final/accuracy", "final/accuracy_worst10", "auc/accuracy", "cell"]
@@ -105,7 +111,23 @@ def main(argv: list[str] | None = None) -> int:
     p_sweep = sub.add_parser("sweep", help="run a sweep through the Prefect flow", epilog=EPILOG)
     p_sweep.add_argument("sweep", metavar="SWEEP.yaml")
     p_sweep.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-    p_sweep.add_argument("--workers", type=int, default=1, help="cells run in parallel")
+    p_sweep.add_argument(
+        "--workers", type=int, default=1,
+        help="cells run in parallel (threads, or Dask LocalCluster worker processes)",
+    )
+    p_sweep.add_argument(
+        "--runner", default="thread",
+        help="task runner: thread (this process) or dask (a Dask cluster; default thread)",
+    )
+    p_sweep.add_argument(
+        "--dask-address", default=None, metavar="ADDRESS",
+        help="scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786 "
+        "(with --runner dask; without it a LocalCluster of --workers processes starts)",
+    )
+    p_sweep.add_argument(
+        "--cells-per-gpu", type=int, default=1, metavar="N",
+        help="cells allowed to share one GPU (default 1: each cell has its own GPU)",
+    )
     p_sweep.set_defaults(func=cmd_sweep)
     p_tune = sub.add_parser(
         "tune", help="run (or resume) an Optuna study; --best writes the tuned method YAML",

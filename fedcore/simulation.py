@@ -29,7 +29,7 @@ from fedcore.metrics import (
 )
 from fedcore.models import build_model
 from fedcore.schedules import local_lr
-from fedcore.seeding import derive_seed, numpy_rng
+from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed, numpy_rng
 
 log = logging.getLogger("fedcore")
 
@@ -96,10 +96,13 @@ class Simulation:
         cfg: ExperimentConfig,
         callbacks: list[Callback] | tuple = (),
         data: FederatedData | None = None,
+        device: str | None = None,
     ) -> None:
+        """``device`` (e.g. a pinned ``cuda:1``) overrides ``cfg.device`` without changing
+        the config or its hash."""
         self.cfg = cfg
         self.callbacks = list(callbacks)
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(device or cfg.device)
         self.data = data or build_federated_data(cfg.dataset, cfg.seed, self.device, cfg.clients)
         self.byzantine = set(
             choose_clients(
@@ -107,7 +110,7 @@ class Simulation:
             ).tolist()
         )
         self.client_algo = clients.build(cfg.method.client)
-        with torch.random.fork_rng(devices=[]):
+        with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(cfg.seed, "init"))
             model = build_model(
                 cfg.model.name, self.data.in_shape, self.data.num_classes, norm=cfg.model.norm

@@ -5,13 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow, task
-from prefect.task_runners import ThreadPoolTaskRunner
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
 from fedcore.config import build_config, parse_overrides
+from fedcore.devices import pinned_device
 from fedcore.sweep import SweepSpec, load_sweep
-from fedcore.tracking import get_experiment_id, load_settings, mlflow_client
+from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.runner import finished_run, run_tracked
+from flows.runners import (
+    GPU_TAG,
+    check_runner,
+    current_api_url,
+    gpu_slots,
+    is_ephemeral,
+    make_task_runner,
+    set_gpu_limit,
+)
 
 
 def _retry_unless_diverged(task: Any, task_run: Any, state: Any) -> bool:
@@ -30,21 +39,35 @@ def _retry_unless_diverged(task: Any, task_run: Any, state: Any) -> bool:
     retries=1,
     retry_delay_seconds=1,
     retry_condition_fn=_retry_unless_diverged,
-    tags=["fedcore-sim"],
+    tags=["fedcore-sim", GPU_TAG],
 )
-def simulate_cell(resolved: dict[str, Any], parent_run_id: str, sweep: str) -> dict[str, Any]:
-    """Simulate one cell (its resolved config) as a child run of the sweep."""
+def simulate_cell(
+    resolved: dict[str, Any],
+    parent_run_id: str,
+    sweep: str,
+    settings: TrackingSettings | None = None,
+    cells_per_gpu: int = 1,
+) -> dict[str, Any]:
+    """Simulate one cell (its resolved config) as a child run of the sweep.
+
+    ``settings`` (the flow's MLflow store) travel with the task, so a Dask worker records into
+    the same store; with GPUs the cell holds one device slot (``cuda:i``) while it runs.
+    """
     cfg = build_config(resolved)
-    done = finished_run(cfg.config_hash())
+    done = finished_run(cfg.config_hash(), settings)
     if done is not None:
         return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
-    run_id, result = run_tracked(cfg, parent_run_id=parent_run_id, tags={"sweep": sweep})
+    with pinned_device(cfg.device, cells_per_gpu) as device:
+        run_id, result = run_tracked(
+            cfg, parent_run_id=parent_run_id, tags={"sweep": sweep}, settings=settings,
+            device=device,
+        )
     return {"run_id": run_id, "status": "finished", **result.summary}
 
 
-def parent_run(spec: SweepSpec) -> str:
+def parent_run(spec: SweepSpec, settings: TrackingSettings | None = None) -> str:
     """Get or create the sweep's parent run (one per sweep name and grid)."""
-    settings = load_settings()
+    settings = settings or load_settings()
     client = mlflow_client(settings)
     exp_id = get_experiment_id(client, settings)
     found = client.search_runs(
@@ -65,22 +88,49 @@ def parent_run(spec: SweepSpec) -> str:
 
 @flow(name="sweep", log_prints=True)
 def sweep(
-    sweep_file: str, overrides: list[str] | None = None, max_workers: int = 1
+    sweep_file: str,
+    overrides: list[str] | None = None,
+    max_workers: int = 1,
+    runner: str = "thread",
+    dask_address: str | None = None,
+    cells_per_gpu: int = 1,
 ) -> list[dict[str, Any]]:
-    """Run every cell of SWEEP_FILE; cells with a FINISHED run of the same config are skipped."""
+    """Run every cell of SWEEP_FILE; cells with a FINISHED run of the same config are skipped.
+
+    Cells carry the ``gpu`` tag; without a Prefect server the flow sizes that tag's limit itself
+    (GPUs x ``cells_per_gpu``, or ``max_workers`` on CPU); each cell holds its own GPU while it
+    runs.
+
+    Args:
+        sweep_file: the sweep YAML ({name, base, grid, set}).
+        overrides: KEY=VALUE strings applied to every cell (dotted keys, YAML values).
+        max_workers: cells run at once (threads, or LocalCluster worker processes).
+        runner: ``thread`` (threads in the flow's process) or ``dask``.
+        dask_address: scheduler address of an existing Dask cluster (runner=dask); None starts
+            a LocalCluster of ``max_workers`` single-threaded processes.
+        cells_per_gpu: cells allowed to share one GPU.
+    """
+    check_runner(runner, max_workers, dask_address, cells_per_gpu)
     spec = load_sweep(sweep_file, parse_overrides(overrides or []))
-    parent = parent_run(spec)
+    settings = load_settings()
+    parent = parent_run(spec, settings)
+    api_url = None
+    if is_ephemeral():
+        set_gpu_limit(gpu_slots(max_workers, cells_per_gpu))
+        api_url = current_api_url()
     rows: list[dict[str, Any]] = []
-    with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
+    with make_task_runner(runner, max_workers, dask_address, api_url) as task_runner:
         futures = [
             (
                 cell,
-                runner.submit(
+                task_runner.submit(
                     simulate_cell,
                     {
                         "resolved": cell.config.resolved(),
                         "parent_run_id": parent,
                         "sweep": spec.name,
+                        "settings": settings,
+                        "cells_per_gpu": cells_per_gpu,
                     },
                 ),
             )
@@ -99,7 +149,7 @@ def sweep(
                     }
                 )
             print(f"[{rows[-1]['status']}] {cell.label}")
-    client = mlflow_client(load_settings())
+    client = mlflow_client(settings)
     failed = sum(r["status"] == "failed" for r in rows)
     client.set_terminated(parent, "FAILED" if failed else "FINISHED")
     return rows

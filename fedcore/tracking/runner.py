@@ -20,9 +20,13 @@ def run_tracked(
     callbacks: list[Callback] | tuple = (),
     tags: dict[str, str] | None = None,
     settings: TrackingSettings | None = None,
+    device: str | None = None,
 ) -> tuple[str, Result]:
-    """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason."""
-    sim = Simulation(cfg)
+    """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason.
+
+    ``device`` pins the run to one device (a GPU slot) without changing its config hash.
+    """
+    sim = Simulation(cfg, device=device)
     tracker = MLflowTracker(settings, parent_run_id=parent_run_id, tags=tags)
     with _CLAIM:
         previous = unfinished_run(cfg.config_hash(), tracker.settings)
