@@ -87,3 +87,36 @@ def test_bad_runner_options_are_rejected_before_any_run(kwargs, key):
     args = {"runner": "thread", "workers": 1, "dask_address": None, "cells_per_gpu": 1}
     with pytest.raises(ConfigError, match=f"^{key}: "):
         check_runner(**{**args, **kwargs})
+
+
+def test_cli_rejects_bad_runner_options_with_exit_2(tmp_path, capsys):
+    from fedcore.cli import main
+
+    path = str(_sweep_file(tmp_path))
+    assert main(["sweep", path, "--runner", "ray"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "fedcore: error: runner: unknown runner 'ray'; allowed: thread, dask"
+    )
+    assert main(["sweep", path, "--dask-address", "tcp://127.0.0.1:1"]) == 2
+    assert "dask_address: needs runner=dask" in capsys.readouterr().err
+
+
+def test_gpu_limit_is_sized_to_gpus_or_cpu_workers(prefect_harness):
+    from prefect.client.orchestration import get_client
+
+    from flows.runners import GPU_TAG, gpu_slots, set_gpu_limit
+
+    assert gpu_slots(workers=3, cells_per_gpu=2, num_gpus=0) == 3
+    assert gpu_slots(workers=1, cells_per_gpu=2, num_gpus=4) == 8
+    try:
+        set_gpu_limit(gpu_slots(workers=1, cells_per_gpu=1, num_gpus=2))
+        set_gpu_limit(gpu_slots(workers=1, cells_per_gpu=3, num_gpus=2))  # resized, not added
+        with get_client(sync_client=True) as client:
+            limit = client.read_concurrency_limit_by_tag(GPU_TAG)
+            assert limit.concurrency_limit == 6
+            assert [c.tag for c in client.read_concurrency_limits(limit=100, offset=0)].count(
+                GPU_TAG
+            ) == 1
+    finally:
+        with get_client(sync_client=True) as client:
+            client.delete_concurrency_limit_by_tag(GPU_TAG)
