@@ -91,6 +91,13 @@ class MethodConfig(_Strict):
     compression: dict[str, Any] = Field(default_factory=lambda: {"compressor": "none"})
 
 
+class EngineConfig(_Strict):
+    """How clients are trained (README "Vectorised engine"); ``engine=NAME`` sets ``backend``."""
+
+    backend: Literal["auto", "sequential", "vectorised"] = "auto"
+    max_clients_per_chunk: int | None = Field(None, ge=1)  # None: from free device memory
+
+
 class ExperimentConfig(_Strict):
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -103,6 +110,7 @@ class ExperimentConfig(_Strict):
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda|cuda:\d+|mps)$")
     eval_every: int = Field(1, ge=1)
     target_accuracy: float | None = Field(None, gt=0, le=1)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
     # resumable runs (README "Checkpoints and failures"); not part of config_hash()
     checkpoint_every: int = Field(0, ge=0)
     checkpoint_dir: str = ".fedcore/checkpoints"
@@ -215,6 +223,10 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
     """Apply overrides to ``raw``, resolve the method by name, and validate everything."""
     tree = copy.deepcopy(raw)
     overrides = dict(overrides or {})
+    if isinstance(tree.get("engine"), str):  # shorthand engine: vectorised
+        tree["engine"] = {"backend": tree["engine"]}
+    if isinstance(overrides.get("engine"), str):  # shorthand engine=vectorised
+        overrides["engine.backend"] = overrides.pop("engine")
     method_over = {k: v for k, v in overrides.items() if k.startswith("method.")}
     for key, value in overrides.items():
         if key not in method_over:
@@ -231,6 +243,9 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     _validate_method(cfg)
+    from fedcore.engines.select import validate_engine
+
+    validate_engine(cfg)
     return cfg
 
 

@@ -12,12 +12,14 @@ import numpy as np
 import torch
 
 from fedcore import aggregators, checkpoint, clients, compression
-from fedcore.adversaries import attack_update, choose_clients
+from fedcore.adversaries import choose_clients
 from fedcore.aggregators import UpdateBatch
-from fedcore.clients import ClientData, ClientUpdate, LocalContext, LocalSchedule
+from fedcore.clients import ClientData, ClientUpdate, LocalSchedule
 from fedcore.compression.mismatch import round_gradient_mismatch
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
+from fedcore.engines import sequential
+from fedcore.engines.select import build_engine
 from fedcore.layout import ParamLayout, flat_params, load_flat_params
 from fedcore.metrics import (
     client_stat_metrics,
@@ -123,6 +125,8 @@ class Simulation:
         self.buffers = {k: v.detach().clone() for k, v in self.model.named_buffers()}
         self.aggregator = aggregators.build(cfg.method.aggregator)
         self.compressor = compression.build(cfg.method.compression)
+        self.engine, self.engine_name, self.engine_reason = build_engine(self)
+        log.info("engine: %s (%s)", self.engine_name, self.engine_reason)
         self.store = ClientStore()
         self.round = 0
         self.bytes_up_total = 0
@@ -154,39 +158,14 @@ class Simulation:
         )
 
     def train_client(self, client_id: int, round: int) -> ClientUpdate:
-        seed = derive_seed(self.cfg.seed, "client", round, client_id)
-        ctx = LocalContext(
-            model=self.model,
-            global_params=self.params,
-            global_buffers=self.buffers,
-            layout=self.layout,
-            data=self.data.clients[client_id],
-            schedule=self.schedule(round),
-            state=self.store[client_id],
-            generator=torch.Generator().manual_seed(seed),
-            round=round,
-            needs=self.aggregator.needs,
-            start_params=self.compressor.start_point(self.params, self.store[client_id]),
-        )
-        devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            update = self.client_algo.local_update(ctx)
-        if client_id in self.byzantine:
-            update.delta = attack_update(
-                update.delta,
-                self.cfg.clients.attack,
-                self.cfg.clients.attack_strength,
-                ctx.generator,
-            )
-        return update
+        """One client's update, trained on its own (the sequential engine's unit)."""
+        return sequential.train_client(self, client_id, round)
 
     def run_round(self, round: int, order: list[int] | None = None) -> dict[str, float]:
         sampled = self.sample_clients(round)
         self.compressor.begin_round(round, self.schedule(round))
         mismatch = round_gradient_mismatch(self, sampled)
-        train_order = order if order is not None else list(sampled)
-        updates = {cid: self.train_client(int(cid), round) for cid in train_order}
+        updates = self.engine.train_round(self, round, list(map(int, sampled)), order)
         ups = [updates[int(cid)] for cid in sampled]
         sent, bytes_up = [], 0
         for up in ups:

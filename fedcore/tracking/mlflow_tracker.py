@@ -155,6 +155,9 @@ class MLflowTracker:
         if self.run_id is None:
             self.start(sim.cfg.resolved(), sim.cfg.config_hash())
         self.client.set_tag(self.run_id, "device", str(sim.device))
+        if getattr(sim, "engine_name", None):  # the client-training engine used, and why
+            self.client.set_tag(self.run_id, "engine", sim.engine_name)
+            self.client.set_tag(self.run_id, "engine_reason", sim.engine_reason[:5000])
         if sim.round:
             self.client.set_tag(self.run_id, "fedcore.resumed_from_round", str(sim.round))
         tables = {t.round: t for t in sim.client_tables}
@@ -203,12 +206,15 @@ class MLflowTracker:
             self.client.log_artifacts(self.run_id, str(out))
         self.client.set_terminated(self.run_id, "FINISHED")
 
-    def fail(self, reason: str) -> None:
-        """Mark the run FAILED with the reason as a tag (metrics logged so far are kept)."""
+    def fail(self, reason: str, status: str = "FAILED") -> None:
+        """End the run FAILED (or KILLED, for a pruned trial) with the reason as a tag.
+
+        Metrics logged so far are kept.
+        """
         if self.run_id is None:
             return
         self.client.set_tag(self.run_id, "failure_reason", reason[:5000])
-        self.client.set_terminated(self.run_id, "FAILED")
+        self.client.set_terminated(self.run_id, status)
 
 
 def per_client_frame(tables: list[Any]) -> pd.DataFrame:

@@ -21,15 +21,17 @@ def run_tracked(
     tags: dict[str, str] | None = None,
     settings: TrackingSettings | None = None,
     device: str | None = None,
+    resume: bool = True,
 ) -> tuple[str, Result]:
     """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason.
 
     ``device`` pins the run to one device (a GPU slot) without changing its config hash.
+    ``resume=False`` always starts a new run (an Optuna trial owns its run).
     """
     sim = Simulation(cfg, device=device)
     tracker = MLflowTracker(settings, parent_run_id=parent_run_id, tags=tags)
     with _CLAIM:
-        previous = unfinished_run(cfg.config_hash(), tracker.settings)
+        previous = unfinished_run(cfg.config_hash(), tracker.settings) if resume else None
         if previous is not None:
             tracker.resume(previous.info.run_id)
         else:
@@ -37,14 +39,14 @@ def run_tracked(
         _ACTIVE.add(tracker.run_id)
     sim.callbacks = [tracker, *callbacks]
     try:
-        state = checkpoint.latest(checkpoint.run_folder(cfg))
+        state = checkpoint.latest(checkpoint.run_folder(cfg)) if resume else None
         if state is None and previous is not None:
             state = tracker.download_checkpoint()
         if state is not None:
             sim.resume(state)
         result = sim.run()
-    except BaseException as exc:
-        tracker.fail(f"{type(exc).__name__}: {exc}")
+    except BaseException as exc:  # an exception's ``run_status`` (e.g. KILLED) wins over FAILED
+        tracker.fail(f"{type(exc).__name__}: {exc}", getattr(exc, "run_status", "FAILED"))
         raise
     finally:
         _ACTIVE.discard(tracker.run_id)
