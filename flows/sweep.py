@@ -118,6 +118,11 @@ def sweep(
     if is_ephemeral():
         set_gpu_limit(gpu_slots(max_workers, cells_per_gpu))
         api_url = current_api_url()
+        if dask_address:
+            print(
+                f"warning: no Prefect server configured; the workers of {dask_address} cannot "
+                "reach this temporary one and start their own (set PREFECT_API_URL)"
+            )
     rows: list[dict[str, Any]] = []
     with make_task_runner(runner, max_workers, dask_address, api_url) as task_runner:
         futures = [
