@@ -34,7 +34,9 @@ def result_name(spec: StudySpec, trial: FrozenTrial, study: optuna.Study) -> str
     return f"{stem}_best" if len(study.directions) == 1 else f"{stem}_pareto_t{trial.number}"
 
 
-def trial_files(spec: StudySpec, trial: FrozenTrial, name: str) -> tuple[str, str]:
+def trial_files(
+    spec: StudySpec, trial: FrozenTrial, name: str, experiment_path: str
+) -> tuple[str, str]:
     """(method YAML, experiment YAML) text of one trial; the experiment reproduces the trial."""
     cfg = spec.config_for(spec.values_from_params(trial.params))
     resolved = cfg.resolved()
@@ -48,25 +50,31 @@ def trial_files(spec: StudySpec, trial: FrozenTrial, name: str) -> tuple[str, st
     experiment = {**resolved, "method": method}
     return (
         header + yaml.safe_dump(method, sort_keys=False),
-        header + f"# Reproduce: fedcore run configs/experiments/{name}.yaml\n"
+        header + f"# Reproduce: fedcore run {experiment_path}\n"
         + yaml.safe_dump(experiment, sort_keys=False),
     )
 
 
 def write_best(
-    study: optuna.Study, spec: StudySpec, out_dir: str | Path | None = None
+    study: optuna.Study,
+    spec: StudySpec,
+    out_dir: str | Path | None = None,
+    shown_as: str | None = None,
 ) -> list[tuple[FrozenTrial, Path, Path]]:
     """Write ``methods/<name>.yaml`` and ``experiments/<name>.yaml`` under ``out_dir``.
 
-    ``out_dir`` defaults to configs/, so ``method=<study>_best`` selects the tuned method.
+    ``out_dir`` defaults to configs/, so ``method=<study>_best`` selects the tuned method;
+    ``shown_as`` is the folder named in the files' "Reproduce" line (default: where they are).
     """
     root = Path(out_dir) if out_dir is not None else config_dir()
     written = []
     for trial in best_trials(study):
         name = result_name(spec, trial, study)
-        method_text, experiment_text = trial_files(spec, trial, name)
         method_path = root / "methods" / f"{name}.yaml"
         experiment_path = root / "experiments" / f"{name}.yaml"
+        folder = shown_as or ("configs" if out_dir is None else str(root))
+        shown = f"{folder}/experiments/{name}.yaml"
+        method_text, experiment_text = trial_files(spec, trial, name, shown)
         for path, text in ((method_path, method_text), (experiment_path, experiment_text)):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
@@ -128,7 +136,7 @@ def finish_parent(study: optuna.Study, spec: StudySpec, parent_run_id: str) -> l
         client.log_metric(parent_run_id, f"trials/{state.lower()}", n)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        written = write_best(study, spec, out)
+        written = write_best(study, spec, out, shown_as="configs")
         made = plots(study, spec, out)
         client.log_artifacts(parent_run_id, str(out))
     for trial, _, _ in written[:1] if len(spec.metrics) == 1 else []:
