@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
+from torch import nn
 
 from fedcore.adversaries import attack_update
 from fedcore.clients import ClientUpdate, LocalContext
-from fedcore.seeding import derive_seed
+from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed
 
 NAME = "sequential"
 
@@ -48,10 +50,17 @@ def attack(sim: Any, update: ClientUpdate, generator: torch.Generator) -> Client
     return update
 
 
+def global_rng_guard(model: nn.Module) -> Any:
+    """The process-wide RNG lock when training draws from torch's global RNG (dropout), so
+    simulations in parallel threads stay bit-identical; no lock otherwise."""
+    stochastic = any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules())
+    return GLOBAL_RNG_LOCK if stochastic else nullcontext()
+
+
 def train_client(sim: Any, client_id: int, round: int) -> ClientUpdate:
     """One client's local training in ``round`` (seeded by (seed, round, client))."""
     ctx = local_context(sim, client_id, round)
-    with torch.random.fork_rng(devices=rng_devices(sim)):
+    with global_rng_guard(sim.model), torch.random.fork_rng(devices=rng_devices(sim)):
         torch.manual_seed(client_seed(sim, client_id, round))
         update = sim.client_algo.local_update(ctx)
     return attack(sim, update, ctx.generator)

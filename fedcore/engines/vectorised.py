@@ -27,6 +27,7 @@ from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
 from fedcore.engines import objectives, sequential
 from fedcore.engines.sequential import attack, client_seed, local_context, rng_devices
 from fedcore.layout import load_flat_params
+from fedcore.seeding import GLOBAL_RNG_LOCK
 
 log = logging.getLogger("fedcore")
 
@@ -260,7 +261,7 @@ class VectorisedEngine:
         if self.dropouts:
             for i, c in enumerate(chunk):
                 seed = client_seed(sim, c.ctx.data.client_id, c.ctx.round)
-                with torch.random.fork_rng(devices=rng_devices(sim)):
+                with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=rng_devices(sim)):
                     torch.manual_seed(seed)
                     for t, rows in enumerate(rows_of[i]):
                         rows = rows.to(device)
