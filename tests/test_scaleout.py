@@ -120,3 +120,29 @@ def test_gpu_limit_is_sized_to_gpus_or_cpu_workers(prefect_harness):
     finally:
         with get_client(sync_client=True) as client:
             client.delete_concurrency_limit_by_tag(GPU_TAG)
+
+
+def test_dropout_cells_in_parallel_threads_equal_cells_run_alone():
+    import threading
+
+    from fedcore.config import load_config
+    from fedcore.simulation import Simulation
+
+    tiny_cnn = ["model.name=cnn", "rounds=1", "dataset.num_clients=4", "clients_per_round=2",
+                "local.steps=3", "engine.backend=sequential"]
+
+    def run(seed: int, out: dict) -> None:
+        out[seed] = Simulation(load_config(None, [*tiny_cnn, f"seed={seed}"])).run().history
+
+    alone: dict = {}
+    for seed in (0, 1):
+        run(seed, alone)
+    parallel: dict = {}
+    threads = [threading.Thread(target=run, args=(seed, parallel)) for seed in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    strip = [{k: v for k, v in h.items() if k != "agg/seconds"} for h in alone[0]]
+    assert strip == [{k: v for k, v in h.items() if k != "agg/seconds"} for h in parallel[0]]
+    assert [h["train/loss"] for h in alone[1]] == [h["train/loss"] for h in parallel[1]]
