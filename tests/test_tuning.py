@@ -67,6 +67,8 @@ def test_shipped_studies_validate():
         ({"pruner": {"type": "median"}, "direction": "minimize"},
          r"study\.pruner\.metric: test/accuracy improves by maximize"),
         ({"sampler": {"type": "cmaes"}}, r"study\.sampler\.type: unknown 'cmaes'; allowed: tpe"),
+        ({"pruner": {"type": "percentile", "percentile": 100}},
+         r"study\.pruner\.percentile: expected a number in \(0, 100\) \(got 100\)"),
     ],
 )
 def test_bad_studies_fail_in_one_line_before_any_trial(tmp_path, over, match):

@@ -41,7 +41,7 @@ ROUND_METRICS = {
     "test/loss": "minimize",
 }
 SAMPLERS = ("tpe", "nsga2", "random")
-PRUNERS = ("none", "median", "hyperband", "threshold")
+PRUNERS = ("none", "median", "percentile", "hyperband", "threshold")
 PARAM_TYPES = ("float", "int", "categorical")
 STUDY_KEYS = (
     "name", "base", "set", "search", "metric", "direction", "n_trials", "timeout",
@@ -343,6 +343,7 @@ def _sampler(raw: Any, n_objectives: int) -> dict[str, Any]:
 _PRUNER_KEYS = {
     "none": set(),
     "median": {"n_startup_trials", "n_warmup_steps", "interval_steps"},
+    "percentile": {"percentile", "n_startup_trials", "n_warmup_steps", "interval_steps"},
     "hyperband": {"min_resource", "max_resource", "reduction_factor"},
     "threshold": {"lower", "upper", "n_warmup_steps", "interval_steps"},
 }
@@ -380,6 +381,9 @@ def _pruner(raw: Any, directions: tuple[str, ...]) -> dict[str, Any]:
             isinstance(value, bool) or not isinstance(value, int | float)
         ):
             raise ConfigError(f"study.pruner.{key}: expected a number (got {value!r})")
+    if kind == "percentile" and not 0 < spec.get("percentile", -1) < 100:
+        got = spec.get("percentile")
+        raise ConfigError(f"study.pruner.percentile: expected a number in (0, 100) (got {got!r})")
     return spec
 
 

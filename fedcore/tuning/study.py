@@ -43,6 +43,8 @@ def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
     kwargs = {k: v for k, v in spec.pruner.items() if k not in ("type", "metric")}
     if kind == "median":
         return optuna.pruners.MedianPruner(**kwargs)
+    if kind == "percentile":
+        return optuna.pruners.PercentilePruner(**kwargs)
     if kind == "hyperband":
         return optuna.pruners.HyperbandPruner(**kwargs)
     if kind == "threshold":
