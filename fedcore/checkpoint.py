@@ -8,6 +8,7 @@ executes no code from the file.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -20,6 +21,8 @@ import torch
 
 from fedcore.config import ExperimentConfig, project_root
 from fedcore.seeding import GLOBAL_RNG_LOCK
+
+log = logging.getLogger("fedcore")
 
 FORMAT = 1
 KEEP = 2  # newest files kept per run folder
@@ -127,8 +130,8 @@ def latest(folder: Path) -> dict[str, Any] | None:
     for path in reversed(checkpoint_files(folder)):
         try:
             return load(path)
-        except Exception:  # noqa: BLE001  (a truncated file: try the previous one)
-            continue
+        except Exception as exc:  # noqa: BLE001  (e.g. a truncated file: try the previous one)
+            log.warning("checkpoint %s does not load (%s); trying an older one", path, exc)
     return None
 
 

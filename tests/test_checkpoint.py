@@ -93,6 +93,9 @@ def test_checkpoint_round_trip_with_weights_only(tmp_path):
     assert again["history"] == state["history"] and len(state["client_tables"]) == 2
     assert torch.equal(torch.get_rng_state(), state["rng"]["torch"])
 
+    files[-1].write_bytes(files[-1].read_bytes()[:1000])  # a torn newest file
+    assert checkpoint.latest(checkpoint.run_folder(cfg))["round"] == 1
+
 
 @pytest.mark.parametrize("method", ["fedavgm", "ef_topk", "ditto"])
 def test_resume_after_interruption_is_bit_identical(tmp_path, method):
