@@ -10,6 +10,7 @@ Runs on CUDA when present (``--device``).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import torch
@@ -68,8 +69,11 @@ def main() -> None:
     if root is not None:
         settings.append(("cnn mnist-8k", ["model.name=cnn", "dataset.name=mnist",
                                           f"dataset.root={root}"]))
-    rows = [measure(name, over, int(m), args)
-            for name, over in settings for m in args.clients.split(",")]
+    rows = []
+    for name, over in settings:
+        for m in args.clients.split(","):
+            rows.append(measure(name, over, int(m), args))
+            print(rows[-1], file=sys.stderr, flush=True)  # progress
     print_table(rows, list(rows[0]))
 
 

@@ -28,6 +28,7 @@ CASES = {
     "sapef_start_points": ["model.name=mlp", "method=sapef_topk"],
     "fednova_accumulation_norm": ["model.name=mlp", "method=fednova"],
     "qfedavg_loss_before": ["model.name=mlp", "method=qfedavg"],
+    "fedoui_oui": ["model.name=mlp", "method=fedoui"],
 }
 
 
@@ -117,3 +118,10 @@ def test_engine_and_fallback_reason_are_recorded_as_mlflow_tags(tracking):
     run_id, _ = run_tracked(load_config(None, [*TINY, "rounds=1", "method=moon"]))
     tags = MlflowClient(tracking.tracking_uri).get_run(run_id).data.tags
     assert tags["engine"] == "sequential" and "moon" in tags["engine_reason"]
+
+
+def test_engine_shorthand_combines_with_the_chunk_key():
+    cfg = load_config(None, ["engine=vectorised", "engine.max_clients_per_chunk=2"])
+    assert cfg.engine.backend == "vectorised" and cfg.engine.max_clients_per_chunk == 2
+    with pytest.raises(ConfigError, match="engine.max_clients_per_chunk"):
+        load_config(None, ["engine.max_clients_per_chunk=0"])
