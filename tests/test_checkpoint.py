@@ -97,10 +97,13 @@ def test_checkpoint_round_trip_with_weights_only(tmp_path):
     assert checkpoint.latest(checkpoint.run_folder(cfg))["round"] == 1
 
 
-@pytest.mark.parametrize("method", ["fedavgm", "ef_topk", "ditto"])
-def test_resume_after_interruption_is_bit_identical(tmp_path, method):
-    full = Simulation(_cfg(tmp_path, method, "rounds=4")).run()
-    cfg = _cfg(tmp_path, method, "rounds=4", "checkpoint_every=2")
+@pytest.mark.parametrize(("method", "engine"), [
+    ("fedavgm", "sequential"), ("ef_topk", "sequential"), ("ditto", "sequential"),
+    ("fedprox", "vectorised"),
+])
+def test_resume_after_interruption_is_bit_identical(tmp_path, method, engine):
+    full = Simulation(_cfg(tmp_path, method, "rounds=4", f"engine={engine}")).run()
+    cfg = _cfg(tmp_path, method, "rounds=4", f"engine={engine}", "checkpoint_every=2")
     with pytest.raises(KeyboardInterrupt):
         Simulation(cfg, [StopAt(3)]).run()
     resumed = Simulation(cfg)
