@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def shared_mnist_root() -> Path | None:
     """A temporary torchvision root holding the shared MNIST t10k digits (8,000 / 2,000)."""
-    for shared in (ROOT.parent / "shared", Path("/work/shared")):
+    for shared in (ROOT.parent / "shared", ROOT / "shared", Path("/work/shared")):
         src = shared / "data" / "mnist-t10k"
         if (src / "t10k-images-idx3-ubyte.gz").is_file():
             return repack_mnist_t10k(src, Path(tempfile.mkdtemp(prefix="fedcore-mnist-")))

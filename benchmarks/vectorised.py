@@ -66,7 +66,9 @@ def main() -> None:
     args = parser.parse_args()
     settings = [("cnn digits", ["model.name=cnn"])]
     root = shared_mnist_root()
-    if root is not None:
+    if root is None:
+        print("MNIST t10k not found in shared/data/mnist-t10k: digits only", file=sys.stderr)
+    else:
         settings.append(("cnn mnist-8k", ["model.name=cnn", "dataset.name=mnist",
                                           f"dataset.root={root}"]))
     rows = []

@@ -125,3 +125,26 @@ def test_engine_shorthand_combines_with_the_chunk_key():
     assert cfg.engine.backend == "vectorised" and cfg.engine.max_clients_per_chunk == 2
     with pytest.raises(ConfigError, match="engine.max_clients_per_chunk"):
         load_config(None, ["engine.max_clients_per_chunk=0"])
+
+
+@pytest.mark.parametrize("over", [
+    ["model.name=cnn", "local.steps=6", "local.batch_size=64"],
+    ["model.name=mlp", "method=fedquad", "local.steps=3", "local.batch_size=64",
+     "dataset.alpha=0.05"],  # includes a CE-only client (one class)
+])
+def test_in_float64_the_engines_agree_to_rounding(over):
+    """float32 rounding can flip a ReLU/hinge after a few steps; in float64 nothing flips."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        sim = Simulation(load_config(None, [*SKEWED, *over]))
+        for c in sim.data.clients:
+            c.x_train = c.x_train.double()
+        sampled, seq, vec, _ = _both(sim, 1)
+    finally:
+        torch.set_default_dtype(default)
+    if "method=fedquad" in over:
+        assert any(seq[c].stats["fedquad/ce_only_clients"] for c in sampled)
+    for c in sampled:
+        assert seq[c].delta.dtype == torch.float64
+        assert torch.allclose(vec[c].delta, seq[c].delta, rtol=0, atol=1e-12)
