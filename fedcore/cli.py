@@ -94,6 +94,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if any(r["status"] == "failed" for r in rows) else 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from fedcore.config import project_root
+    from fedcore.sweep import load_sweep
+
+    spec = load_sweep(args.sweep, parse_overrides(args.overrides))
+    from fedcore.tracking.report import build_report, sweep_parent_run
+
+    out = Path(args.out) if args.out else project_root() / "reports" / spec.name
+    try:
+        report = build_report(spec, out, parent_run_id=sweep_parent_run(spec))
+    except LookupError as exc:
+        print(f"fedcore: error: {exc}", file=sys.stderr)
+        return 1
+    print((out / "table.md").read_text())
+    print(f"{len(report.files)} files in {out}")
+    return 0
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from fedcore.tuning.command import tune_command
 
@@ -129,6 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         help="cells allowed to share one GPU (default 1: each cell has its own GPU)",
     )
     p_sweep.set_defaults(func=cmd_sweep)
+    p_report = sub.add_parser(
+        "report", help="comparison table and plots of a sweep's finished runs", epilog=EPILOG
+    )
+    p_report.add_argument("sweep", metavar="SWEEP.yaml")
+    p_report.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                          help="the overrides the sweep was run with")
+    p_report.add_argument("--out", help="output folder (default: reports/<sweep name>)")
+    p_report.set_defaults(func=cmd_report)
     p_tune = sub.add_parser(
         "tune", help="run (or resume) an Optuna study; --best writes the tuned method YAML",
         epilog="Overrides set study keys (n_trials, timeout, storage, study_name, sampler.*, "
