@@ -1,7 +1,7 @@
 """Client-steps per second of local training, sequential vs vectorised engine (ratio), for the
 CNN on digits and on the real MNIST t10k digits, at 5, 20 and 50 clients per round. Only the
-engines' ``train_round`` is timed (best of ``--repeats`` after one warm-up call); ``max |diff|``
-is the largest difference between the two engines' deltas (a sanity check, float32 level).
+engines' ``train_round`` is timed (best of ``--repeats``, alternating, after a warm-up);
+``max |diff|`` is the largest difference between the two engines' deltas (float32 level).
 Runs on CUDA when present (``--device``).
 
     .venv/bin/python -m benchmarks.vectorised [--steps 5] [--clients 5,20,50] [--device auto]
@@ -24,18 +24,23 @@ from fedcore.simulation import Simulation
 NUM_CLIENTS = 50
 
 
-def timed(sim: Simulation, engine, sampled: list[int], repeats: int):
-    """(best seconds, updates) of ``engine.train_round`` on round 1's clients."""
-    best, updates = float("inf"), None
-    for call in range(repeats + 1):  # call 0 warms up (vmap tracing, cuDNN autotuning)
-        if sim.device.type == "cuda":
-            torch.cuda.synchronize(sim.device)
-        t0 = time.perf_counter()
-        updates = engine.train_round(sim, 1, sampled)
-        if sim.device.type == "cuda":
-            torch.cuda.synchronize(sim.device)
-        if call > 0 or repeats == 0:
-            best = min(best, time.perf_counter() - t0)
+def timed(sim: Simulation, engines: dict, sampled: list[int], repeats: int):
+    """Best seconds of each engine's ``train_round`` on round 1's clients, and its updates.
+
+    One warm-up call each (vmap tracing, cuDNN autotuning), then the engines alternate, so a
+    burst of load from other processes hits both alike.
+    """
+    best = dict.fromkeys(engines, float("inf"))
+    updates = {name: engine.train_round(sim, 1, sampled) for name, engine in engines.items()}
+    for _ in range(repeats):
+        for name, engine in engines.items():
+            if sim.device.type == "cuda":
+                torch.cuda.synchronize(sim.device)
+            t0 = time.perf_counter()
+            updates[name] = engine.train_round(sim, 1, sampled)
+            if sim.device.type == "cuda":
+                torch.cuda.synchronize(sim.device)
+            best[name] = min(best[name], time.perf_counter() - t0)
     return best, updates
 
 
@@ -48,8 +53,10 @@ def measure(name: str, overrides: list[str], clients: int, args) -> dict:
     sim = Simulation(cfg)
     sampled = list(map(int, sim.sample_clients(1)))
     sim.compressor.begin_round(1, sim.schedule(1))
-    t_seq, seq = timed(sim, sequential, sampled, args.repeats)
-    t_vec, vec = timed(sim, VectorisedEngine(sim), sampled, args.repeats)
+    best, updates = timed(
+        sim, {"seq": sequential, "vec": VectorisedEngine(sim)}, sampled, max(args.repeats, 1)
+    )
+    (t_seq, seq), (t_vec, vec) = (best["seq"], updates["seq"]), (best["vec"], updates["vec"])
     steps = sum(u.num_steps for u in seq.values())
     diff = max(float((vec[c].delta - seq[c].delta).abs().max()) for c in sampled)
     return {"setting": name, "device": str(sim.device), "clients": clients,

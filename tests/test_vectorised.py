@@ -110,6 +110,10 @@ def test_auto_falls_back_with_a_reason_and_picks_vectorised_where_supported():
         "vectorised")
     sim = Simulation(load_config(None, [*TINY, "method=supconfl"]))
     assert sim.engine_name == "sequential" and "supconfl" in sim.engine_reason
+    cpu = Simulation(load_config(None, [*TINY, "device=cpu"]))  # auto: vectorised on CUDA only
+    assert cpu.engine_name == "sequential" and "auto on cpu" in cpu.engine_reason
+    forced = Simulation(load_config(None, [*TINY, "device=cpu", "engine=vectorised"]))
+    assert forced.engine_name == "vectorised"
     with pytest.raises(ConfigError, match="engine.backend"):
         load_config(None, ["engine=threads"])
 
