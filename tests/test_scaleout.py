@@ -122,14 +122,15 @@ def test_gpu_limit_is_sized_to_gpus_or_cpu_workers(prefect_harness):
             client.delete_concurrency_limit_by_tag(GPU_TAG)
 
 
-def test_dropout_cells_in_parallel_threads_equal_cells_run_alone():
+@pytest.mark.parametrize("engine", ["sequential", "vectorised"])
+def test_dropout_cells_in_parallel_threads_equal_cells_run_alone(engine):
     import threading
 
     from fedcore.config import load_config
     from fedcore.simulation import Simulation
 
     tiny_cnn = ["model.name=cnn", "rounds=1", "dataset.num_clients=4", "clients_per_round=2",
-                "local.steps=3", "engine.backend=sequential"]
+                "local.steps=3", f"engine.backend={engine}"]
 
     def run(seed: int, out: dict) -> None:
         out[seed] = Simulation(load_config(None, [*tiny_cnn, f"seed={seed}"])).run().history

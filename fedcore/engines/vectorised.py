@@ -121,12 +121,15 @@ def _activation_numel(model: nn.Module, in_shape: tuple[int, ...], device) -> in
         for mod in model.modules()
         if not list(mod.children())
     ]
+    was_training = model.training
+    model.eval()  # no dropout draw: a training-mode pass would advance the shared global RNG
     try:
         with torch.no_grad():
             model.head(model.embedding(torch.zeros(1, *in_shape, device=device)))
     finally:
         for h in hooks:
             h.remove()
+        model.train(was_training)
     return total[0]
 
 
