@@ -32,7 +32,7 @@ def tune_command(
         _, outcomes = tune(spec, on_trial=show)
         rows = [o.__dict__ for o in outcomes]
     print(f"\n{len(rows)} trial(s) of study {spec.study_name!r} in {spec.storage_label()}; "
-          f"best: fedcore tune --best {study_file}")
+          f"best: fedcore tune --best {study_file}" + _study_keys(overrides))
     return 0
 
 
@@ -55,6 +55,12 @@ def _best(spec, out: str | None) -> int:
         print(f"  method: {_rel(method_path)} (method={method_path.stem})")
         print(f"  experiment: {_rel(experiment_path)} (fedcore run {_rel(experiment_path)})")
     return 0
+
+
+def _study_keys(overrides: list[str]) -> str:
+    """The overrides that locate the study (storage, study_name), for the ``--best`` hint."""
+    keys = [o for o in overrides if o.split("=", 1)[0] in ("storage", "study_name")]
+    return "".join(f" {k}" for k in keys)
 
 
 def _rel(path: Path) -> str:
