@@ -1,5 +1,6 @@
 """Client-steps per second of local training, sequential vs vectorised engine (ratio), for the
-CNN on digits and on the real MNIST t10k digits, at 5, 20 and 50 clients per round. Only the
+CNN on digits and on the real MNIST t10k digits, at 5, 20 and 50 clients per round, and the
+main job's MLP with epoch-based training (uneven step counts). Only the
 engines' ``train_round`` is timed (best of ``--repeats``, alternating, after a warm-up);
 ``max |diff|`` is the largest difference between the two engines' deltas (float32 level).
 Runs on CUDA when present (``--device``).
@@ -46,9 +47,9 @@ def timed(sim: Simulation, engines: dict, sampled: list[int], repeats: int):
 
 def measure(name: str, overrides: list[str], clients: int, args) -> dict:
     cfg = load_config(None, [
-        *overrides, f"dataset.num_clients={NUM_CLIENTS}", f"clients_per_round={clients}",
+        f"dataset.num_clients={NUM_CLIENTS}", f"clients_per_round={clients}",
         "dataset.alpha=0.5", f"local.steps={args.steps}", "local.batch_size=32",
-        "local.momentum=0.9", f"device={args.device}", "engine=sequential",
+        "local.momentum=0.9", f"device={args.device}", "engine=sequential", *overrides,
     ])
     sim = Simulation(cfg)
     sampled = list(map(int, sim.sample_clients(1)))
@@ -71,7 +72,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
-    settings = [("cnn digits", ["model.name=cnn"])]
+    settings = [
+        ("cnn digits", ["model.name=cnn"]),
+        # the main job's local training: 5 epochs at alpha 0.1, so step counts differ per client
+        ("mlp digits 5 epochs a0.1", ["model.name=mlp", "local.steps=null", "local.epochs=5",
+                                      "local.batch_size=16", "dataset.alpha=0.1"]),
+    ]
     root = shared_mnist_root()
     if root is None:
         print("MNIST t10k not found in shared/data/mnist-t10k: digits only", file=sys.stderr)

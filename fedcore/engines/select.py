@@ -65,7 +65,8 @@ def build_engine(sim: Any) -> tuple[Any, str, str]:
     if sim.cfg.engine.backend == "auto" and sim.device.type != "cuda":
         return sequential, "sequential", (
             f"engine.backend=auto on {sim.device.type}: the vectorised engine is not faster "
-            "there (benchmarks/vectorised.py); engine.backend=vectorised forces it"
+            "there for convolutions (benchmarks/vectorised.py); engine.backend=vectorised "
+            "forces it"
         )
     from fedcore.engines.vectorised import VectorisedEngine, model_blocker
 

@@ -220,6 +220,7 @@ class VectorisedEngine:
         updates: dict[int, ClientUpdate] = {}
         self.last_chunks = []
         for arity, members in groups.items():
+            members.sort(key=lambda c: -len(c.batches))  # finished clients drop off the end
             size = self.chunk_size(sim, members)
             for lo in range(0, len(members), size):
                 chunk = members[lo : lo + size]
@@ -280,8 +281,8 @@ class VectorisedEngine:
         sched = chunk[0].ctx.schedule
         x_all, y_all, index, image_mask, tuplet_mask, noise = self._tensors(sim, chunk, arity)
         counts = [len(c.batches) for c in chunk]
-        num_steps = torch.tensor(counts, device=device)
-        everyone = min(counts)  # steps before the first client stops: no masking needed
+        if counts != sorted(counts, reverse=True):
+            raise ValueError("vectorised chunk: clients must come longest first (step count)")
         loss_of = objectives.client_loss(sim.client_algo, arity)
         mu = objectives.proximal_mu(sim.client_algo)
         feed, wrapper = self.feed, self.wrapper
@@ -299,29 +300,25 @@ class VectorisedEngine:
         loss_sum = torch.zeros(m, device=device)
         seen = torch.zeros(m, device=device)
         for t in range(int(index.shape[0])):
-            active = num_steps > t
-            idx = index[t]
-            tensors = {
-                f"m.{s.name}": params[:, s.start : s.stop].view(m, *s.shape) for s in self.slots
-            }
+            k = sum(n > t for n in counts)  # clients still training: a prefix (sorted)
+            p, idx = params[:k], index[t, :k]
+            tensors = {f"m.{s.name}": p[:, s.start : s.stop].view(k, *s.shape) for s in self.slots}
             grads, loss = step_grad(
-                tensors, x_all[idx], y_all[idx], image_mask[t], tuplet_mask[t],
-                tuple(n[t] for n in noise),
+                tensors, x_all[idx], y_all[idx], image_mask[t, :k], tuplet_mask[t, :k],
+                tuple(n[t, :k] for n in noise),
             )
-            g = torch.cat([grads[f"m.{s.name}"].reshape(m, -1) for s in self.slots], dim=1)
+            g = torch.cat([grads[f"m.{s.name}"].reshape(k, -1) for s in self.slots], dim=1)
             if mu:
-                g = torch.add(g, params - theta, alpha=mu)
+                g = torch.add(g, p - theta, alpha=mu)
             if sched.weight_decay:
-                g = torch.add(g, params, alpha=sched.weight_decay)
+                g = torch.add(g, p, alpha=sched.weight_decay)
             if sched.momentum:
-                new = g if buf is None else torch.add(buf * sched.momentum, g)
-                buf = new if buf is None or t < everyone else _keep(active, new, buf)
+                buf = g if buf is None else torch.add(buf[:k] * sched.momentum, g)
                 g = buf
-            stepped = torch.add(params, g, alpha=-sched.lr)
-            params = stepped if t < everyone else _keep(active, stepped, params)
-            n = image_mask[t].sum(1)  # 0 for a client past its last step
-            loss_sum = loss_sum + loss * n
-            seen = seen + n
+            params[:k] = torch.add(p, g, alpha=-sched.lr)
+            n = image_mask[t, :k].sum(1)
+            loss_sum[:k] += loss * n
+            seen[:k] += n
         feed.masks = ()
         return params, loss_sum / seen.clamp_min(1.0), counts
 
@@ -354,11 +351,6 @@ class VectorisedEngine:
             stats=stats,
         )
         return attack(sim, update, ctx.generator)
-
-
-def _keep(active: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    """Rows of ``new`` for active clients, ``old`` for clients past their last step."""
-    return torch.where(active[:, None], new, old)
 
 
 def _memory_budget(device: torch.device) -> float:
