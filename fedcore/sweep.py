@@ -35,6 +35,16 @@ class SweepSpec:
         return hashlib.sha256(f"{self.name}:{blob}".encode()).hexdigest()[:16]
 
 
+def read_base(base: str | None, owner: Path) -> dict[str, Any]:
+    """The base experiment YAML named by a sweep or study file (relative to that file)."""
+    if not base:
+        return {}
+    base_path = Path(base)
+    if not base_path.is_absolute():
+        base_path = owner.parent / base_path
+    return read_yaml(base_path)
+
+
 def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
     """Read a sweep YAML ({name, base, grid, set}) and validate every cell before any compute.
 
@@ -50,12 +60,7 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
         raise ConfigError(
             f"sweep: unknown key {sorted(unknown)[0]!r}; allowed: name, base, grid, set"
         )
-    base: dict[str, Any] = {}
-    if spec.get("base"):
-        base_path = Path(spec["base"])
-        if not base_path.is_absolute():
-            base_path = path.parent / base_path
-        base = read_yaml(base_path)
+    base = read_base(spec.get("base"), path)
     grid = spec.get("grid") or {}
     grids = grid if isinstance(grid, list) else [grid]
     for g in grids:

@@ -98,15 +98,7 @@ def dropout_calls(model: nn.Module, in_shape: tuple[int, ...], device) -> list[D
         for name, mod in model.named_modules()
         if isinstance(mod, nn.Dropout) and mod.p > 0
     ]
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            model.head(model.embedding(torch.zeros(2, *in_shape, device=device)))
-    finally:
-        for h in hooks:
-            h.remove()
-        model.train(was_training)
+    _probe(model, in_shape, device, hooks, batch=2)
     names = [c.name for c in calls]
     if len(set(names)) != len(names):
         raise ValueError(f"dropout modules called more than once per forward: {names}")
@@ -121,16 +113,25 @@ def _activation_numel(model: nn.Module, in_shape: tuple[int, ...], device) -> in
         for mod in model.modules()
         if not list(mod.children())
     ]
+    _probe(model, in_shape, device, hooks, batch=1)
+    return total[0]
+
+
+def _probe(model: nn.Module, in_shape: tuple[int, ...], device, hooks: list, batch: int) -> None:
+    """One forward pass of zeros through ``model`` for its ``hooks``, which are then removed.
+
+    Eval mode and no grad: a training-mode pass would draw dropout noise from the global RNG
+    that cells in other threads share.
+    """
     was_training = model.training
-    model.eval()  # no dropout draw: a training-mode pass would advance the shared global RNG
+    model.eval()
     try:
         with torch.no_grad():
-            model.head(model.embedding(torch.zeros(1, *in_shape, device=device)))
+            model.head(model.embedding(torch.zeros(batch, *in_shape, device=device)))
     finally:
         for h in hooks:
             h.remove()
         model.train(was_training)
-    return total[0]
 
 
 @dataclass

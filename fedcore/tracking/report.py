@@ -13,6 +13,7 @@ import pandas as pd
 from fedcore.sweep import SweepSpec
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
 from fedcore.tracking.plots import _pyplot
+from fedcore.tracking.runner import finished_run
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
 GROUP = ["method", "dataset", "alpha"]
@@ -42,22 +43,14 @@ def sweep_runs(spec: SweepSpec, settings: TrackingSettings | None = None) -> pd.
     Rows keep the sweep's cell order within each (dataset, alpha).
     """
     settings = settings or load_settings()
-    client = mlflow_client(settings)
-    exp_id = get_experiment_id(client, settings)
     cells = {c.config.config_hash(): c for c in spec.cells}
     varied = sorted({k for c in spec.cells for k in c.overrides} - {"seed", "method"} -
                     {"dataset.name", "dataset.alpha"})
     rows: list[dict[str, Any]] = []
     for h, cell in cells.items():
-        found = client.search_runs(
-            [exp_id],
-            filter_string=f"tags.config_hash = '{h}' and attributes.status = 'FINISHED'",
-            order_by=["attributes.start_time DESC"],
-            max_results=1,
-        )
-        if not found:
+        run, cfg = finished_run(h, settings), cell.config
+        if run is None:
             continue
-        run, cfg = found[0], cell.config
         row = {
             "run_id": run.info.run_id,
             "config_hash": h,

@@ -64,16 +64,7 @@ def unfinished_run(config_hash: str, settings: TrackingSettings | None = None) -
     KILLED when stopped. A RUNNING run whose writer process is alive on this host, or that a
     thread of this process writes now, is left alone.
     """
-    settings = settings or load_settings()
-    client = mlflow_client(settings)
-    exp_id = get_experiment_id(client, settings)
-    runs = client.search_runs(
-        [exp_id],
-        filter_string=f"tags.config_hash = '{config_hash}' and attributes.status != 'FINISHED'",
-        order_by=["attributes.start_time DESC"],
-        max_results=50,
-    )
-    for run in runs:
+    for run in runs_with_hash(config_hash, "!= 'FINISHED'", 50, settings):
         if run.info.run_id in _ACTIVE:
             continue
         if run.info.status == "RUNNING" and _writer_alive(run.data.tags):
@@ -97,13 +88,21 @@ def _writer_alive(tags: dict[str, str]) -> bool:
 
 
 def finished_run(config_hash: str, settings: TrackingSettings | None = None) -> Any | None:
-    """The FINISHED run with this config hash, if any."""
+    """The newest FINISHED run with this config hash, if any."""
+    runs = runs_with_hash(config_hash, "= 'FINISHED'", 1, settings)
+    return runs[0] if runs else None
+
+
+def runs_with_hash(
+    config_hash: str, status: str, limit: int, settings: TrackingSettings | None = None
+) -> list[Any]:
+    """Runs with this config hash whose status matches ``status`` (e.g. ``"= 'FINISHED'"``),
+    newest first."""
     settings = settings or load_settings()
     client = mlflow_client(settings)
-    exp_id = get_experiment_id(client, settings)
-    runs = client.search_runs(
-        [exp_id],
-        filter_string=f"tags.config_hash = '{config_hash}' and attributes.status = 'FINISHED'",
-        max_results=1,
+    return client.search_runs(
+        [get_experiment_id(client, settings)],
+        filter_string=f"tags.config_hash = '{config_hash}' and attributes.status {status}",
+        order_by=["attributes.start_time DESC"],
+        max_results=limit,
     )
-    return runs[0] if runs else None

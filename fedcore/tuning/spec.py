@@ -22,6 +22,7 @@ from fedcore.config import (
     project_root,
     read_yaml,
 )
+from fedcore.sweep import read_base
 
 # What a trial can be scored on: the keys of the run's summary (fedcore.simulation.summarize).
 SUMMARY_METRICS = (
@@ -203,12 +204,7 @@ def load_study(path: str | Path, overrides: dict[str, Any] | None = None) -> Stu
             raw[section] = {**(raw.get(section) or {}), sub: value}
         else:
             raw[key] = value
-    base: dict[str, Any] = {}
-    if raw.get("base"):
-        base_path = Path(raw["base"])
-        if not base_path.is_absolute():
-            base_path = path.parent / base_path
-        base = read_yaml(base_path)
+    base = read_base(raw.get("base"), path)
     fixed = raw.get("set") or {}
     if not isinstance(fixed, dict):
         raise ConfigError("study.set: expected a mapping of KEY: value")
