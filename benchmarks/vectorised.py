@@ -32,13 +32,14 @@ def timed(sim: Simulation, engines: dict, sampled: list[int], repeats: int):
     burst of load from other processes hits both alike.
     """
     best = dict.fromkeys(engines, float("inf"))
-    updates = {name: engine.train_round(sim, 1, sampled) for name, engine in engines.items()}
+    rc = sim.round_context(1)
+    updates = {name: engine.train_round(rc, sampled) for name, engine in engines.items()}
     for _ in range(repeats):
         for name, engine in engines.items():
             if sim.device.type == "cuda":
                 torch.cuda.synchronize(sim.device)
             t0 = time.perf_counter()
-            updates[name] = engine.train_round(sim, 1, sampled)
+            updates[name] = engine.train_round(rc, sampled)
             if sim.device.type == "cuda":
                 torch.cuda.synchronize(sim.device)
             best[name] = min(best[name], time.perf_counter() - t0)
@@ -55,7 +56,11 @@ def measure(name: str, overrides: list[str], clients: int, args) -> dict:
     sampled = list(map(int, sim.sample_clients(1)))
     sim.compressor.begin_round(1, sim.schedule(1))
     best, updates = timed(
-        sim, {"seq": sequential, "vec": VectorisedEngine(sim)}, sampled, max(args.repeats, 1)
+        sim,
+        {"seq": sequential, "vec": VectorisedEngine(sim.model, sim.layout, sim.data.in_shape,
+                                                    sim.device)},
+        sampled,
+        max(args.repeats, 1),
     )
     (t_seq, seq), (t_vec, vec) = (best["seq"], updates["seq"]), (best["vec"], updates["vec"])
     steps = sum(u.num_steps for u in seq.values())

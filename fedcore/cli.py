@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedcore.config import ConfigError, load_config, parse_overrides
+
+if TYPE_CHECKING:
+    from fedcore.simulation import Simulation
 
 EPILOG = "Overrides are KEY=VALUE with dotted keys, e.g. dataset.alpha=0.1 rounds=50."
 
@@ -26,7 +29,7 @@ def _split_args(items: list[str]) -> tuple[str | None, list[str]]:
 class ProgressBar:
     """A tqdm bar over rounds that shows the latest test accuracy."""
 
-    def on_run_start(self, sim: Any) -> None:
+    def on_run_start(self, sim: Simulation) -> None:
         from tqdm import tqdm
 
         self.bar = tqdm(

@@ -282,6 +282,12 @@ def _validate_method(cfg: ExperimentConfig) -> None:
         except ValidationError as exc:
             raise ConfigError(_one_line(exc, prefix, registry.get(name).HParams)) from None
         setattr(method, field_name, {registry.key: name, **hp.model_dump(mode="json")})
+    for registry, field_name in ((CLIENTS, "client"), (AGG, "aggregator")):
+        spec = dict(getattr(method, field_name))
+        cls = registry.get(spec[registry.key])
+        reason = cls.check_config(cfg, registry.hparams(spec))
+        if reason is not None:
+            raise ConfigError(reason)
 
 
 def _one_line(exc: ValidationError, prefix: str = "", root: type[BaseModel] | None = None) -> str:

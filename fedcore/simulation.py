@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -13,9 +14,8 @@ import torch
 
 from fedcore import aggregators, checkpoint, clients, compression
 from fedcore.adversaries import choose_clients
-from fedcore.aggregators import UpdateBatch
+from fedcore.aggregators import Aggregate, UpdateBatch
 from fedcore.clients import ClientData, ClientUpdate, LocalSchedule
-from fedcore.compression.mismatch import round_gradient_mismatch
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
 from fedcore.engines import sequential
@@ -30,8 +30,12 @@ from fedcore.metrics import (
     representation_stats,
 )
 from fedcore.models import build_model
+from fedcore.round_context import RoundContext
 from fedcore.schedules import local_lr
 from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed, numpy_rng
+from fedcore.store import ClientStore
+
+__all__ = ["Callback", "ClientStore", "ClientTable", "Result", "Simulation", "run"]
 
 log = logging.getLogger("fedcore")
 
@@ -74,20 +78,21 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-class ClientStore:
-    """Per-client state that outlives a round (residuals, personal models), for every client."""
+@dataclass
+class Uplink:
+    """What the server received from the sampled clients, in sampled order."""
 
-    def __init__(self) -> None:
-        self._states: dict[int, dict[str, Any]] = {}
+    sent: list[dict[str, torch.Tensor]]  # per client: each uplink vector after compression
+    accepted: list[bool]  # every sent vector finite
+    bytes_up: int
 
-    def __getitem__(self, client_id: int) -> dict[str, Any]:
-        return self._states.setdefault(client_id, {})
 
-    def state_dict(self) -> dict[str, Any]:
-        return {str(k): v for k, v in self._states.items()}
+@dataclass
+class RoundOutcome:
+    """A played round: its metrics and the per-client values the rule reported (by client id)."""
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._states = {int(k): dict(v) for k, v in state.items()}
+    metrics: dict[str, float]
+    client_values: dict[str, np.ndarray]
 
 
 class Simulation:
@@ -96,7 +101,7 @@ class Simulation:
     def __init__(
         self,
         cfg: ExperimentConfig,
-        callbacks: list[Callback] | tuple = (),
+        callbacks: list[Callback] | tuple[Callback, ...] = (),
         data: FederatedData | None = None,
         device: str | None = None,
     ) -> None:
@@ -106,7 +111,7 @@ class Simulation:
         self.callbacks = list(callbacks)
         self.device = resolve_device(device or cfg.device)
         self.data = data or build_federated_data(cfg.dataset, cfg.seed, self.device, cfg.clients)
-        self.byzantine = set(
+        self.byzantine = frozenset(
             choose_clients(
                 self.data.num_clients, cfg.clients.byzantine_fraction, cfg.seed, "byzantine"
             ).tolist()
@@ -117,25 +122,30 @@ class Simulation:
             model = build_model(
                 cfg.model.name, self.data.in_shape, self.data.num_classes, norm=cfg.model.norm
             )
-            if self.client_algo.projection_dim is not None:  # MOON: head part of theta
-                model.add_projection_head(self.client_algo.projection_dim)
+            self.client_algo.prepare_model(model)
             self.model = model.to(self.device)
         self.layout = ParamLayout.from_model(self.model)
         self.params = flat_params(self.model)
         self.buffers = {k: v.detach().clone() for k, v in self.model.named_buffers()}
         self.aggregator = aggregators.build(cfg.method.aggregator)
+        self.aggregator.setup(self.data.num_clients, self.layout)
         self.compressor = compression.build(cfg.method.compression)
-        self.engine, self.engine_name, self.engine_reason = build_engine(self)
+        self.engine, self.engine_name, self.engine_reason = build_engine(
+            cfg, self.model, self.layout, tuple(self.data.in_shape), self.device
+        )
         log.info("engine: %s (%s)", self.engine_name, self.engine_reason)
         self.store = ClientStore()
         self.round = 0
         self.bytes_up_total = 0
+        self.bytes_down_total = 0
         self.history: list[dict[str, float]] = []  # the Result's, kept here to be checkpointed
         self.client_tables: list[ClientTable] = []
         self._eval_x, self._eval_y, self._eval_owner = self._stack_client_tests(self.data.clients)
 
     @staticmethod
-    def _stack_client_tests(cs: list[ClientData]):
+    def _stack_client_tests(
+        cs: list[ClientData],
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x = torch.cat([c.x_test for c in cs])
         y = torch.cat([c.y_test for c in cs])
         owner = torch.cat([torch.full((len(c.y_test),), c.client_id, dtype=torch.long) for c in cs])
@@ -157,83 +167,159 @@ class Simulation:
             weight_decay=loc.weight_decay,
         )
 
+    def round_context(self, round: int) -> RoundContext:
+        """Configure phase: what every client and stage sees this round (theta, downlink)."""
+        return RoundContext(
+            cfg=self.cfg,
+            device=self.device,
+            data=self.data,
+            model=self.model,
+            layout=self.layout,
+            store=self.store,
+            client_algo=self.client_algo,
+            aggregator=self.aggregator,
+            compressor=self.compressor,
+            byzantine=self.byzantine,
+            round=round,
+            params=self.params,
+            buffers=self.buffers,
+            schedule=self.schedule(round),
+            downlink=self.aggregator.broadcast(),
+        )
+
     def train_client(self, client_id: int, round: int) -> ClientUpdate:
         """One client's update, trained on its own (the sequential engine's unit)."""
-        return sequential.train_client(self, client_id, round)
+        return sequential.train_client(self.round_context(round), client_id)
 
     def run_round(self, round: int, order: list[int] | None = None) -> dict[str, float]:
-        sampled = self.sample_clients(round)
-        self.compressor.begin_round(round, self.schedule(round))
-        mismatch = round_gradient_mismatch(self, sampled)
-        updates = self.engine.train_round(self, round, list(map(int, sampled)), order)
-        ups = [updates[int(cid)] for cid in sampled]
-        sent, bytes_up = [], 0
+        """Play one round and return its metrics."""
+        return self.play_round(round, order).metrics
+
+    def play_round(self, round: int, order: list[int] | None = None) -> RoundOutcome:
+        """configure -> train -> uplink -> aggregate -> commit -> apply, as named phases."""
+        sampled = list(map(int, self.sample_clients(round)))
+        rc = self.round_context(round)
+        self.compressor.begin_round(round, rc.schedule)
+        probe = self.compressor.probe(rc, sampled)
+        updates = self.engine.train_round(rc, sampled, order)
+        ups = [updates[cid] for cid in sampled]
+        uplink = self.transmit(rc, ups)
+        kept = [u for u, ok in zip(ups, uplink.accepted, strict=True) if ok]
+        batch = self.update_batch(rc, ups, uplink)
+        result, agg_seconds = self.aggregate(batch)
+        for up, sent, ok in zip(ups, uplink.sent, uplink.accepted, strict=True):
+            self.client_algo.commit(self.store[up.client_id], up, sent, ok)
+        closing = self.compressor.end_round(sampled, self.store)
+        self.params = self.params + result.step
+        if closing.step is not None:  # a stage's extra server step (CSER's digest mean)
+            self.params = self.params + closing.step
+        self._average_buffers(kept)
+        bytes_down = len(sampled) * sum(
+            v.numel() * v.element_size() for v in (rc.params, *rc.downlink.values())
+        )
+        self.bytes_up_total += uplink.bytes_up
+        self.bytes_down_total += bytes_down
+        n = torch.tensor([float(u.num_samples) for u in ups])
+        train_loss = float((torch.stack([u.train_loss for u in ups]).cpu() * n).sum() / n.sum())
+        per_client = batch.deltas if result.client_deltas is None else result.client_deltas
+        metrics = {
+            "train/loss": train_loss,
+            "agg/conflict_fraction": conflict_fraction(per_client, result.step) if kept else 0.0,
+            "agg/rejected_clients": float(len(ups) - len(kept)),
+            "agg/seconds": agg_seconds,
+            "comm/bytes_up": float(uplink.bytes_up),
+            "comm/bytes_up_total": float(self.bytes_up_total),
+            "comm/bytes_down": float(bytes_down),
+            "comm/bytes_down_total": float(self.bytes_down_total),
+        }
+        metrics.update(result.metrics)
+        metrics.update(closing.metrics)
+        metrics.update(probe)
+        metrics.update(client_stat_metrics([u.stats for u in ups]))
+        return RoundOutcome(metrics, self._per_client(kept, result.client_values))
+
+    def transmit(self, rc: RoundContext, ups: list[ClientUpdate]) -> Uplink:
+        """Uplink phase: each client's named vectors through the compressor (``delta`` with its
+        error feedback), their bytes, and acceptance (every sent vector finite)."""
+        names = self.client_algo.uplink
+        sent_all, accepted, total = [], [], 0
         for up in ups:
             gen = None
             if self.compressor.randomized:
-                seed = derive_seed(self.cfg.seed, "compress", round, up.client_id)
+                seed = derive_seed(self.cfg.seed, "compress", rc.round, up.client_id)
                 gen = torch.Generator().manual_seed(seed)
-            delta, nbytes = self.compressor.compress(up.delta, self.store[up.client_id], gen)
-            sent.append(delta)
-            bytes_up += nbytes
-        self.bytes_up_total += bytes_up
-        deltas = torch.stack(sent)
-        finite = torch.isfinite(deltas).all(dim=1).cpu()
-        if not finite.all():
-            bad = [u.client_id for u, ok in zip(ups, finite.tolist(), strict=True) if not ok]
-            log.warning("round %d: NaN or Inf in the update of client(s) %s; excluded", round, bad)
-        kept = [u for u, ok in zip(ups, finite.tolist(), strict=True) if ok]
-        agg_seconds, step = 0.0, torch.zeros_like(self.params)
-        if kept:
-            batch = UpdateBatch(
-                deltas=deltas[finite.to(deltas.device)],
-                num_samples=torch.tensor([u.num_samples for u in kept]),
-                layout=self.layout,
-                stats={k: torch.tensor([u.stats[k] for u in kept]) for k in kept[0].stats},
-                client_ids=torch.tensor([u.client_id for u in kept]),
-                round=round,
+            sent: dict[str, torch.Tensor] = {}
+            for name in names:
+                if name == "delta":
+                    vec, nbytes = self.compressor.compress(up.delta, self.store[up.client_id], gen)
+                else:
+                    vec, nbytes = self.compressor.apply(up.extras[name], gen)
+                sent[name] = vec
+                total += nbytes
+            sent_all.append(sent)
+            accepted.append(all(bool(torch.isfinite(v).all()) for v in sent.values()))
+        if not all(accepted):
+            bad = [u.client_id for u, ok in zip(ups, accepted, strict=True) if not ok]
+            log.warning(
+                "round %d: NaN or Inf in the update of client(s) %s; excluded", rc.round, bad
             )
-            t0 = time.perf_counter()
-            step = self.aggregator.aggregate(batch)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize()
-            agg_seconds = time.perf_counter() - t0
-            if not torch.isfinite(step).all():
-                raise FloatingPointError(
-                    f"round {round}: the {self.aggregator.name} step is not finite"
-                )
-        self.params = self.params + step
-        extra = self.compressor.end_round([u.client_id for u in ups], self.store)
-        if extra is not None:  # CSER's reset digest mean, applied like the main update
-            self.params = self.params + extra
-        self._average_buffers(kept)
-        n = torch.tensor([float(u.num_samples) for u in ups])
-        train_loss = float((torch.stack([u.train_loss for u in ups]).cpu() * n).sum() / n.sum())
-        metrics = {
-            "train/loss": train_loss,
-            "agg/conflict_fraction": conflict_fraction(deltas[finite.to(deltas.device)], step)
-            if kept
-            else 0.0,
-            "agg/rejected_clients": float(len(ups) - len(kept)),
-            "agg/seconds": agg_seconds,
-            "comm/bytes_up": float(bytes_up),
-            "comm/bytes_up_total": float(self.bytes_up_total),
-        }
-        metrics.update(self.aggregator.last_metrics)
-        metrics.update(self.compressor.last_metrics)
-        metrics.update(mismatch)
-        metrics.update(client_stat_metrics([u.stats for u in ups]))
-        self._client_stats = self._per_client(kept)
-        return metrics
+        return Uplink(sent_all, accepted, total)
 
-    def _per_client(self, kept: list[ClientUpdate]) -> dict[str, np.ndarray]:
-        """Per-client values an aggregator reported this round (NaN for clients not in it)."""
-        stats = getattr(self.aggregator, "last_client_stats", None) or {}
+    def update_batch(
+        self, rc: RoundContext, ups: list[ClientUpdate], uplink: Uplink
+    ) -> UpdateBatch:
+        """The accepted clients' vectors stacked as m x d matrices (zeros when no delta is sent)."""
+        rows = [i for i, ok in enumerate(uplink.accepted) if ok]
+        kept = [ups[i] for i in rows]
+        names = self.client_algo.uplink
+        if not kept:
+            deltas = self.params.new_zeros((0, self.layout.dim))
+        elif "delta" in names:
+            deltas = torch.stack([uplink.sent[i]["delta"] for i in rows])
+        else:
+            deltas = self.params.new_zeros((len(rows), self.layout.dim))
+        extras = {
+            name: torch.stack([uplink.sent[i][name] for i in rows])
+            for name in names
+            if name != "delta" and rows
+        }
+        return UpdateBatch(
+            deltas=deltas,
+            num_samples=torch.tensor([u.num_samples for u in kept]),
+            layout=self.layout,
+            stats={k: torch.tensor([u.stats[k] for u in kept]) for k in kept[0].stats}
+            if kept
+            else {},
+            client_ids=torch.tensor([u.client_id for u in kept], dtype=torch.long),
+            round=rc.round,
+            extras=extras,
+            num_steps=torch.tensor([u.num_steps for u in kept], dtype=torch.long),
+        )
+
+    def aggregate(self, batch: UpdateBatch) -> tuple[Aggregate, float]:
+        """Server phase: the rule's step (zero when no update was accepted), timed."""
+        if batch.m == 0:
+            return Aggregate(torch.zeros_like(self.params)), 0.0
+        t0 = time.perf_counter()
+        result = self.aggregator.aggregate(batch)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        if not torch.isfinite(result.step).all():
+            raise FloatingPointError(
+                f"round {batch.round}: the {self.aggregator.name} step is not finite"
+            )
+        return result, seconds
+
+    def _per_client(
+        self, kept: list[ClientUpdate], values: dict[str, torch.Tensor]
+    ) -> dict[str, np.ndarray]:
+        """Per-client values a rule reported this round (NaN for clients not in it)."""
         ids = [u.client_id for u in kept]
         out = {}
-        for name, values in stats.items():
+        for name, column_values in values.items():
             column = np.full(self.data.num_clients, np.nan)
-            column[ids] = torch.as_tensor(values).detach().cpu().double().numpy()
+            column[ids] = torch.as_tensor(column_values).detach().cpu().double().numpy()
             out[name] = column
         return out
 
@@ -258,8 +344,16 @@ class Simulation:
             else:
                 self.buffers[name] = torch.tensordot(w, stacked, dims=1)
 
-    def evaluate(self, round: int, sampled: np.ndarray) -> tuple[dict[str, float], ClientTable]:
-        load_flat_params(self.model, self.params)
+    def evaluate(
+        self,
+        round: int,
+        sampled: np.ndarray,
+        client_values: dict[str, np.ndarray] | None = None,
+    ) -> tuple[dict[str, float], ClientTable]:
+        """Evaluate phase: the rule's evaluation point on the global test set and on every
+        client's local test split, plus the client objective's own columns (Ditto)."""
+        params = self.aggregator.eval_params(self.params)
+        load_flat_params(self.model, params)
         if self.buffers:
             self.model.load_state_dict(self.buffers, strict=False)
         correct, loss = per_sample_eval(self.model, self.data.x_test, self.data.y_test)
@@ -276,10 +370,12 @@ class Simulation:
         has_test = np.array([len(c.y_test) > 0 for c in self.data.clients])
         acc_np = acc.numpy()
         metrics.update(fairness_summary(acc_np[has_test]))
-        personal = {}
-        if self.client_algo.personalized:
-            personal["personal_accuracy"] = self._personal_accuracy()
-            metrics.update(fairness_summary(personal["personal_accuracy"][has_test], "personal"))
+        own = self.client_algo.evaluate_clients(self.round_context(round))
+        for name, column in own.items():
+            if name.endswith("_accuracy"):
+                metrics.update(fairness_summary(column[has_test], name.removesuffix("_accuracy")))
+        if params is not self.params:
+            load_flat_params(self.model, self.params)
         table = ClientTable(
             round=round,
             client_id=np.arange(n_clients),
@@ -290,30 +386,13 @@ class Simulation:
             extra={
                 "noisy": np.isin(np.arange(n_clients), self.data.noisy_clients),
                 "byzantine": np.isin(np.arange(n_clients), sorted(self.byzantine)),
-                **getattr(self, "_client_stats", {}),
-                **personal,
+                **(client_values or {}),
+                **own,
             },
         )
         return metrics, table
 
-    def _personal_accuracy(self) -> np.ndarray:
-        """Each client's personal model on its local test split (global model if none yet)."""
-        acc = np.full(self.data.num_clients, np.nan)
-        for c in self.data.clients:
-            own = self.client_algo.personal_params(self.store[c.client_id])
-            params, buffers = own if own is not None else (self.params, self.buffers)
-            load_flat_params(self.model, params)
-            if buffers:
-                self.model.load_state_dict(buffers, strict=False)
-            if len(c.y_test):
-                acc[c.client_id] = float(per_sample_eval(self.model, c.x_test, c.y_test)[0]
-                                         .double().mean())
-        load_flat_params(self.model, self.params)
-        if self.buffers:
-            self.model.load_state_dict(self.buffers, strict=False)
-        return acc
-
-    def run(self, order_fn=None) -> Result:
+    def run(self, order_fn: Callable[[list[int]], list[int]] | None = None) -> Result:
         """Run all remaining rounds; rounds are numbered 1..R (the MLflow step)."""
         result = Result(
             self.cfg.resolved(), self.cfg.config_hash(), self.history, self.client_tables
@@ -325,10 +404,11 @@ class Simulation:
             r = self.round + 1
             sampled = self.sample_clients(r)
             order = order_fn(list(map(int, sampled))) if order_fn else None
-            metrics = self.run_round(r, order)
+            outcome = self.play_round(r, order)
+            metrics = outcome.metrics
             table = None
             if r % self.cfg.eval_every == 0 or r == total:
-                eval_metrics, table = self.evaluate(r, sampled)
+                eval_metrics, table = self.evaluate(r, sampled, outcome.client_values)
                 metrics.update(eval_metrics)
                 result.client_tables.append(table)
             self.round = r
@@ -350,20 +430,14 @@ class Simulation:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs to finish with the same numbers (plain containers)."""
-        agg, comp = self.aggregator, self.compressor
         return {
             "config_hash": self.cfg.config_hash(),
             "round": self.round,
             "bytes_up_total": self.bytes_up_total,
+            "bytes_down_total": self.bytes_down_total,
             "params": self.params,
             "buffers": self.buffers,
-            "aggregator": agg.state_dict(),
-            "aggregator_last": {
-                "metrics": agg.last_metrics,
-                "client_stats": getattr(agg, "last_client_stats", None),
-            },
-            "compressor": comp.state_dict() if hasattr(comp, "state_dict") else {},
-            "compressor_last_metrics": comp.last_metrics,
+            "aggregator": self.aggregator.state_dict(),
             "store": self.store.state_dict(),
             "history": self.history,
             "client_tables": [vars(t) for t in self.client_tables],
@@ -378,15 +452,10 @@ class Simulation:
             )
         self.round = int(state["round"])
         self.bytes_up_total = int(state["bytes_up_total"])
+        self.bytes_down_total = int(state["bytes_down_total"])
         self.params = state["params"].to(self.device)
         self.buffers = {k: v.to(self.device) for k, v in state["buffers"].items()}
         self.aggregator.load_state_dict(state["aggregator"])
-        self.aggregator.last_metrics = dict(state["aggregator_last"]["metrics"])
-        if state["aggregator_last"]["client_stats"] is not None:
-            self.aggregator.last_client_stats = state["aggregator_last"]["client_stats"]
-        if state["compressor"]:
-            self.compressor.load_state_dict(state["compressor"])
-        self.compressor.last_metrics = dict(state["compressor_last_metrics"])
         self.store.load_state_dict(state["store"])
         self.history[:] = [dict(h) for h in state["history"]]
         self.client_tables[:] = [ClientTable(**t) for t in state["client_tables"]]

@@ -22,7 +22,7 @@ def batch(pseudo_grads: torch.Tensor, n=None, layout=None) -> UpdateBatch:
 
 def config_g(g: torch.Tensor, n=None, **hp) -> torch.Tensor:
     """The ConFIG aggregate g (step = -server_lr g, server_lr = 1)."""
-    return -build({"rule": "config", **hp}).aggregate(batch(g, n=n))
+    return -build({"rule": "config", **hp}).aggregate(batch(g, n=n)).step
 
 
 def numpy_config(g: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -59,10 +59,11 @@ def test_positive_dot_with_every_client_for_full_row_rank(weights):
         g = torch.randn(m, d) * torch.rand(m, 1) * 10 + torch.randn(d)
         n = torch.randint(1, 100, (m,)).float()
         agg = build({"rule": "config", "weights": weights, "server_lr": 0.5})
-        step = agg.aggregate(batch(g, n=n))
+        res = agg.aggregate(batch(g, n=n))
+        step = res.step
         assert (g @ -step > 0).all()  # g_k . g > 0 for every client
         assert (batch(g).deltas @ step > 0).all()  # the step moves toward every client
-        assert agg.last_metrics["config/conflict_after"] == 0.0
+        assert res.metrics["config/conflict_after"] == 0.0
 
 
 @pytest.mark.parametrize("weights", ["equal", "data"])
@@ -89,13 +90,14 @@ def test_equals_craft_model_granularity_round_zero_up_to_length():
     g = torch.randn(5, 24, dtype=torch.float64)
     n = [3.0, 1.0, 4.0, 1.0, 5.0]
     layout = ParamLayout((), ((0, 10), (10, 24)), ("a", "b"))
-    craft = build({"rule": "craft", "granularity": "model"}).aggregate(batch(g, n=n, layout=layout))
-    conf = build({"rule": "config", "weights": "data"}).aggregate(batch(g, n=n, layout=layout))
+    b = batch(g, n=n, layout=layout)
+    craft = build({"rule": "craft", "granularity": "model"}).aggregate(b).step
+    conf = build({"rule": "config", "weights": "data"}).aggregate(b).step
     cos = torch.nn.functional.cosine_similarity(craft, conf, dim=0)
     assert float(cos) == pytest.approx(1.0, abs=1e-12)
     # with equal sample counts the equal-weight ConFIG direction is CRAFT's too
-    craft_eq = build({"rule": "craft", "granularity": "model"}).aggregate(batch(g))
-    conf_eq = build({"rule": "config"}).aggregate(batch(g))
+    craft_eq = build({"rule": "craft", "granularity": "model"}).aggregate(batch(g)).step
+    conf_eq = build({"rule": "config"}).aggregate(batch(g)).step
     assert float(torch.nn.functional.cosine_similarity(craft_eq, conf_eq, dim=0)) == pytest.approx(
         1.0, abs=1e-12
     )
@@ -110,7 +112,7 @@ def test_zero_client_is_ignored_by_the_direction_and_the_length():
 
 
 def test_all_zero_updates_give_zero_step():
-    step = build({"rule": "config"}).aggregate(batch(torch.zeros(3, 5)))
+    step = build({"rule": "config"}).aggregate(batch(torch.zeros(3, 5))).step
     assert torch.equal(step, torch.zeros(5)) and torch.isfinite(step).all()
 
 
@@ -122,13 +124,13 @@ def test_single_client_returns_its_pseudo_gradient():
 def test_server_lr_and_sign():
     torch.manual_seed(5)
     g = torch.randn(3, 8, dtype=torch.float64)
-    step = build({"rule": "config", "server_lr": 0.25}).aggregate(batch(g))
+    step = build({"rule": "config", "server_lr": 0.25}).aggregate(batch(g)).step
     torch.testing.assert_close(step, -0.25 * config_g(g))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_keeps_dtype(dtype):
-    step = build({"rule": "config"}).aggregate(batch(torch.randn(4, 9, dtype=dtype)))
+    step = build({"rule": "config"}).aggregate(batch(torch.randn(4, 9, dtype=dtype))).step
     assert step.dtype == dtype and step.shape == (9,)
 
 

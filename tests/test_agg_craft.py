@@ -44,10 +44,10 @@ def numpy_craft_layer(g: np.ndarray, rho: np.ndarray, ref: np.ndarray) -> np.nda
 def test_unit_test_vector_reference_from_previous_round():
     # §1.6 unit-test vector: reference (0,0,1) set by a single-client round with aggregate (0,0,3).
     agg = craft()
-    step0 = agg.aggregate(batch(torch.tensor([[0.0, 0.0, 3.0]], dtype=torch.float64)))
+    step0 = agg.aggregate(batch(torch.tensor([[0.0, 0.0, 3.0]], dtype=torch.float64))).step
     assert torch.equal(step0, torch.tensor([0.0, 0.0, -3.0], dtype=torch.float64))
     g = torch.tensor([[1.0, 0.0, 0.0], [-1.0, 1.0, 0.0]], dtype=torch.float64)
-    step = agg.aggregate(batch(g, n=[7, 7]))
+    step = agg.aggregate(batch(g, n=[7, 7])).step
     expected = torch.tensor([0.5, 0.5 + 1 / math.sqrt(2), 1.0], dtype=torch.float64)
     torch.testing.assert_close(-step, expected)
     assert abs(0.5 + 1 / math.sqrt(2) - 1.2071) < 1e-4
@@ -60,14 +60,14 @@ def test_unit_test_vector_reference_from_previous_round():
 def test_unit_test_vector_reference_from_load_state_dict():
     agg = craft(server_lr=0.1)
     agg.load_state_dict({"g_prev": torch.tensor([0.0, 0.0, 0.25])})
-    step = agg.aggregate(batch(torch.tensor([[1.0, 0.0, 0.0], [-1.0, 1.0, 0.0]])))
+    step = agg.aggregate(batch(torch.tensor([[1.0, 0.0, 0.0], [-1.0, 1.0, 0.0]]))).step
     torch.testing.assert_close(step, -0.1 * torch.tensor([0.5, 1.2071068, 1.0]))
 
 
 def test_first_round_is_min_norm_solution():
     # §1.6.6: round 0 has reference 0, so g = pinv(U) rho.
     g = torch.tensor([[1.0, 0.0, 0.0], [-1.0, 1.0, 0.0]], dtype=torch.float64)
-    step = craft().aggregate(batch(g))
+    step = craft().aggregate(batch(g)).step
     torch.testing.assert_close(-step, torch.tensor([0.5, 0.5 + 1 / math.sqrt(2), 0.0]).double())
 
 
@@ -81,13 +81,14 @@ def test_constraints_hold_per_layer_for_full_row_rank(with_reference):
     if with_reference:
         agg.load_state_dict({"g_prev": torch.randn(sum(sizes))})
     g = torch.randn(m, sum(sizes)) * torch.tensor([0.01, 1.0, 30.0, 0.5, 2.0])[:, None]
-    out = -agg.aggregate(batch(g, n=n, layout=layout))
+    res = agg.aggregate(batch(g, n=n, layout=layout))
+    out = -res.step
     rho = n / n.sum()
     for a, b in layout.groups:
         u = g[:, a:b] / g[:, a:b].norm(dim=1, keepdim=True)
         torch.testing.assert_close(u @ out[a:b], rho, atol=1e-5, rtol=1e-5)
-    assert agg.last_metrics["craft/conflict_after"] == 0.0
-    assert set(agg.last_metrics) >= {"craft/conflict_before", "craft/conflict_after"}
+    assert res.metrics["craft/conflict_after"] == 0.0
+    assert set(res.metrics) >= {"craft/conflict_before", "craft/conflict_after"}
 
 
 def test_matches_independent_numpy_reference_with_layers_and_reference():
@@ -99,7 +100,7 @@ def test_matches_independent_numpy_reference_with_layers_and_reference():
     n = np.array([1.0, 2.0, 3.0, 4.0])
     agg = craft(server_lr=0.3)
     agg.load_state_dict({"g_prev": prev})
-    step = agg.aggregate(batch(g, n=n, layout=layout)).numpy()
+    step = agg.aggregate(batch(g, n=n, layout=layout)).step.numpy()
     for a, b in layout.groups:
         ref = prev[a:b].numpy() / np.linalg.norm(prev[a:b].numpy())
         np.testing.assert_allclose(
@@ -119,7 +120,7 @@ def test_no_correction_when_reference_already_satisfies_constraints():
     g = u * torch.tensor([0.5, 2.0, 7.0, 0.1], dtype=torch.float64)[:, None]
     agg = craft(server_lr=0.7)
     agg.load_state_dict({"g_prev": 5.0 * ref})  # normalised when used
-    step = agg.aggregate(batch(g, n=n))
+    step = agg.aggregate(batch(g, n=n)).step
     torch.testing.assert_close(step, -0.7 * ref)
 
 
@@ -129,7 +130,7 @@ def test_single_client_returns_raw_pseudo_gradient():
     g = torch.randn(1, 15) * 40.0
     agg = build({"rule": "craft"})  # default server_lr 0.1
     agg.load_state_dict({"g_prev": torch.randn(15)})  # the reference plays no role
-    step = agg.aggregate(batch(g, layout=layout_of(5, 10)))
+    step = agg.aggregate(batch(g, layout=layout_of(5, 10))).step
     torch.testing.assert_close(step, -0.1 * g[0])
 
 
@@ -138,9 +139,9 @@ def test_all_zero_layer_gives_zero_and_other_layers_unaffected():
     layout = layout_of(6, 4, 8)
     g = torch.randn(3, 18, dtype=torch.float64)
     g[:, 6:10] = 0.0
-    step = craft().aggregate(batch(g, layout=layout))
+    step = craft().aggregate(batch(g, layout=layout)).step
     assert torch.equal(step[6:10], torch.zeros(4, dtype=torch.float64))
-    alone = craft().aggregate(batch(g[:, :6], layout=layout_of(6)))
+    alone = craft().aggregate(batch(g[:, :6], layout=layout_of(6))).step
     torch.testing.assert_close(step[:6], alone)
     assert step[10:].norm() > 0
 
@@ -150,7 +151,7 @@ def test_layer_with_one_nonzero_client_returns_its_raw_update():
     layout = layout_of(5, 6)
     g = torch.randn(3, 11, dtype=torch.float64)
     g[[0, 2], 5:] = 0.0
-    step = craft(server_lr=0.5).aggregate(batch(g, layout=layout))
+    step = craft(server_lr=0.5).aggregate(batch(g, layout=layout)).step
     torch.testing.assert_close(step[5:], -0.5 * g[1, 5:])
 
 
@@ -159,7 +160,7 @@ def test_zero_rows_are_dropped_and_rho_renormalised_over_the_rest():
     g = torch.randn(4, 9, dtype=torch.float64)
     g[2] = 0.0
     n = [1.0, 2.0, 5.0, 4.0]
-    step = craft().aggregate(batch(g, n=n))
+    step = craft().aggregate(batch(g, n=n)).step
     keep = [0, 1, 3]
     expected = numpy_craft_layer(g[keep].numpy(), np.array(n)[keep], np.zeros(9))
     np.testing.assert_allclose(-step.numpy(), expected, atol=1e-12)
@@ -167,7 +168,7 @@ def test_zero_rows_are_dropped_and_rho_renormalised_over_the_rest():
 
 def test_uniform_rho_when_all_sample_counts_are_zero():
     g = torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64)
-    step = craft().aggregate(batch(g, n=[0.0, 0.0]))
+    step = craft().aggregate(batch(g, n=[0.0, 0.0])).step
     torch.testing.assert_close(-step, torch.tensor([0.5, 0.5], dtype=torch.float64))
 
 
@@ -188,7 +189,7 @@ def test_rank_deficient_equals_numpy_pinv(case, solver):
     n = np.arange(1.0, g.shape[0] + 1)
     agg = craft(solver=solver)
     agg.load_state_dict({"g_prev": ref})
-    step = agg.aggregate(batch(g, n=n))
+    step = agg.aggregate(batch(g, n=n)).step
     expected = numpy_craft_layer(g.numpy(), n, (ref / ref.norm()).numpy())
     np.testing.assert_allclose(-step.numpy(), expected, atol=1e-9)
     assert torch.isfinite(step).all()
@@ -202,7 +203,7 @@ def test_rank_deficient_float32_duplicate_clients():
     n = np.array([1.0, 2.0, 3.0, 4.0])
     agg = craft()
     agg.load_state_dict({"g_prev": ref})
-    step = agg.aggregate(batch(g, n=n))
+    step = agg.aggregate(batch(g, n=n)).step
     expected = numpy_craft_layer(g.double().numpy(), n, (ref / ref.norm()).double().numpy())
     np.testing.assert_allclose(-step.numpy(), expected, atol=1e-5)
     # the duplicated pair is fitted in the least-squares sense: u_1 . g = (rho_1 + rho_3) / 2
@@ -216,7 +217,7 @@ def test_full_column_rank_ignores_the_reference():
     g = torch.randn(6, 3, dtype=torch.float64)
     with_ref = craft()
     with_ref.load_state_dict({"g_prev": torch.randn(3, dtype=torch.float64)})
-    torch.testing.assert_close(with_ref.aggregate(batch(g)), craft().aggregate(batch(g)))
+    torch.testing.assert_close(with_ref.aggregate(batch(g)).step, craft().aggregate(batch(g)).step)
 
 
 def _float32_case(m: int, d: int, rank: str) -> torch.Tensor:
@@ -285,11 +286,11 @@ def test_granularity_model_equals_one_group_layout():
     n = [3.0, 1.0, 2.0]
     for t in range(3):
         g = torch.randn(3, 16, dtype=torch.float64)
-        a = model_wise.aggregate(batch(g, n=n, layout=layout, round=t))
-        b = single.aggregate(batch(g, n=n, layout=one_group, round=t))
+        a = model_wise.aggregate(batch(g, n=n, layout=layout, round=t)).step
+        b = single.aggregate(batch(g, n=n, layout=one_group, round=t)).step
         torch.testing.assert_close(a, b, atol=0, rtol=0)
-    layer_wise = craft().aggregate(batch(g, n=n, layout=layout))
-    assert not torch.allclose(layer_wise, craft(granularity="model").aggregate(batch(g, n=n)))
+    layer_wise = craft().aggregate(batch(g, n=n, layout=layout)).step
+    assert not torch.allclose(layer_wise, craft(granularity="model").aggregate(batch(g, n=n)).step)
 
 
 def test_state_dict_round_trip_reproduces_next_round_bit_for_bit():
@@ -301,11 +302,11 @@ def test_state_dict_round_trip_reproduces_next_round_bit_for_bit():
         a.aggregate(batch(g, n=[1, 2, 3, 4, 5], layout=layout))
     b = craft(server_lr=0.1)
     b.load_state_dict(a.state_dict())
-    sa = a.aggregate(batch(rounds[2], n=[1, 2, 3, 4, 5], layout=layout))
-    sb = b.aggregate(batch(rounds[2], n=[1, 2, 3, 4, 5], layout=layout))
+    sa = a.aggregate(batch(rounds[2], n=[1, 2, 3, 4, 5], layout=layout)).step
+    sb = b.aggregate(batch(rounds[2], n=[1, 2, 3, 4, 5], layout=layout)).step
     assert torch.equal(sa, sb)
     assert torch.equal(a.state_dict()["g_prev"], b.state_dict()["g_prev"])
-    fresh = craft(server_lr=0.1).aggregate(batch(rounds[2], n=[1, 2, 3, 4, 5], layout=layout))
+    fresh = craft(server_lr=0.1).aggregate(batch(rounds[2], n=[1, 2, 3, 4, 5], layout=layout)).step
     assert not torch.equal(sa, fresh)  # the state matters
 
 
@@ -324,7 +325,7 @@ def test_sign_step_moves_theta_toward_the_clients():
     # clients all moved along +direction (plus small noise): theta_k = theta + c_k direction + e_k
     deltas = torch.tensor([0.5, 1.0, 2.0])[:, None] * direction + 0.01 * torch.randn(3, 20)
     agg = build({"rule": "craft"})
-    step = agg.aggregate(UpdateBatch(deltas=deltas, num_samples=torch.ones(3)))
+    step = agg.aggregate(UpdateBatch(deltas=deltas, num_samples=torch.ones(3))).step
     assert (deltas @ step > 0).all()
     assert step @ direction > 0
     new = theta + step
@@ -336,9 +337,9 @@ def test_conflict_metrics_hand_example():
     # layer 1: g2 . (g1 + g2)/2 < 0 -> FedAvg conflicts with client 2; layer 2: no conflict.
     g = torch.tensor([[1.0, 0.0, 1.0], [-0.9, 0.1, 1.0]], dtype=torch.float64)
     agg = craft()
-    agg.aggregate(batch(g, layout=layout_of(2, 1)))
-    assert agg.last_metrics["craft/conflict_before"] == pytest.approx(1 / 4)
-    assert agg.last_metrics["craft/conflict_after"] == 0.0
+    res = agg.aggregate(batch(g, layout=layout_of(2, 1)))
+    assert res.metrics["craft/conflict_before"] == pytest.approx(1 / 4)
+    assert res.metrics["craft/conflict_after"] == 0.0
 
 
 def test_layout_from_module_groups_conv_with_its_norm():
@@ -351,7 +352,7 @@ def test_layout_from_module_groups_conv_with_its_norm():
     d = layout.dim
     g = torch.randn(4, d, dtype=torch.float64)
     n = torch.tensor([2.0, 2.0, 1.0, 5.0], dtype=torch.float64)
-    out = -craft().aggregate(batch(g, n=n, layout=layout))
+    out = -craft().aggregate(batch(g, n=n, layout=layout)).step
     for a, b in layout.groups:
         u = g[:, a:b] / g[:, a:b].norm(dim=1, keepdim=True)
         torch.testing.assert_close(u @ out[a:b], n / n.sum())
@@ -360,7 +361,7 @@ def test_layout_from_module_groups_conv_with_its_norm():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_keeps_dtype_and_device(dtype):
     g = torch.randn(3, 10, dtype=dtype)
-    step = craft().aggregate(batch(g, layout=layout_of(4, 6)))
+    step = craft().aggregate(batch(g, layout=layout_of(4, 6))).step
     assert step.dtype == dtype and step.device == g.device and step.shape == (10,)
 
 

@@ -94,8 +94,8 @@ def run(deltas, n=None, **hp):
     n = torch.ones(deltas.shape[0]) if n is None else torch.as_tensor(n, dtype=torch.float64)
     batch = UpdateBatch(deltas=deltas, num_samples=n)
     res = crf_inference(batch.deltas, batch.num_samples, agg.hp)
-    step = agg.aggregate(batch)
-    return agg, res, step
+    out = agg.aggregate(batch)
+    return agg, res, out.step, out
 
 
 @pytest.mark.parametrize(
@@ -113,7 +113,7 @@ def test_matches_loop_transcription_of_the_spec(m, pairwise, kw):
     deltas = base + 0.8 * torch.randn(m, 20, generator=g, dtype=torch.float64)
     deltas[-1] = -2.0 * deltas[-1]  # one conflicting client so labels and affinities vary
     n = torch.randint(5, 50, (m,), generator=g).double()
-    agg, res, step = run(deltas, n, pairwise=pairwise, **kw)
+    agg, res, step, out = run(deltas, n, pairwise=pairwise, **kw)
     ref = reference_crf(deltas.numpy(), n.numpy(), agg.hp)
     for key, got in [("r", res.reference), ("c", res.cosine), ("dist", res.distance),
                      ("s", res.score), ("A", res.affinity), ("q", res.q),
@@ -125,7 +125,7 @@ def test_matches_loop_transcription_of_the_spec(m, pairwise, kw):
 
 def test_sanity_numbers_of_section_2_5():
     deltas = sanity_batch()
-    agg, res, step = run(deltas)
+    agg, res, step, out = run(deltas)
     s, rbar, w = res.score, res.expected_reliability, res.weights
     # outliers: s ~ 0.00, r_bar ~ 0.09, weight ~ 0.012 (§2.5)
     assert (s[8:] < 0.01).all()
@@ -142,16 +142,16 @@ def test_sanity_numbers_of_section_2_5():
     assert float(w.sum()) == pytest.approx(1.0, abs=1e-6)
     torch.testing.assert_close(step, w @ deltas)
     # the per-client table gets the expected reliabilities
-    torch.testing.assert_close(agg.last_client_stats["expected_reliability"], rbar)
-    assert agg.last_metrics["crf/expected_reliability_min"] == pytest.approx(float(rbar.min()))
-    assert agg.last_metrics["crf/expected_reliability_mean"] == pytest.approx(float(rbar.mean()))
-    assert agg.last_metrics["crf/fallback"] == 0.0
-    assert 1 <= agg.last_metrics["crf/iterations_run"] <= 10
+    torch.testing.assert_close(out.client_values["expected_reliability"], rbar)
+    assert out.metrics["crf/expected_reliability_min"] == pytest.approx(float(rbar.min()))
+    assert out.metrics["crf/expected_reliability_mean"] == pytest.approx(float(rbar.mean()))
+    assert out.metrics["crf/fallback"] == 0.0
+    assert 1 <= out.metrics["crf/iterations_run"] <= 10
 
 
 def test_single_client_gets_sigma_wc_and_the_whole_step():
     delta = torch.randn(1, 50)
-    agg, res, step = run(delta, server_lr=0.5)
+    agg, res, step, out = run(delta, server_lr=0.5)
     assert float(res.score[0]) == pytest.approx(1 / (1 + math.exp(-2.0)), abs=1e-5)  # 0.881
     assert float(res.score[0]) == pytest.approx(0.881, abs=5e-4)
     assert float(res.weights[0]) == pytest.approx(1.0)
@@ -163,7 +163,7 @@ def test_two_clients_median_is_mean_and_weights_follow_n():
     u = torch.randn(100, generator=g, dtype=torch.float64)
     deltas = u + 0.2 * torch.randn(2, 100, generator=g, dtype=torch.float64)
     deltas[1] *= 1.3  # different norms
-    agg, res, _ = run(deltas, [30.0, 70.0])
+    agg, res, _, out = run(deltas, [30.0, 70.0])
     torch.testing.assert_close(res.reference, deltas.mean(0))
     assert float(res.distance[0]) == pytest.approx(float(res.distance[1]))  # delta identical
     assert float(res.norm_anomaly[0]) == pytest.approx(float(res.norm_anomaly[1]))  # a identical
@@ -175,7 +175,7 @@ def test_two_clients_median_is_mean_and_weights_follow_n():
 
 def test_even_m_reference_is_np_median_not_the_lower_value():
     deltas = torch.tensor([[1.0, 10.0], [2.0, 0.0], [5.0, 4.0], [9.0, 2.0]])
-    _, res, _ = run(deltas)
+    _, res, _, out = run(deltas)
     torch.testing.assert_close(res.reference, torch.tensor([3.5, 3.0]))
     np.testing.assert_allclose(res.reference.numpy(), np.median(deltas.numpy(), axis=0))
     assert not torch.equal(res.reference, deltas.median(dim=0).values)
@@ -187,7 +187,7 @@ def test_weights_are_a_distribution(seed):
     m = 3 + seed * 2
     deltas = torch.randn(m, 40, generator=g) * torch.rand(m, 1, generator=g) * 5
     n = torch.randint(1, 100, (m,), generator=g).float()
-    _, res, step = run(deltas, n)
+    _, res, step, out = run(deltas, n)
     assert (res.weights >= 0).all()
     assert float(res.weights.sum()) == pytest.approx(1.0, abs=1e-6)
     labels = torch.tensor([0.0, 0.25, 1.0])
@@ -199,12 +199,12 @@ def test_weights_are_a_distribution(seed):
 
 def test_all_zero_updates_give_a_zero_step_and_no_nan():
     deltas = torch.zeros(5, 30)
-    agg, res, step = run(deltas, [1.0, 2.0, 3.0, 4.0, 5.0])
+    agg, res, step, out = run(deltas, [1.0, 2.0, 3.0, 4.0, 5.0])
     # r = 0 and MAD = 0: c = 0, Z = 0, s = sigma(b) = 0.5 for everyone (§2.5)
     torch.testing.assert_close(res.score, torch.full((5,), 0.5))
     torch.testing.assert_close(res.weights, torch.arange(1.0, 6.0) / 15)
     assert torch.equal(step, torch.zeros(30))
-    assert agg.last_metrics["crf/fallback"] == 0.0
+    assert out.metrics["crf/fallback"] == 0.0
 
 
 def test_fedavg_fallback_when_every_reliability_vanishes():
@@ -213,16 +213,16 @@ def test_fedavg_fallback_when_every_reliability_vanishes():
     g = torch.Generator().manual_seed(0)
     deltas = torch.randn(4, 30, generator=g)
     n = torch.tensor([10.0, 20.0, 30.0, 40.0])
-    agg, res, step = run(deltas, n, labels=[0.0, 1.0], b=-200.0, unary_sharpness=200.0)
+    agg, res, step, out = run(deltas, n, labels=[0.0, 1.0], b=-200.0, unary_sharpness=200.0)
     assert float((res.expected_reliability * n).sum()) < 1e-12
-    assert res.fallback and agg.last_metrics["crf/fallback"] == 1.0
+    assert res.fallback and out.metrics["crf/fallback"] == 1.0
     torch.testing.assert_close(res.weights, n / n.sum())
     torch.testing.assert_close(step, (n / n.sum()) @ deltas)
 
 
 def test_zero_reference_uses_the_median_norm_for_distances():
     x = torch.tensor([[3.0, 4.0], [-3.0, -4.0], [0.6, 0.8], [-0.6, -0.8], [0.0, 0.0]])
-    _, res, _ = run(x)
+    _, res, _, out = run(x)
     assert torch.equal(res.reference, torch.zeros(2))
     torch.testing.assert_close(res.cosine, torch.zeros(5))
     norms = x.norm(dim=1)
@@ -234,14 +234,14 @@ def test_zero_norm_client_gets_low_weight():
     u = torch.randn(60, generator=g)
     deltas = u + 0.3 * torch.randn(6, 60, generator=g)
     deltas[5] = 0.0
-    _, res, _ = run(deltas)
+    _, res, _, out = run(deltas)
     assert float(res.cosine[5]) == 0.0 and float(res.norm_anomaly[5]) == 3.0
     assert float(res.weights[5]) < 0.5 * float(res.weights[:5].min())
 
 
 def test_no_pairwise_term_is_an_independent_softmax_of_the_unary_energy():
     deltas = sanity_batch(seed=4)
-    _, res, _ = run(deltas, pairwise_weight=0.0)
+    _, res, _, out = run(deltas, pairwise_weight=0.0)
     labels = torch.tensor([0.0, 0.25, 1.0])
     q = torch.softmax(-10.0 * (labels - res.score[:, None]) ** 2, dim=1)
     torch.testing.assert_close(res.q, q)
@@ -253,7 +253,7 @@ def test_no_pairwise_term_is_an_independent_softmax_of_the_unary_energy():
 def test_mean_field_result_is_a_fixed_point(pairwise):
     deltas = sanity_batch(seed=2).double()
     tol = 1e-8
-    agg, res, _ = run(deltas, pairwise=pairwise, iterations=500, tol=tol, pairwise_weight=10.0)
+    agg, res, _, out = run(deltas, pairwise=pairwise, iterations=500, tol=tol, pairwise_weight=10.0)
     assert res.iterations_run < 500
     labels = torch.tensor(agg.hp.labels, dtype=torch.float64)
     msg = pairwise_messages(res.q, res.affinity, labels, 10.0 / 9, pairwise)
@@ -266,15 +266,15 @@ def test_mean_field_result_is_a_fixed_point(pairwise):
 
 def test_pairwise_term_pulls_similar_clients_together():
     deltas = sanity_batch()
-    _, weak, _ = run(deltas, pairwise_weight=0.0)
-    _, strong, _ = run(deltas, pairwise_weight=20.0)
+    _, weak, _, out = run(deltas, pairwise_weight=0.0)
+    _, strong, _, out = run(deltas, pairwise_weight=20.0)
     honest_spread = lambda r: float(r.expected_reliability[:8].std())  # noqa: E731
     assert honest_spread(strong) < honest_spread(weak)
 
 
 def test_keeps_dtype_and_device():
     deltas = torch.randn(5, 10, dtype=torch.float64)
-    _, _, step = run(deltas)
+    _, _, step, out = run(deltas)
     assert step.dtype == torch.float64 and step.device == deltas.device
 
 

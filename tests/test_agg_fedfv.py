@@ -57,10 +57,11 @@ def test_two_conflicting_clients_by_hand():
     assert proj[0] @ g[1] >= -1e-12  # the conflict is removed
     # through the rule, without external conflicts: mean of g', rescaled to ||mean g|| = 0.5
     agg = aggregators.build({"rule": "fedfv", "tau": 0})
-    step = agg.aggregate(_batch(g, losses))
+    res = agg.aggregate(_batch(g, losses))
+    step = res.step
     g_hat = torch.tensor([-0.25, 0.75], dtype=torch.float64)
     torch.testing.assert_close(step, -g_hat / g_hat.norm() * 0.5)
-    assert agg.last_metrics["fedfv/internal_projections"] == 1.0
+    assert res.metrics["fedfv/internal_projections"] == 1.0
 
 
 def test_internal_projection_matches_the_literal_official_loop():
@@ -98,19 +99,21 @@ def test_final_norm_equals_norm_of_plain_mean():
     for seed in range(4):
         g, losses = _conflicting(seed)
         agg = aggregators.build({"rule": "fedfv", "tau": 1})
-        step = agg.aggregate(_batch(g, losses))
+        res = agg.aggregate(_batch(g, losses))
+        step = res.step
         torch.testing.assert_close(step.norm(), g.mean(dim=0).norm())
-        assert agg.last_metrics["fedfv/internal_projections"] > 0
+        assert res.metrics["fedfv/internal_projections"] > 0
 
 
 def test_no_conflict_gives_the_plain_mean():
     gen = torch.Generator().manual_seed(0)
     g = torch.rand(6, 5, generator=gen, dtype=torch.float64) + 0.1  # pairwise dots > 0
     agg = aggregators.build({"rule": "fedfv", "tau": 1})
-    step = agg.aggregate(_batch(g, torch.rand(6, generator=gen)))
+    res = agg.aggregate(_batch(g, torch.rand(6, generator=gen)))
+    step = res.step
     torch.testing.assert_close(step, -g.mean(dim=0))
-    assert agg.last_metrics["fedfv/internal_projections"] == 0.0
-    assert agg.last_metrics["fedfv/external_projections"] == 0.0
+    assert res.metrics["fedfv/internal_projections"] == 0.0
+    assert res.metrics["fedfv/external_projections"] == 0.0
 
 
 def test_external_projection_tau1_uses_current_round_history():
@@ -118,12 +121,14 @@ def test_external_projection_tau1_uses_current_round_history():
     g = torch.tensor([[1.0, 0.0], [-1.0, 1.0]], dtype=torch.float64)
     losses = torch.tensor([0.1, 0.5])
     agg = aggregators.build({"rule": "fedfv", "tau": 1})
-    step = agg.aggregate(_batch(g, losses, round=1))
+    res = agg.aggregate(_batch(g, losses, round=1))
+    step = res.step
     # G = g_0 (the only conflicting one): g_hat - (g_hat.G/||G||^2) G = (0, 0.75); norm -> 0.5
     torch.testing.assert_close(step, torch.tensor([0.0, -0.5], dtype=torch.float64))
-    assert agg.last_metrics["fedfv/external_projections"] == 1.0
+    assert res.metrics["fedfv/external_projections"] == 1.0
     # while round < tau the external step is skipped (official `current_round >= tau`)
-    skipped = aggregators.build({"rule": "fedfv", "tau": 1}).aggregate(_batch(g, losses, round=0))
+    early = _batch(g, losses, round=0)
+    skipped = aggregators.build({"rule": "fedfv", "tau": 1}).aggregate(early).step
     g_hat = torch.tensor([-0.25, 0.75], dtype=torch.float64)
     torch.testing.assert_close(skipped, -g_hat / g_hat.norm() * 0.5)
 
@@ -132,16 +137,17 @@ def test_external_projection_tau2_uses_the_previous_round():
     agg = aggregators.build({"rule": "fedfv", "tau": 2})
     agg.aggregate(_batch([[-1.0, 0.0]], [1.0], ids=[7], round=1))  # client 7 seen in round 1
     g = torch.tensor([[1.0, 0.0], [1.0, 0.2]], dtype=torch.float64)  # no internal conflict
-    step = agg.aggregate(_batch(g, [0.3, 0.4], ids=[1, 2], round=2))
+    res = agg.aggregate(_batch(g, [0.3, 0.4], ids=[1, 2], round=2))
+    step = res.step
     # h = 1: g_hat = (1, 0.1) conflicts with g_7 = (-1, 0) -> (0, 0.1); h = 0: no conflict left
     torch.testing.assert_close(
         step, torch.tensor([0.0, -1.0], dtype=torch.float64) * g.mean(0).norm()
     )
-    assert agg.last_metrics["fedfv/external_projections"] == 1.0
+    assert res.metrics["fedfv/external_projections"] == 1.0
     # a client seen again in round 2 is only in round 2's history, with its new gradient
     agg2 = aggregators.build({"rule": "fedfv", "tau": 2})
     agg2.aggregate(_batch([[-1.0, 0.0]], [1.0], ids=[1], round=1))
-    step2 = agg2.aggregate(_batch(g, [0.3, 0.4], ids=[1, 2], round=2))
+    step2 = agg2.aggregate(_batch(g, [0.3, 0.4], ids=[1, 2], round=2)).step
     torch.testing.assert_close(step2, -g.mean(dim=0))
 
 
@@ -159,21 +165,22 @@ def test_state_round_trip():
     fresh.load_state_dict(torch.load(buf))
     g, losses = _conflicting(9, m=4)
     batch = _batch(g, losses, ids=[1, 5, 6, 7], round=4)
-    first = agg.aggregate(batch)
-    assert agg.last_metrics["fedfv/external_projections"] > 0  # history matters here
-    torch.testing.assert_close(fresh.aggregate(batch), first)
+    res = agg.aggregate(batch)
+    first = res.step
+    assert res.metrics["fedfv/external_projections"] > 0  # history matters here
+    torch.testing.assert_close(fresh.aggregate(batch).step, first)
     # and differs from a rule without that history
     assert not torch.allclose(
-        aggregators.build({"rule": "fedfv", "tau": 3, "alpha": 0.2}).aggregate(batch), first
+        aggregators.build({"rule": "fedfv", "tau": 3, "alpha": 0.2}).aggregate(batch).step, first
     )
 
 
 def test_dtype_server_lr_needs_and_bad_hparams():
     g, losses = _conflicting(1)
     batch = UpdateBatch(-g.float(), torch.ones(10), stats={"loss_before": losses.float()}, round=1)
-    step = aggregators.build({"rule": "fedfv"}).aggregate(batch)
+    step = aggregators.build({"rule": "fedfv"}).aggregate(batch).step
     assert step.dtype == torch.float32 and torch.isfinite(step).all()
-    half = aggregators.build({"rule": "fedfv", "server_lr": 0.5}).aggregate(batch)
+    half = aggregators.build({"rule": "fedfv", "server_lr": 0.5}).aggregate(batch).step
     torch.testing.assert_close(half, 0.5 * step)
     assert aggregators.build({"rule": "fedfv"}).needs == {"loss_before"}
     with pytest.raises(ValueError, match="alpha"):

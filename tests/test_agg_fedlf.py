@@ -110,10 +110,10 @@ def test_equal_losses_and_equal_orthogonal_gradients_give_the_mean():
     # h = 0 -> no fair row; two orthogonal rows of equal norm: the min-norm point is their mean
     g = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=torch.float64)
     agg = aggregators.build({"rule": "fedlf"})
-    step = agg.aggregate(_batch(g, [0.7, 0.7]))
+    step = agg.aggregate(_batch(g, [0.7, 0.7])).step
     torch.testing.assert_close(step, -g.mean(dim=0), atol=1e-9, rtol=0)
     # unequal losses add the fair row h.G = (-g_0 + g_1)/.. (normalised): the step leans to g_1
-    step = aggregators.build({"rule": "fedlf"}).aggregate(_batch(g, [0.2, 1.5]))
+    step = aggregators.build({"rule": "fedlf"}).aggregate(_batch(g, [0.2, 1.5])).step
     assert -step[1] > -step[0] > -1e-9
     assert abs(float(step.norm()) - float(g.mean(0).norm())) < 1e-9
 
@@ -122,17 +122,18 @@ def test_step_moves_toward_clients_when_they_agree():
     g = _rand(0, 6, 20, shift=1.0)  # pairwise agreeing clients
     batch = _batch(g, torch.rand(6) + 0.5, groups=[(0, 8), (8, 20)])
     agg = aggregators.build({"rule": "fedlf"})
-    step = agg.aggregate(batch)
+    res = agg.aggregate(batch)
+    step = res.step
     assert (batch.deltas @ step > 0).all()  # the step moves along every client's delta
     torch.testing.assert_close(step.norm(), g.mean(dim=0).norm())
-    assert agg.last_metrics["fedlf/fallback"] == 0.0
+    assert res.metrics["fedlf/fallback"] == 0.0
 
 
 def test_no_client_conflicts_with_the_direction():
     for seed in range(4):
         g = _rand(seed, 10, 30)  # conflicting clients
         batch = _batch(g, torch.rand(10) + 0.5, groups=[(0, 10), (10, 25), (25, 30)])
-        step = aggregators.build({"rule": "fedlf"}).aggregate(batch)
+        step = aggregators.build({"rule": "fedlf"}).aggregate(batch).step
         assert (batch.deltas @ step >= -1e-6).all()
         # per layer too: each d^q is the min-norm point of (positively rescaled) client rows
         for a, b in [(0, 10), (10, 25), (25, 30)]:
@@ -143,22 +144,22 @@ def test_layers_are_solved_independently_and_clients_rescaled():
     g = _rand(1, 5, 12)
     losses = torch.rand(5) + 0.5
     groups = [(0, 6), (6, 12)]
-    base = aggregators.build({"rule": "fedlf"}).aggregate(_batch(g, losses, groups=groups))
+    base = aggregators.build({"rule": "fedlf"}).aggregate(_batch(g, losses, groups=groups)).step
     # scaling layer 2 of every client leaves layer 1's direction unchanged
     g2 = g.clone()
     g2[:, 6:] *= 100.0
-    other = aggregators.build({"rule": "fedlf"}).aggregate(_batch(g2, losses, groups=groups))
+    other = aggregators.build({"rule": "fedlf"}).aggregate(_batch(g2, losses, groups=groups)).step
     cos = torch.nn.functional.cosine_similarity(base[:6], other[:6], dim=0)
     assert float(cos) > 1 - 1e-9
     # with the whole model as one group it does change
-    whole = aggregators.build({"rule": "fedlf"}).aggregate(_batch(g, losses))
-    whole2 = aggregators.build({"rule": "fedlf"}).aggregate(_batch(g2, losses))
+    whole = aggregators.build({"rule": "fedlf"}).aggregate(_batch(g, losses)).step
+    whole2 = aggregators.build({"rule": "fedlf"}).aggregate(_batch(g2, losses)).step
     assert float(torch.nn.functional.cosine_similarity(whole[:6], whole2[:6], dim=0)) < 0.99
     # each client's layer gradient is rescaled to the mean norm: scaling one client is invisible
     g3 = g.clone()
     g3[2] *= 10.0
     agg = aggregators.build({"rule": "fedlf"})
-    one = agg.aggregate(_batch(g3, losses))
+    one = agg.aggregate(_batch(g3, losses)).step
     cos = torch.nn.functional.cosine_similarity(one, whole, dim=0)
     assert float(cos) > 1 - 1e-9
 
@@ -166,15 +167,16 @@ def test_layers_are_solved_independently_and_clients_rescaled():
 def test_history_of_recently_offline_clients():
     agg = aggregators.build({"rule": "fedlf"})
     agg.aggregate(_batch([[0.0, 1.0], [0.1, 1.0]], [1.0, 1.0], ids=[0, 1], round=1))
-    agg.aggregate(_batch([[1.0, 0.2], [1.0, 0.3]], [1.0, 1.0], ids=[2, 3], round=2))
-    assert agg.last_metrics["fedlf/history_rows"] == 0.0  # #seen = 2 = m: no one offline yet
+    res = agg.aggregate(_batch([[1.0, 0.2], [1.0, 0.3]], [1.0, 1.0], ids=[2, 3], round=2))
+    assert res.metrics["fedlf/history_rows"] == 0.0  # #seen = 2 = m: no one offline yet
     current = torch.tensor([[1.0, -1.0], [1.0, -0.8]], dtype=torch.float64)
     batch = _batch(current, [1.0, 1.0], ids=[0, 4], round=3)
-    step = agg.aggregate(batch)
+    res = agg.aggregate(batch)
+    step = res.step
     # #seen = 4 > m = 2: tau = 2; clients 1 (round 1), 2 and 3 (round 2) are offline and recent
-    assert agg.last_metrics["fedlf/history_rows"] == 3.0
+    assert res.metrics["fedlf/history_rows"] == 3.0
     hist_g1 = torch.tensor([0.1, 1.0], dtype=torch.float64)
-    without = aggregators.build({"rule": "fedlf"}).aggregate(_batch(current, [1.0, 1.0]))
+    without = aggregators.build({"rule": "fedlf"}).aggregate(_batch(current, [1.0, 1.0])).step
     assert float(-without @ hist_g1) < 0  # on its own, the round conflicts with client 1
     assert float(-step @ hist_g1) >= -1e-9  # the history row removes that conflict
     assert (batch.deltas @ step >= -1e-9).all()
@@ -186,8 +188,8 @@ def test_history_window_tau():
     agg.aggregate(_batch(g, [1.0, 1.0], ids=[0, 1], round=1))
     agg.aggregate(_batch(g, [1.0, 1.0], ids=[2, 3], round=2))
     # round 4, #seen = 4, m = 2 -> tau = 2: clients seen at round 1 are too old, round 2 is not
-    agg.aggregate(_batch(g, [1.0, 1.0], ids=[4, 5], round=4))
-    assert agg.last_metrics["fedlf/history_rows"] == 2.0
+    res = agg.aggregate(_batch(g, [1.0, 1.0], ids=[4, 5], round=4))
+    assert res.metrics["fedlf/history_rows"] == 2.0
 
 
 def test_step5_fallback_and_halving(monkeypatch):
@@ -198,29 +200,31 @@ def test_step5_fallback_and_halving(monkeypatch):
     # d_QP = (-0.1, 0); rescaled d = (-1/3, 0) conflicts with g_0; ||d|| > 2||d_QP|| -> halve
     # to (-1/6, 0); still conflicting and ||d|| <= 0.2 -> fall back to d_QP
     agg = aggregators.build({"rule": "fedlf"})
-    step = agg.aggregate(_batch(g, [1.0, 1.0, 1.0]))
+    res = agg.aggregate(_batch(g, [1.0, 1.0, 1.0]))
+    step = res.step
     torch.testing.assert_close(step, torch.tensor([0.1, 0.0], dtype=torch.float64))
-    assert agg.last_metrics["fedlf/halvings"] == 1.0 and agg.last_metrics["fedlf/fallback"] == 1.0
+    assert res.metrics["fedlf/halvings"] == 1.0 and res.metrics["fedlf/fallback"] == 1.0
     # with tol 0.2 the halved d (conflict 1/6) is accepted: halving changes the outcome
     agg = aggregators.build({"rule": "fedlf", "conflict_tol": 0.2})
-    step = agg.aggregate(_batch(g, [1.0, 1.0, 1.0]))
+    res = agg.aggregate(_batch(g, [1.0, 1.0, 1.0]))
+    step = res.step
     torch.testing.assert_close(step, torch.tensor([1 / 6, 0.0], dtype=torch.float64))
-    assert agg.last_metrics["fedlf/fallback"] == 0.0
+    assert res.metrics["fedlf/fallback"] == 0.0
 
 
 def test_zero_rows_and_single_client():
     # a client with a zero gradient is left out of the QP instead of producing NaN
     g = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
-    step = aggregators.build({"rule": "fedlf"}).aggregate(_batch(g, [1.0, 2.0, 3.0]))
+    step = aggregators.build({"rule": "fedlf"}).aggregate(_batch(g, [1.0, 2.0, 3.0])).step
     assert torch.isfinite(step).all() and float(step.norm()) > 0
     # one client, one round: the step is its own delta
     one = torch.tensor([[0.3, -0.4, 1.0]], dtype=torch.float64)
-    step = aggregators.build({"rule": "fedlf"}).aggregate(_batch(one, [0.9]))
+    step = aggregators.build({"rule": "fedlf"}).aggregate(_batch(one, [0.9])).step
     torch.testing.assert_close(step, -one[0])
     # all-zero updates: zero step
     zero = aggregators.build({"rule": "fedlf"}).aggregate(
         _batch(torch.zeros(3, 4), [1.0, 2.0, 3.0])
-    )
+    ).step
     assert torch.equal(zero, torch.zeros(4, dtype=torch.float64))
 
 
@@ -238,19 +242,21 @@ def test_state_round_trip():
     fresh = aggregators.build({"rule": "fedlf"})
     fresh.load_state_dict(torch.load(buf))
     batch = _batch(_rand(9, 3, 8), torch.rand(3) + 0.5, ids=[2, 50, 60], round=4)
-    first = agg.aggregate(batch)
-    assert agg.last_metrics["fedlf/history_rows"] > 0
-    torch.testing.assert_close(fresh.aggregate(batch), first)
-    assert fresh.last_metrics == agg.last_metrics
-    assert not torch.allclose(aggregators.build({"rule": "fedlf"}).aggregate(batch), first)
+    res = agg.aggregate(batch)
+    first = res.step
+    assert res.metrics["fedlf/history_rows"] > 0
+    res_fresh = fresh.aggregate(batch)
+    torch.testing.assert_close(res_fresh.step, first)
+    assert res_fresh.metrics == res.metrics
+    assert not torch.allclose(aggregators.build({"rule": "fedlf"}).aggregate(batch).step, first)
 
 
 def test_dtype_server_lr_needs_and_bad_hparams():
     g = _rand(2, 6, 9)
     batch = UpdateBatch(-g.float(), torch.ones(6), stats={"loss_before": torch.rand(6) + 0.5})
-    step = aggregators.build({"rule": "fedlf"}).aggregate(batch)
+    step = aggregators.build({"rule": "fedlf"}).aggregate(batch).step
     assert step.dtype == torch.float32 and torch.isfinite(step).all()
-    half = aggregators.build({"rule": "fedlf", "server_lr": 0.5}).aggregate(batch)
+    half = aggregators.build({"rule": "fedlf", "server_lr": 0.5}).aggregate(batch).step
     torch.testing.assert_close(half, 0.5 * step)
     assert aggregators.build({"rule": "fedlf"}).needs == {"loss_before"}
     with pytest.raises(ValueError, match="server_lr"):

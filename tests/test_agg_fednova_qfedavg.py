@@ -29,8 +29,8 @@ def test_fednova_equals_fedavg_when_all_clients_ran_the_same_steps():
     deltas, n = torch.randn(4, 9), [5, 17, 3, 40]
     for tau in (1.0, 7.0, 5.61):
         b = UpdateBatch(deltas, torch.tensor(n), stats={"accumulation_norm": torch.full((4,), tau)})
-        nova = aggregators.build({"rule": "fednova"}).aggregate(b)
-        torch.testing.assert_close(nova, aggregators.build({"rule": "fedavg"}).aggregate(b))
+        nova = aggregators.build({"rule": "fednova"}).aggregate(b).step
+        torch.testing.assert_close(nova, aggregators.build({"rule": "fedavg"}).aggregate(b).step)
     assert nova.dtype == torch.float32
 
 
@@ -39,11 +39,12 @@ def test_fednova_two_clients_by_hand():
     # step = -tau_eff (p_1 d_1 + p_2 d_2) = 3.5 * (0.25, 0.75) = (0.875, 2.625).
     b = batch([[2.0, 0.0], [0.0, 4.0]], [1, 3], accumulation_norm=[2.0, 4.0])
     agg = aggregators.build({"rule": "fednova"})
-    torch.testing.assert_close(agg.aggregate(b), torch.tensor([0.875, 2.625], dtype=torch.float64))
-    assert agg.last_metrics["fednova/tau_eff"] == pytest.approx(3.5)
-    fedavg = aggregators.build({"rule": "fedavg"}).aggregate(b)
+    res = agg.aggregate(b)
+    torch.testing.assert_close(res.step, torch.tensor([0.875, 2.625], dtype=torch.float64))
+    assert res.metrics["fednova/tau_eff"] == pytest.approx(3.5)
+    fedavg = aggregators.build({"rule": "fedavg"}).aggregate(b).step
     torch.testing.assert_close(fedavg, torch.tensor([0.5, 3.0], dtype=torch.float64))  # differs
-    lr2 = aggregators.build({"rule": "fednova", "server_lr": 2.0}).aggregate(b)
+    lr2 = aggregators.build({"rule": "fednova", "server_lr": 2.0}).aggregate(b).step
     torch.testing.assert_close(lr2, torch.tensor([1.75, 5.25], dtype=torch.float64))
 
 
@@ -105,7 +106,7 @@ def test_client_sends_accumulation_norm():
 def test_qfedavg_q0_is_the_unweighted_mean():
     # q = 0: D_k = -L Delta_k, h_k = L -> step = sum_k L Delta_k / (m L), whatever n_k and F_k.
     b = batch([[1.0, 0.0], [0.0, 3.0]], [1, 100], loss_before=[0.2, 5.0])
-    step = aggregators.build({"rule": "qfedavg", "q": 0.0, "lipschitz": 7.0}).aggregate(b)
+    step = aggregators.build({"rule": "qfedavg", "q": 0.0, "lipschitz": 7.0}).aggregate(b).step
     torch.testing.assert_close(step, torch.tensor([0.5, 1.5], dtype=torch.float64))
 
 
@@ -115,7 +116,8 @@ def test_qfedavg_q1_two_clients_by_hand():
     # step = -(D_1 + D_2) / 16 = (0.125, 0.375).
     b = batch([[1.0, 0.0], [0.0, 1.0]], [50, 50], loss_before=[1.0, 3.0])
     agg = aggregators.build({"rule": "qfedavg", "q": 1.0, "lipschitz": 2.0})
-    torch.testing.assert_close(agg.aggregate(b), torch.tensor([0.125, 0.375], dtype=torch.float64))
+    expected = torch.tensor([0.125, 0.375], dtype=torch.float64)
+    torch.testing.assert_close(agg.aggregate(b).step, expected)
 
 
 def test_qfedavg_matches_the_section_7_4_formulas_on_random_updates():
@@ -132,7 +134,7 @@ def test_qfedavg_matches_the_section_7_4_formulas_on_random_updates():
         den += q * fk ** (q - 1) * dw.norm() ** 2 + lip * fk**q
     expected = theta - num / den
     b = UpdateBatch(local - theta, torch.ones(3), stats={"loss_before": losses.float()})
-    step = aggregators.build({"rule": "qfedavg", "q": q, "lipschitz": lip}).aggregate(b)
+    step = aggregators.build({"rule": "qfedavg", "q": q, "lipschitz": lip}).aggregate(b).step
     assert step.dtype == torch.float64
     torch.testing.assert_close(theta + step, expected)
 
@@ -143,7 +145,7 @@ def test_qfedavg_higher_loss_gains_weight_as_q_grows():
     b = batch([[1.0, 0.0], [0.0, 1.0]], [1, 1], loss_before=[0.5, 2.0])
     ratios = []
     for q in (0.0, 0.1, 1.0, 2.0, 5.0):
-        step = aggregators.build({"rule": "qfedavg", "q": q}).aggregate(b)
+        step = aggregators.build({"rule": "qfedavg", "q": q}).aggregate(b).step
         ratios.append(float(step[1] / step[0]))
         assert ratios[-1] == pytest.approx(((2.0 + 1e-8) / (0.5 + 1e-8)) ** q, rel=1e-6)
     assert ratios == sorted(ratios) and ratios[0] == pytest.approx(1.0)

@@ -81,15 +81,16 @@ def test_unit_test_vector():
     assert fit.alpha == pytest.approx(BETA_AB[0], abs=1e-3)
     assert fit.beta == pytest.approx(BETA_AB[1], abs=1e-3)
     agg = aggregators.build({"rule": "fedoui"})
-    step = agg.aggregate(batch_of(O_VEC, N_VEC))  # deltas = identity, so step = weights
+    res = agg.aggregate(batch_of(O_VEC, N_VEC))
+    step = res.step  # deltas = identity, so step = weights
     assert step.dtype == torch.float64
     np.testing.assert_allclose(step.numpy(), WEIGHTS, atol=5e-5)
     scores, _ = oui_lib.oui_scores(np.array(O_VEC), eps=1e-3)
     np.testing.assert_allclose(scores, SCORES, atol=5e-5)
-    assert agg.last_metrics["oui/beta_a"] == pytest.approx(BETA_AB[0], abs=1e-3)
-    assert agg.last_metrics["oui/beta_b"] == pytest.approx(BETA_AB[1], abs=1e-3)
-    assert agg.last_metrics["oui/fallback"] == 0.0
-    assert agg.last_metrics["oui/mean"] == pytest.approx(np.mean(O_VEC))
+    assert res.metrics["oui/beta_a"] == pytest.approx(BETA_AB[0], abs=1e-3)
+    assert res.metrics["oui/beta_b"] == pytest.approx(BETA_AB[1], abs=1e-3)
+    assert res.metrics["oui/fallback"] == 0.0
+    assert res.metrics["oui/mean"] == pytest.approx(np.mean(O_VEC))
 
 
 def test_moments_fit_clips_with_eps():
@@ -108,15 +109,17 @@ def test_equal_ouis_reduce_to_fedavg():
     deltas = torch.randn(4, 7)
     n = [10, 50, 30, 7]
     agg = aggregators.build({"rule": "fedoui"})
-    step = agg.aggregate(batch_of([0.4] * 4, n, deltas))
-    fedavg = aggregators.build({"rule": "fedavg"}).aggregate(batch_of([0.4] * 4, n, deltas))
+    res = agg.aggregate(batch_of([0.4] * 4, n, deltas))
+    step = res.step
+    fedavg = aggregators.build({"rule": "fedavg"}).aggregate(batch_of([0.4] * 4, n, deltas)).step
     torch.testing.assert_close(step, fedavg)
-    assert agg.last_metrics["oui/fallback"] == 1.0
-    assert math.isnan(agg.last_metrics["oui/beta_a"])
+    assert res.metrics["oui/fallback"] == 1.0
+    assert math.isnan(res.metrics["oui/beta_a"])
 
 
 def test_single_client_gets_weight_one():
-    step = aggregators.build({"rule": "fedoui"}).aggregate(batch_of([0.3], [12], torch.ones(1, 3)))
+    one = batch_of([0.3], [12], torch.ones(1, 3))
+    step = aggregators.build({"rule": "fedoui"}).aggregate(one).step
     torch.testing.assert_close(step, torch.ones(3))
 
 
@@ -149,15 +152,16 @@ def test_fallback_when_both_fits_fail(monkeypatch):
     monkeypatch.setattr(oui_lib.stats.beta, "fit", boom)
     ouis = [0.01, 0.99, 0.02, 0.98]  # moments invalid, MLE raises -> ranks (1, 4, 2, 3) / 5
     agg = aggregators.build({"rule": "fedoui"})
-    step = agg.aggregate(batch_of(ouis, [1, 1, 1, 1]))
+    res = agg.aggregate(batch_of(ouis, [1, 1, 1, 1]))
+    step = res.step
     s = np.array([0.4, 0.4, 0.8, 0.8])
     np.testing.assert_allclose(step.numpy(), (s + 1e-3) / (s + 1e-3).sum())
-    assert agg.last_metrics["oui/fallback"] == 1.0
+    assert res.metrics["oui/fallback"] == 1.0
 
 
 def test_typical_client_outweighs_atypical_one_of_same_size():
     agg = aggregators.build({"rule": "fedoui"})
-    step = agg.aggregate(batch_of(O_VEC, [100] * 5))
+    step = agg.aggregate(batch_of(O_VEC, [100] * 5)).step
     assert int(step.argmin()) == 0  # the outlier OUI 0.1265 has the smallest score
     np.testing.assert_allclose(
         step.numpy(), (np.array(SCORES) + 1e-3) / sum(SCORES + 5 * [1e-3]), atol=5e-5
@@ -167,16 +171,16 @@ def test_typical_client_outweighs_atypical_one_of_same_size():
 def test_exponents():
     deltas = torch.eye(5, dtype=torch.float64)
     # gamma = 0: scores ignored -> FedAvg;  rho = gamma = 0: uniform.
-    s = aggregators.build({"rule": "fedoui", "gamma": 0.0}).aggregate(batch_of(O_VEC, N_VEC))
+    s = aggregators.build({"rule": "fedoui", "gamma": 0.0}).aggregate(batch_of(O_VEC, N_VEC)).step
     np.testing.assert_allclose(s.numpy(), np.array(N_VEC) / sum(N_VEC))
     s = aggregators.build({"rule": "fedoui", "gamma": 0.0, "rho": 0.0}).aggregate(
         batch_of(O_VEC, N_VEC, deltas)
-    )
+    ).step
     np.testing.assert_allclose(s.numpy(), [0.2] * 5)
     # rho = 0.5, gamma = 2 against the formula with the §3.5 scores.
     s = aggregators.build({"rule": "fedoui", "rho": 0.5, "gamma": 2.0}).aggregate(
         batch_of(O_VEC, N_VEC)
-    )
+    ).step
     w = np.sqrt(N_VEC) * (np.array(SCORES) + 1e-3) ** 2
     np.testing.assert_allclose(s.numpy(), w / w.sum(), atol=2e-4)
 
@@ -184,8 +188,8 @@ def test_exponents():
 def test_server_lr_scales_and_keeps_float32():
     deltas = torch.randn(5, 4)
     b = batch_of(O_VEC, N_VEC, deltas)
-    s1 = aggregators.build({"rule": "fedoui"}).aggregate(b)
-    s2 = aggregators.build({"rule": "fedoui", "server_lr": 0.5}).aggregate(b)
+    s1 = aggregators.build({"rule": "fedoui"}).aggregate(b).step
+    s2 = aggregators.build({"rule": "fedoui", "server_lr": 0.5}).aggregate(b).step
     assert s1.dtype == torch.float32
     torch.testing.assert_close(s2, 0.5 * s1)
 
@@ -202,15 +206,15 @@ def test_last5_window_uses_previous_four_rounds_and_survives_a_checkpoint():
     rounds = [list(rng.uniform(0.1, 0.6, size=3)) for _ in range(7)]
     agg = aggregators.build({"rule": "fedoui", "window": "last5"})
     for r in rounds[:6]:
-        agg.aggregate(batch_of(r, [10, 20, 30]))
+        res = agg.aggregate(batch_of(r, [10, 20, 30]))
     fit = oui_lib.fit_beta(np.concatenate(rounds[1:6]), eps=1e-3)  # rounds 2..6 of 6
-    assert agg.last_metrics["oui/beta_a"] == pytest.approx(fit.alpha)
+    assert res.metrics["oui/beta_a"] == pytest.approx(fit.alpha)
     assert len(agg.state_dict()["history"]) == 4
     clone = aggregators.build({"rule": "fedoui", "window": "last5"})
     clone.load_state_dict(agg.state_dict())
     b = batch_of(rounds[6], [10, 20, 30])
-    step = agg.aggregate(b)
-    torch.testing.assert_close(step, clone.aggregate(b))
+    step = agg.aggregate(b).step
+    torch.testing.assert_close(step, clone.aggregate(b).step)
     window = np.concatenate(rounds[2:7])
     s, f = oui_lib.oui_scores(np.array(rounds[6]), window)
     assert f.alpha == pytest.approx(oui_lib.fit_beta(window, 1e-3).alpha)

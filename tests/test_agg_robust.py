@@ -17,8 +17,9 @@ from fedcore.aggregators.rfa import smoothed_weiszfeld
 def step(rule: str, deltas: torch.Tensor, n=None, **hp) -> tuple[torch.Tensor, dict]:
     agg = build({"rule": rule, **hp})
     n = torch.ones(deltas.shape[0]) if n is None else torch.as_tensor(n)
-    out = agg.aggregate(UpdateBatch(deltas=deltas, num_samples=n))
-    return out, agg.last_metrics
+    res = agg.aggregate(UpdateBatch(deltas=deltas, num_samples=n))
+    out = res.step
+    return out, res.metrics
 
 
 # ---- Krum / Multi-Krum ----------------------------------------------------------------------

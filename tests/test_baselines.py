@@ -19,7 +19,7 @@ def _batch(seed=0, m=4, d=7):
 
 def test_fedavg_is_the_sample_weighted_mean():
     batch = _batch()
-    step = aggregators.build({"rule": "fedavg"}).aggregate(batch)
+    step = aggregators.build({"rule": "fedavg"}).aggregate(batch).step
     n = batch.num_samples
     expected = sum(n[k] * batch.deltas[k] for k in range(4)) / n.sum()
     torch.testing.assert_close(step, expected)
@@ -27,9 +27,9 @@ def test_fedavg_is_the_sample_weighted_mean():
 
 def test_fedavg_server_lr_scales_the_step():
     batch = _batch()
-    base = aggregators.build({"rule": "fedavg"}).aggregate(batch)
+    base = aggregators.build({"rule": "fedavg"}).aggregate(batch).step
     torch.testing.assert_close(aggregators.build({"rule": "fedavg", "server_lr": 0.5})
-                               .aggregate(batch), 0.5 * base)
+                               .aggregate(batch).step, 0.5 * base)
 
 
 def test_fedavgm_with_beta_zero_equals_fedavg_every_round():
@@ -37,7 +37,7 @@ def test_fedavgm_with_beta_zero_equals_fedavg_every_round():
         {"rule": "fedavgm", "beta": 0.0})
     for r in range(3):
         batch = _batch(seed=r)
-        torch.testing.assert_close(avgm.aggregate(batch), avg.aggregate(batch))
+        torch.testing.assert_close(avgm.aggregate(batch).step, avg.aggregate(batch).step)
 
 
 def test_fedavgm_accumulates_momentum():
@@ -45,13 +45,13 @@ def test_fedavgm_accumulates_momentum():
     b1, b2 = _batch(1), _batch(2)
     mean1 = b1.weights @ b1.deltas
     mean2 = b2.weights @ b2.deltas
-    torch.testing.assert_close(agg.aggregate(b1), mean1)
-    torch.testing.assert_close(agg.aggregate(b2), mean2 + 0.9 * mean1)
+    torch.testing.assert_close(agg.aggregate(b1).step, mean1)
+    torch.testing.assert_close(agg.aggregate(b2).step, mean2 + 0.9 * mean1)
     state = agg.state_dict()
     fresh = aggregators.build({"rule": "fedavgm", "beta": 0.9})
     fresh.load_state_dict(state)
     b3 = _batch(3)
-    torch.testing.assert_close(fresh.aggregate(b3), agg.aggregate(b3))
+    torch.testing.assert_close(fresh.aggregate(b3).step, agg.aggregate(b3).step)
 
 
 def test_unknown_rule_and_bad_hparam_are_rejected():

@@ -73,7 +73,7 @@ def test_cser_reset_digest_by_hand():
     sched = LocalSchedule()
     store = {0: {}, 1: {}}
     comp.begin_round(1, sched)
-    assert comp.end_round([0, 1], store) is None  # round 1: not a reset round
+    assert comp.end_round([0, 1], store).step is None  # round 1: not a reset round
     comp.begin_round(2, sched)
     a = torch.tensor([5.0, -4, 3, 0.5, 0, 0, 0, 0, 0, 0.1])
     b = torch.tensor([0.0, 1, -2, 6, 0, 0, 0, 0, 0, 0])
@@ -81,21 +81,22 @@ def test_cser_reset_digest_by_hand():
     sent_b, _ = comp.compress(b, store[1])
     assert bytes_a == 8 * 1 + 8 * 2  # Top-1 update + top-2 digest
     assert torch.equal(sent_a, torch.tensor([5.0, 0, 0, 0, 0, 0, 0, 0, 0, 0]))
-    e_bar = comp.end_round([0, 1], store)
+    closing = comp.end_round([0, 1], store)
+    e_bar = closing.step
     assert torch.allclose(e_bar, torch.tensor([0.0, -1.5, 0.5, 0, 0, 0, 0, 0, 0, 0]))
     expect_a = torch.tensor([0.0, -2.5, 2.5, 0.5, 0, 0, 0, 0, 0, 0.1])
     expect_b = torch.tensor([0.0, 2.5, -2.5, 0, 0, 0, 0, 0, 0, 0])
     assert torch.allclose(store[0][RESIDUAL], expect_a)
     assert torch.allclose(store[1][RESIDUAL], expect_b)
-    assert comp.last_metrics["cser/reset"] == 1.0
+    assert closing.metrics["cser/reset"] == 1.0
 
 
 def test_support_normalised_averaging_by_hand():
     deltas = torch.tensor([[1.0, 0, 2, 0], [3.0, 0, 0, 0], [0.0, 0, 4, 5]])
     batch = UpdateBatch(deltas=deltas, num_samples=torch.tensor([1, 2, 1]))
-    support = build({"rule": "sparse_fedavg"}).aggregate(batch)
+    support = build({"rule": "sparse_fedavg"}).aggregate(batch).step
     assert torch.allclose(support, torch.tensor([7 / 3, 0.0, 3.0, 5.0]))
-    plain = build({"rule": "sparse_fedavg", "support_normalised": False}).aggregate(batch)
+    plain = build({"rule": "sparse_fedavg", "support_normalised": False}).aggregate(batch).step
     assert torch.allclose(plain, torch.tensor([1.75, 0.0, 1.5, 1.25]))
 
 

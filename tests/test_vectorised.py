@@ -34,11 +34,11 @@ CASES = {
 
 def _both(sim: Simulation, round: int, chunk: int | None = None):
     sampled = list(map(int, sim.sample_clients(round)))
-    sim.compressor.begin_round(round, sim.schedule(round))
-    seq = sequential.train_round(sim, round, sampled)
-    engine = VectorisedEngine(sim)
-    engine.max_chunk = chunk
-    vec = engine.train_round(sim, round, sampled)
+    rc = sim.round_context(round)
+    sim.compressor.begin_round(round, rc.schedule)
+    seq = sequential.train_round(rc, sampled)
+    engine = VectorisedEngine(sim.model, sim.layout, sim.data.in_shape, sim.device, chunk)
+    vec = engine.train_round(rc, sampled)
     return sampled, seq, vec, engine
 
 

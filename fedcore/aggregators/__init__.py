@@ -6,6 +6,7 @@ from typing import Any
 
 from fedcore.aggregators.base import (
     REGISTRY,
+    Aggregate,
     Aggregator,
     UpdateBatch,
     weighted_mean,
@@ -21,4 +22,4 @@ def names() -> list[str]:
     return REGISTRY.names()
 
 
-__all__ = ["Aggregator", "UpdateBatch", "build", "names", "weighted_mean"]
+__all__ = ["Aggregate", "Aggregator", "UpdateBatch", "build", "names", "weighted_mean"]

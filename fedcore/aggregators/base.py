@@ -1,14 +1,21 @@
-"""The aggregator interface: a rule maps an UpdateBatch (m x d deltas) to the server step."""
+"""The aggregator interface: a rule maps an UpdateBatch (m x d deltas) to the server step.
+
+Protocol per simulation: ``setup(num_clients, layout)`` once; then per round ``broadcast()``
+(the downlink every sampled client sees, beyond theta) and ``aggregate(batch) -> Aggregate``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from fedcore.layout import ParamLayout
 from fedcore.registry import HParams, Registry
+
+if TYPE_CHECKING:
+    from fedcore.config import ExperimentConfig
 
 REGISTRY: Registry[Aggregator] = Registry("aggregator rule", "rule", "fedcore.aggregators")
 register = REGISTRY.register
@@ -20,7 +27,8 @@ class UpdateBatch:
 
     ``deltas[k]`` is ``theta_k - theta`` of the k-th sampled client (sign convention of
     DESIGN.md §2); ``stats`` holds per-client extras (each a length-m tensor) that a rule
-    asked for through ``Aggregator.needs``.
+    asked for through ``Aggregator.needs``; ``extras[name]`` is the m x d matrix of a named
+    extra uplink vector (``ClientAlgorithm.uplink``), rows in the order of ``deltas``.
     """
 
     deltas: torch.Tensor
@@ -29,6 +37,8 @@ class UpdateBatch:
     stats: dict[str, torch.Tensor] = field(default_factory=dict)
     client_ids: torch.Tensor | None = None
     round: int = 0
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    num_steps: torch.Tensor | None = None  # K_k, the optimiser steps each client took
 
     def __post_init__(self) -> None:
         if self.deltas.dim() != 2:
@@ -55,6 +65,17 @@ class UpdateBatch:
         return self.num_samples / self.num_samples.sum()
 
 
+@dataclass
+class Aggregate:
+    """What a rule returns for one round: the server step s (theta <- theta + s), its round
+    metrics, and per-client values (length-m tensors, rows as in the batch)."""
+
+    step: torch.Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+    client_values: dict[str, torch.Tensor] = field(default_factory=dict)
+    client_deltas: torch.Tensor | None = None  # per-client model deltas when the batch has none
+
+
 class Aggregator:
     """Base class. Subclasses define ``HParams`` and ``aggregate``; server state is attributes."""
 
@@ -64,9 +85,27 @@ class Aggregator:
 
     def __init__(self, hparams: HParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()
-        self.last_metrics: dict[str, float] = {}
+        self.num_clients = 0
+        self.layout: ParamLayout | None = None
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+    @classmethod
+    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+        """Why ``cfg`` cannot run this rule (a one-line reason, checked at load); None: it can."""
+        return None
+
+    def setup(self, num_clients: int, layout: ParamLayout) -> None:
+        """Called once before the first round: N and the parameter layout."""
+        self.num_clients, self.layout = num_clients, layout
+
+    def broadcast(self) -> dict[str, torch.Tensor]:
+        """Named d-vectors sent down to every sampled client this round (besides theta)."""
+        return {}
+
+    def eval_params(self, params: torch.Tensor) -> torch.Tensor:
+        """The parameters to evaluate after a round (the last iterate unless overridden)."""
+        return params
+
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:

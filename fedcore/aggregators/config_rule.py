@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.aggregators.craft import min_norm_solve
 from fedcore.registry import HParams
 
@@ -18,7 +18,7 @@ class ConFIG(Aggregator):
 
     ``weights``: ``equal`` (w = 1, ConFIG's EqualWeight) or ``data`` (w_k = n_k / sum_j n_j).
     The direction is computed with ``min_norm_solve`` (= pinv(U) w, torch's default tolerance).
-    ``last_metrics``: ``config/length`` (sum_k g_k . unit) and ``config/conflict_after``
+    metrics: ``config/length`` (sum_k g_k . unit) and ``config/conflict_after``
     (fraction of non-zero clients with g_k . g < 0).
     """
 
@@ -26,8 +26,7 @@ class ConFIG(Aggregator):
         weights: Literal["equal", "data"] = "equal"
         server_lr: float = Field(1.0, gt=0.0)
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
-        self.last_metrics = {}
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # Pseudo-gradients g_k = theta - theta_k = -Delta_k (the one sign flip of this rule).
         pg = -batch.deltas
         norms = torch.linalg.vector_norm(pg, dim=1)
@@ -43,9 +42,9 @@ class ConFIG(Aggregator):
         length = (pg @ unit).sum()  # ProjectionLength: sum_k g_k . unit
         g = length * unit
         nonzero = max(float((norms > 0).sum()), 1.0)
-        self.last_metrics = {
+        metrics = {
             "config/length": float(length),
             "config/conflict_after": float((pg @ g < 0).sum()) / nonzero,
         }
         # theta_{t+1} = theta_t - eta_s g   (§7.7)
-        return -self.hp.server_lr * g
+        return Aggregate(-self.hp.server_lr * g, metrics)

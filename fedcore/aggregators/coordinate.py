@@ -11,7 +11,7 @@ import math
 import torch
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.registry import HParams
 
 
@@ -39,12 +39,12 @@ class TrimmedMean(Aggregator):
         trim_fraction: float = Field(0.1, ge=0.0, lt=0.5, description="beta")
         server_lr: float = Field(1.0, gt=0.0)
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # METHODS.md §7.10: sort each coordinate, drop floor(beta m) per side, mean of the rest
         b = num_trimmed(self.hp.trim_fraction, batch.m)
         kept = torch.sort(batch.deltas, dim=0).values[b : batch.m - b]
-        self.last_metrics = {"trimmed_mean/num_trimmed": float(b)}
-        return self.hp.server_lr * kept.mean(dim=0)
+        metrics = {"trimmed_mean/num_trimmed": float(b)}
+        return Aggregate(self.hp.server_lr * kept.mean(dim=0), metrics)
 
 
 @register("median")
@@ -54,7 +54,6 @@ class CoordinateMedian(Aggregator):
     class HParams(HParams):
         server_lr: float = Field(1.0, gt=0.0)
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # METHODS.md §7.10: the beta -> 0.5 limit of the trimmed mean
-        self.last_metrics = {}
-        return self.hp.server_lr * coordinate_median(batch.deltas, dim=0)
+        return Aggregate(self.hp.server_lr * coordinate_median(batch.deltas, dim=0))

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.registry import HParams
 
 _GRAM_CHUNK_ELEMS = 1 << 23  # float64 elements per column chunk of the Gram product (64 MiB)
@@ -75,7 +75,7 @@ class CRAFT(Aggregator):
 
     State: ``g_prev``, the full previous aggregate g_{t-1} (un-normalised; None in round 0).
 
-    ``last_metrics`` (fractions over the (client, layer) pairs whose update is non-zero):
+    metrics (fractions over the (client, layer) pairs whose update is non-zero):
 
     - ``craft/conflict_before``: pairs with g_k^q . gbar^q < 0, gbar^q = sum_k rho_k g_k^q the
       plain weighted (FedAvg) mean of that layer: the conflicts FedAvg would have.
@@ -93,8 +93,7 @@ class CRAFT(Aggregator):
         super().__init__(hparams)
         self.g_prev: torch.Tensor | None = None
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
-        self.last_metrics = {}
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # Pseudo-gradients g_k = theta - theta_k = -Delta_k (the one sign flip of this rule).
         pg = -batch.deltas
         d = pg.shape[1]
@@ -115,13 +114,13 @@ class CRAFT(Aggregator):
             counts[2] += (x @ g[a:b] < 0).sum()
         self.g_prev = g.clone()  # §1.2 step 6: stored un-normalised
         pairs = max(float(counts[0]), 1.0)
-        self.last_metrics = {
+        metrics = {
             "craft/conflict_before": float(counts[1]) / pairs,
             "craft/conflict_after": float(counts[2]) / pairs,
             "craft/agg_norm": float(torch.linalg.vector_norm(g)),
         }
         # theta_{t+1} = theta_t - eta_s g_t   (§1.2 step 7)
-        return -self.hp.server_lr * g
+        return Aggregate(-self.hp.server_lr * g, metrics)
 
     def _solve_layer(
         self, x: torch.Tensor, rho: torch.Tensor, prev: torch.Tensor | None

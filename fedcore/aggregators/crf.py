@@ -13,7 +13,7 @@ from typing import Literal
 import torch
 from pydantic import Field, field_validator
 
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.aggregators.coordinate import coordinate_median
 from fedcore.registry import HParams
 
@@ -161,19 +161,18 @@ class CRF(Aggregator):
                 raise ValueError("at least one label must be > 0")
             return v
 
-    def __init__(self, hparams: HParams | None = None) -> None:
-        super().__init__(hparams)
-        self.last_client_stats: dict[str, torch.Tensor] = {}
-
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         res = crf_inference(batch.deltas, batch.num_samples, self.hp)
         r_bar = res.expected_reliability
-        self.last_client_stats = {"expected_reliability": r_bar.detach()}
-        self.last_metrics = {
+        metrics = {
             "crf/expected_reliability_mean": float(r_bar.mean()),
             "crf/expected_reliability_min": float(r_bar.min()),
             "crf/fallback": float(res.fallback),
             "crf/iterations_run": float(res.iterations_run),
         }
         # step 9: theta_{t+1} = theta_t + eta_s sum_k w_k Delta_k   (METHODS.md §2.2)
-        return self.hp.server_lr * (res.weights @ batch.deltas)
+        return Aggregate(
+            self.hp.server_lr * (res.weights @ batch.deltas),
+            metrics,
+            client_values={"expected_reliability": r_bar.detach()},
+        )

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import torch
-
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register, weighted_mean
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register, weighted_mean
 from fedcore.registry import HParams
 
 
@@ -13,6 +11,6 @@ class FedAvg(Aggregator):
     class HParams(HParams):
         server_lr: float = 1.0
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # theta_{t+1} = theta_t + eta_s * sum_k p_k Delta_k   (METHODS.md §0)
-        return self.hp.server_lr * weighted_mean(batch.deltas, batch.weights)
+        return Aggregate(self.hp.server_lr * weighted_mean(batch.deltas, batch.weights))

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register, weighted_mean
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register, weighted_mean
 from fedcore.registry import HParams
 
 
@@ -21,13 +21,13 @@ class FedAvgM(Aggregator):
         super().__init__(hparams)
         self.momentum: torch.Tensor | None = None
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # v <- beta v + (-Delta_bar);  theta <- theta - eta_s v   (METHODS.md §7.1)
         pseudo_grad = -weighted_mean(batch.deltas, batch.weights)
         if self.momentum is None:
             self.momentum = torch.zeros_like(pseudo_grad)
         self.momentum = self.hp.beta * self.momentum + pseudo_grad
-        return -self.hp.server_lr * self.momentum
+        return Aggregate(-self.hp.server_lr * self.momentum)
 
     def state_dict(self) -> dict[str, Any]:
         return {"momentum": self.momentum}

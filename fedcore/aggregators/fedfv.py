@@ -9,7 +9,7 @@ import torch
 from pydantic import Field
 
 from fedcore.aggregators._client_history import ClientHistory
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.registry import HParams
 
 
@@ -66,8 +66,7 @@ class FedFV(Aggregator):
         super().__init__(hparams)
         self.history = ClientHistory()
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
-        self.last_metrics = {}
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         alpha, tau, t = self.hp.alpha, self.hp.tau, batch.round
         g = -batch.deltas  # pseudo-gradients g_k = theta_t - theta_k: the one sign flip
         # the history is updated before projecting, so h = 0 below is the current round
@@ -92,12 +91,12 @@ class FedFV(Aggregator):
         # ||g_hat|| = ||mean_k g_k||
         target, norm = g.mean(dim=0).norm(), g_hat.norm()
         g_hat = g_hat * (target / norm) if norm > 0 else torch.zeros_like(g_hat)
-        self.last_metrics = {
+        metrics = {
             "fedfv/internal_projections": float(projections),
             "fedfv/external_projections": float(external),
             "fedfv/norm_ratio": float(norm / target) if target > 0 else 0.0,
         }
-        return -self.hp.server_lr * g_hat
+        return Aggregate(-self.hp.server_lr * g_hat, metrics)
 
     def state_dict(self) -> dict[str, Any]:
         return self.history.state_dict()

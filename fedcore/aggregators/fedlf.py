@@ -9,7 +9,7 @@ from pydantic import Field
 
 from fedcore.aggregators._client_history import ClientHistory
 from fedcore.aggregators._min_norm import min_norm_weights
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.registry import HParams
 
 # ||h|| * ||l|| below this is float64 rounding of an exactly zero h (all losses equal)
@@ -65,8 +65,7 @@ class FedLF(Aggregator):
         self.history = ClientHistory()
         self._nonoptimal = 0
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
-        self.last_metrics = {}
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         m, t = batch.m, batch.round
         g = -batch.deltas  # pseudo-gradients g_k = theta_t - theta_k: the one sign flip
         h = fairness_vector(batch.stats["loss_before"]).to(g)  # step 2
@@ -99,14 +98,14 @@ class FedLF(Aggregator):
 
         self.history.update(batch.client_ids, g, t)
         cos = (g @ d) / (g.norm(dim=1) * d.norm()).clamp_min(torch.finfo(g.dtype).tiny)
-        self.last_metrics = {
+        metrics = {
             "fedlf/history_rows": float(hist.shape[0]),
             "fedlf/halvings": float(halvings),
             "fedlf/fallback": float(fallback),
             "fedlf/qp_nonoptimal": float(self._nonoptimal),
             "fedlf/min_cos": float(cos.min()),
         }
-        return -self.hp.server_lr * d  # step 6: theta <- theta - eta d
+        return Aggregate(-self.hp.server_lr * d, metrics)  # step 6: theta <- theta - eta d
 
     def _layer_direction(
         self, gq: torch.Tensor, h: torch.Tensor, hist_q: torch.Tensor

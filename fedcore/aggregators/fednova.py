@@ -7,7 +7,7 @@ from typing import ClassVar
 import torch
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.registry import HParams
 
 
@@ -23,12 +23,12 @@ class FedNova(Aggregator):
 
     needs: ClassVar[frozenset[str]] = frozenset({"accumulation_norm"})
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         deltas, p = batch.deltas, batch.weights
         a = batch.stats["accumulation_norm"].to(dtype=deltas.dtype, device=deltas.device)
         # METHODS.md §7.3: d_k = -Delta_k / ||a_k||_1 (a client that took no step has d_k = 0)
         inv_a = torch.where(a != 0, 1.0 / torch.where(a != 0, a, torch.ones_like(a)), 0.0)
         # tau_eff = sum_k p_k ||a_k||_1;  theta_{t+1} = theta_t - eta_s tau_eff sum_k p_k d_k
         tau_eff = p @ a
-        self.last_metrics = {"fednova/tau_eff": float(tau_eff)}
-        return self.hp.server_lr * tau_eff * ((p * inv_a) @ deltas)
+        metrics = {"fednova/tau_eff": float(tau_eff)}
+        return Aggregate(self.hp.server_lr * tau_eff * ((p * inv_a) @ deltas), metrics)

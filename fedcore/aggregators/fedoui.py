@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.oui import fedoui_weights, oui_scores
 from fedcore.registry import HParams
 
@@ -36,7 +36,7 @@ class FedOUI(Aggregator):
         super().__init__(hparams)
         self.history: list[list[float]] = []  # OUIs of the previous rounds (window "last5")
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         hp = self.hp
         # METHODS.md §3.2 step 5: v = this round's OUIs (+ the previous 4 rounds' for "last5")
         ouis = batch.stats["oui"].detach().double().cpu().numpy()
@@ -49,7 +49,7 @@ class FedOUI(Aggregator):
         # step 8: w_k ∝ n_k^rho (eps + s_k)^gamma
         n = batch.num_samples.detach().double().cpu().numpy()
         w = fedoui_weights(n, scores, hp.rho, hp.gamma, hp.eps)
-        self.last_metrics = {
+        metrics = {
             "oui/mean": float(ouis.mean()),
             "oui/beta_a": fit.alpha if fit is not None else float("nan"),
             "oui/beta_b": fit.beta if fit is not None else float("nan"),
@@ -58,7 +58,7 @@ class FedOUI(Aggregator):
         }
         weights = torch.as_tensor(w, dtype=batch.deltas.dtype, device=batch.deltas.device)
         # step 9: theta_{t+1} = theta_t + eta_s sum_k w_k Delta_k
-        return hp.server_lr * (weights @ batch.deltas)
+        return Aggregate(hp.server_lr * (weights @ batch.deltas), metrics)
 
     def state_dict(self) -> dict[str, Any]:
         return {"history": [list(h) for h in self.history]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.registry import HParams
 
 
@@ -34,15 +34,14 @@ class Krum(Aggregator):
         num_byzantine: int | None = Field(None, ge=0, description="f; None = floor((m-3)/2)")
         server_lr: float = Field(1.0, gt=0.0)
 
-    def select(self, batch: UpdateBatch) -> torch.Tensor:
+    def select(self, batch: UpdateBatch) -> tuple[torch.Tensor, dict[str, float]]:
         f = effective_byzantine(batch.m, self.hp.num_byzantine)
         scores = krum_scores(batch.deltas, f)
         chosen = torch.argmin(scores)[None]  # k* = argmin score
-        self._metrics(f, 1)
-        return chosen
+        return chosen, self._metrics(f, 1)
 
-    def _metrics(self, f: int, selected: int) -> None:
-        self.last_metrics = {
+    def _metrics(self, f: int, selected: int) -> dict[str, float]:
+        return {
             "krum/num_byzantine": float(f),
             "krum/f_reduced": float(
                 self.hp.num_byzantine is not None and f < self.hp.num_byzantine
@@ -50,10 +49,10 @@ class Krum(Aggregator):
             "krum/selected": float(selected),
         }
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # METHODS.md §7.9: theta_{t+1} = theta_t + Delta_{k*}  (Multi-Krum: mean of the M best)
-        chosen = self.select(batch)
-        return self.hp.server_lr * batch.deltas[chosen].mean(dim=0)
+        chosen, metrics = self.select(batch)
+        return Aggregate(self.hp.server_lr * batch.deltas[chosen].mean(dim=0), metrics)
 
 
 @register("multikrum")
@@ -65,10 +64,9 @@ class MultiKrum(Krum):
         num_selected: int | None = Field(None, ge=1, description="M; None = m - f")
         server_lr: float = Field(1.0, gt=0.0)
 
-    def select(self, batch: UpdateBatch) -> torch.Tensor:
+    def select(self, batch: UpdateBatch) -> tuple[torch.Tensor, dict[str, float]]:
         f = effective_byzantine(batch.m, self.hp.num_byzantine)
         scores = krum_scores(batch.deltas, f)
         num = batch.m - f if self.hp.num_selected is None else min(self.hp.num_selected, batch.m)
         chosen = torch.topk(scores, num, largest=False).indices
-        self._metrics(f, num)
-        return chosen
+        return chosen, self._metrics(f, num)

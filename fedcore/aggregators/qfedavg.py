@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.registry import HParams
 
 LOSS_OFFSET = 1e-8  # added to F_k, as in easyFL's qfedavg.py
@@ -28,7 +27,7 @@ class QFedAvg(Aggregator):
 
     needs: ClassVar[frozenset[str]] = frozenset({"loss_before"})
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         q, lip, deltas = self.hp.q, self.hp.lipschitz, batch.deltas
         # The m scalars in float64 on the CPU: F_k^q can be large for big q.
         f = batch.stats["loss_before"].detach().cpu().double() + LOSS_OFFSET
@@ -39,8 +38,8 @@ class QFedAvg(Aggregator):
         h = q * f.pow(q - 1) * sq_norm + lip * fq
         # theta_{t+1} = theta_t - sum_k D_k / sum_k h_k = theta_t + sum_k (L F_k^q / sum h) Delta_k
         coef = (lip * fq / h.sum()).to(dtype=deltas.dtype, device=deltas.device)
-        self.last_metrics = {
+        metrics = {
             "qfedavg/loss_mean": float(f.mean()),
             "qfedavg/step_scale": float(coef.sum()),
         }
-        return coef @ deltas
+        return Aggregate(coef @ deltas, metrics)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.registry import HParams
 
 
@@ -43,12 +43,12 @@ class RFA(Aggregator):
         tol: float = Field(0.0, ge=0.0, description="relative-objective early stop; 0 = off")
         server_lr: float = Field(1.0, gt=0.0)
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # METHODS.md §7.11: theta_{t+1} = theta_t + v, v the smoothed Weiszfeld estimate
         hp = self.hp
         v, steps = smoothed_weiszfeld(batch.deltas, batch.weights, hp.iterations, hp.nu, hp.tol)
-        self.last_metrics = {"rfa/iterations_run": float(steps)}
-        return hp.server_lr * v
+        metrics = {"rfa/iterations_run": float(steps)}
+        return Aggregate(hp.server_lr * v, metrics)
 
 
 @register("geometric_median")

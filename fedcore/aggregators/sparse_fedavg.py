@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fedcore.aggregators.base import Aggregator, UpdateBatch, register, weighted_mean
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register, weighted_mean
 from fedcore.registry import HParams
 
 
@@ -20,11 +20,11 @@ class SparseFedAvg(Aggregator):
         server_lr: float = 1.0
         support_normalised: bool = True
 
-    def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
         if not self.hp.support_normalised:
-            return self.hp.server_lr * weighted_mean(batch.deltas, batch.weights)
+            return Aggregate(self.hp.server_lr * weighted_mean(batch.deltas, batch.weights))
         # a_j = sum_{k: j in supp c_k} n_k c_kj / sum_{k: j in supp c_k} n_k   (§4.1 step 9)
         n = batch.num_samples
         covered = n @ (batch.deltas != 0).to(batch.deltas.dtype)
         mean = (n @ batch.deltas) / covered.clamp_min(torch.finfo(covered.dtype).tiny)
-        return self.hp.server_lr * torch.where(covered > 0, mean, torch.zeros_like(mean))
+        return Aggregate(self.hp.server_lr * torch.where(covered > 0, mean, torch.zeros_like(mean)))

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
 from fedcore.layout import ParamLayout, flat_params, load_flat_params
 from fedcore.registry import HParams, Registry
+
+if TYPE_CHECKING:
+    from fedcore.config import ExperimentConfig
+    from fedcore.round_context import RoundContext
 
 REGISTRY: Registry[ClientAlgorithm] = Registry("client algorithm", "algorithm", "fedcore.clients")
 register = REGISTRY.register
@@ -58,6 +63,7 @@ class LocalContext:
     round: int
     needs: frozenset[str] = frozenset()
     start_params: torch.Tensor | None = None  # where SGD starts (step-ahead EF); None: global
+    server_payload: Mapping[str, torch.Tensor] = field(default_factory=dict)  # the downlink
 
     def global_tensors(self) -> list[torch.Tensor]:
         """The global parameters as views shaped like ``model.parameters()``, in order."""
@@ -75,6 +81,8 @@ class ClientUpdate:
     train_loss: torch.Tensor
     stats: dict[str, float] = field(default_factory=dict)
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # extra uplink d-vectors
+    pending: dict[str, torch.Tensor] = field(default_factory=dict)  # state to commit, not sent
 
 
 def minibatches(n: int, schedule: LocalSchedule, generator: torch.Generator):
@@ -103,7 +111,7 @@ class ClientAlgorithm:
 
     name: ClassVar[str]
     HParams: ClassVar[type[HParams]] = HParams
-    personalized: ClassVar[bool] = False  # True: evaluate ``personal_params`` per client (Ditto)
+    uplink: tuple[str, ...] = ("delta",)  # the vectors sent: "delta" and/or named extras
 
     def __init__(self, hparams: HParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()
@@ -129,14 +137,30 @@ class ClientAlgorithm:
         Stats keys with a ``/`` become round metrics (``fedcore.metrics.client_stat_metrics``).
         """
 
-    @property
-    def projection_dim(self) -> int | None:
-        """Width of a projection head the model needs (MOON); None for none."""
+    @classmethod
+    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+        """Why ``cfg`` cannot run this client (a one-line reason, checked at load); None: it can."""
         return None
 
-    def personal_params(self, state: dict[str, Any]) -> tuple[torch.Tensor, dict] | None:
-        """A personalised client's (flat params, buffers) from its state; None if not personal."""
-        return None
+    def prepare_model(self, model: nn.Module) -> None:
+        """Adapt the freshly built model before theta is taken (MOON adds its projection head)."""
+
+    def commit(
+        self,
+        state: dict[str, Any],
+        update: ClientUpdate,
+        sent: Mapping[str, torch.Tensor],
+        accepted: bool,
+    ) -> None:
+        """Update client state once the server has judged the update (``sent``: the vectors as
+        the server received them, after compression); called for every sampled client."""
+
+    def evaluate_clients(self, rc: RoundContext) -> dict[str, np.ndarray]:
+        """Per-client evaluation columns beyond the global model's (Ditto's personal models).
+
+        A column named ``X_accuracy`` also gets fairness summary metrics under ``X/``.
+        """
+        return {}
 
     def local_update(self, ctx: LocalContext) -> ClientUpdate:
         model, data, sched = ctx.model, ctx.data, ctx.schedule

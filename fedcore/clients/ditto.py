@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from pydantic import Field, field_validator
 from torch import nn
@@ -18,7 +19,11 @@ from fedcore.clients.base import (
     register,
 )
 from fedcore.layout import flat_params, load_flat_params
+from fedcore.metrics import per_sample_eval
 from fedcore.registry import HParams
+
+if TYPE_CHECKING:
+    from fedcore.round_context import RoundContext
 
 
 @register("ditto")
@@ -26,8 +31,6 @@ class DittoClient(ClientAlgorithm):
     """The global model trains with the ``inner`` objective (FedAvg by default) and is
     aggregated by any rule; then the personal model v_k (``state["ditto_personal"]``,
     initialised from theta_t at the first participation) takes its own local steps."""
-
-    personalized = True
 
     class HParams(HParams):
         lam: float = Field(0.1, ge=0.0)
@@ -51,9 +54,27 @@ class DittoClient(ClientAlgorithm):
         super().__init__(hparams)
         self.inner = REGISTRY.build(self.hp.inner)
 
-    @property
-    def projection_dim(self) -> int | None:
-        return self.inner.projection_dim
+    def prepare_model(self, model: nn.Module) -> None:
+        self.inner.prepare_model(model)
+
+    def evaluate_clients(self, rc: RoundContext) -> dict[str, np.ndarray]:
+        """``personal_accuracy``: each client's personal model on its local test split (the
+        global model for a client that has not trained yet)."""
+        acc = np.full(rc.data.num_clients, np.nan)
+        model = rc.model
+        for c in rc.data.clients:
+            own = self.personal_params(rc.store[c.client_id])
+            params, buffers = own if own is not None else (rc.params, rc.buffers)
+            load_flat_params(model, params)
+            if buffers:
+                model.load_state_dict(buffers, strict=False)
+            if len(c.y_test):
+                correct = per_sample_eval(model, c.x_test, c.y_test)[0]
+                acc[c.client_id] = float(correct.double().mean())
+        load_flat_params(model, rc.params)
+        if rc.buffers:
+            model.load_state_dict(rc.buffers, strict=False)
+        return {"personal_accuracy": acc}
 
     def personal_params(self, state: dict[str, Any]) -> tuple[torch.Tensor, dict] | None:
         if "ditto_personal" not in state:

@@ -7,12 +7,17 @@ client objective because it only moves the point local training starts from and 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 from pydantic import Field
 
 from fedcore.registry import HParams, Registry
+
+if TYPE_CHECKING:
+    from fedcore.round_context import RoundContext
+    from fedcore.store import ClientStore
 
 REGISTRY: Registry[Compressor] = Registry("compressor", "compressor", "fedcore.compression")
 register = REGISTRY.register
@@ -30,11 +35,21 @@ class CompressionHParams(HParams):
     probe_alpha: float = Field(1.0, ge=0.0)
 
 
+@dataclass
+class RoundEnd:
+    """What closing a round gives back: an extra server step (CSER's digest mean) or None,
+    and the round's compression metrics."""
+
+    step: torch.Tensor | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
 class Compressor:
     """An uplink operator ``apply`` plus the error-feedback bookkeeping the round loop calls.
 
-    Loop protocol, once per round: ``begin_round``; per client ``start_point`` (before local
-    training) and ``compress`` (after); then ``end_round`` (an extra server step or None).
+    Loop protocol, once per round: ``begin_round``; ``probe`` (metrics at the round's start);
+    per client ``start_point`` (before local training) and ``compress`` (after, on ``delta``;
+    extra uplink vectors go through ``apply`` alone); then ``end_round``.
     """
 
     name: ClassVar[str]
@@ -46,7 +61,6 @@ class Compressor:
 
         self.hp = hparams if hparams is not None else self.HParams()
         self.feedback = ErrorFeedback(self.hp)
-        self.last_metrics: dict[str, float] = {}
 
     def apply(
         self, x: torch.Tensor, generator: torch.Generator | None = None
@@ -72,11 +86,15 @@ class Compressor:
         """Return (the delta as received by the server, bytes put on the wire)."""
         return self.feedback.compress(self.apply, delta, state, generator)
 
-    def end_round(self, client_ids: list[int], store: Any) -> torch.Tensor | None:
-        """Close the round for the sampled clients; return an extra server step or None."""
-        step = self.feedback.end_round(client_ids, store)
-        self.last_metrics = dict(self.feedback.last_metrics)
-        return step
+    def probe(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
+        """Metrics measured at the round's start, before training (SA-PEF's mismatch probe)."""
+        from fedcore.compression.mismatch import round_gradient_mismatch
+
+        return round_gradient_mismatch(rc, sampled)
+
+    def end_round(self, client_ids: list[int], store: ClientStore) -> RoundEnd:
+        """Close the round for the sampled clients: an extra server step or None, and metrics."""
+        return self.feedback.end_round(client_ids, store)
 
 
 def sparse_bytes(k: int) -> int:

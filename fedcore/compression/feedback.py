@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from fedcore.compression.base import RoundEnd
 from fedcore.compression.topk import num_kept
 
 RESIDUAL = "ef_residual"
@@ -36,7 +37,6 @@ class ErrorFeedback:
         self.variant: str = hp.error_feedback
         self.round = 0
         self.alpha = 0.0
-        self.last_metrics: dict[str, float] = {}
 
     @property
     def active(self) -> bool:
@@ -94,23 +94,24 @@ class ErrorFeedback:
         state[DIGEST], state[DIGEST_ROUND] = digest, self.round
         return 8 * k1
 
-    def end_round(self, client_ids: list[int], store: Any) -> torch.Tensor | None:
-        states = [store[k] for k in client_ids]
-        self.last_metrics = {}
+    def end_round(self, client_ids: list[int], store: Any) -> RoundEnd:
         if not self.active:
-            return None
+            return RoundEnd()
+        states = [store[k] for k in client_ids]
         norms = [float(s[RESIDUAL].norm()) for s in states if RESIDUAL in s]
-        self.last_metrics["sapef/residual_norm_mean"] = float(sum(norms) / max(len(norms), 1))
-        self.last_metrics["sapef/alpha"] = self.alpha
+        metrics = {
+            "sapef/residual_norm_mean": float(sum(norms) / max(len(norms), 1)),
+            "sapef/alpha": self.alpha,
+        }
         if self.variant != "cser":
-            return None
+            return RoundEnd(None, metrics)
         reset = self.round % self.hp.H == 0
-        self.last_metrics["cser/reset"] = float(reset)
+        metrics["cser/reset"] = float(reset)
         senders = [s for s in states if s.get(DIGEST_ROUND) == self.round]
         if not reset or not senders:
-            return None
+            return RoundEnd(None, metrics)
         e_bar = torch.stack([s[DIGEST] for s in senders]).sum(0) / len(senders)  # uniform mean
         for s in senders:  # reconciliation e <- e + (last_sent - e_bar), once e_bar is known
             s[RESIDUAL] = s[RESIDUAL] + (s.pop(DIGEST) - e_bar)
             del s[DIGEST_ROUND]
-        return e_bar  # applied to w like the main update
+        return RoundEnd(e_bar, metrics)  # applied to w like the main update

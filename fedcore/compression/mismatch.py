@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from fedcore.round_context import RoundContext
 
 from fedcore.layout import flat_params, load_flat_params
 
@@ -47,7 +52,7 @@ def gradient_mismatch(
     return value
 
 
-def round_gradient_mismatch(sim, sampled) -> dict[str, float]:
+def round_gradient_mismatch(rc: RoundContext, sampled: list[int]) -> dict[str, float]:
     """``sapef/gradient_mismatch`` of a round's clients at the round's start (every eval_every).
 
     Probe: the first PROBE_SIZE samples of the global test set, global BN buffers, each sampled
@@ -56,15 +61,15 @@ def round_gradient_mismatch(sim, sampled) -> dict[str, float]:
     """
     from fedcore.compression.feedback import RESIDUAL
 
-    comp = sim.compressor
-    if not comp.feedback.active or comp.feedback.round % sim.cfg.eval_every:
+    comp = rc.compressor
+    if not comp.feedback.active or comp.feedback.round % rc.cfg.eval_every:
         return {}
     residuals, weights = [], []
     for k in map(int, sampled):
-        residuals.append(sim.store[k].get(RESIDUAL))
-        weights.append(float(sim.data.clients[k].num_train))
-    if sim.buffers:
-        sim.model.load_state_dict(sim.buffers, strict=False)
-    x, y = sim.data.x_test[:PROBE_SIZE], sim.data.y_test[:PROBE_SIZE]
-    value = gradient_mismatch(sim.model, sim.params, residuals, weights, x, y, comp.hp.probe_alpha)
+        residuals.append(rc.store[k].get(RESIDUAL))
+        weights.append(float(rc.data.clients[k].num_train))
+    if rc.buffers:
+        rc.model.load_state_dict(rc.buffers, strict=False)
+    x, y = rc.data.x_test[:PROBE_SIZE], rc.data.y_test[:PROBE_SIZE]
+    value = gradient_mismatch(rc.model, rc.params, residuals, weights, x, y, comp.hp.probe_alpha)
     return {"sapef/gradient_mismatch": value}

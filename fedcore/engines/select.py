@@ -6,9 +6,17 @@ with an unsupported combination fails as a one-line ``ConfigError`` before any c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
-from fedcore.config import ConfigError
+from fedcore.config import ConfigError, ExperimentConfig
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from fedcore.clients import ClientUpdate
+    from fedcore.layout import ParamLayout
+    from fedcore.round_context import RoundContext
 
 BACKENDS = ("auto", "sequential", "vectorised")
 # Client objectives the vectorised engine expresses functionally (fedcore/engines/objectives.py).
@@ -16,7 +24,15 @@ VECTORISED_CLIENTS = ("fedavg", "fedprox", "fedquad", "quadrupletfl", "tripletfl
 RESNETS = ("resnet20", "resnet56", "resnet110")
 
 
-def vectorised_blocker(cfg: Any) -> str | None:
+class Engine(Protocol):
+    """Trains a round's sampled clients: the sequential module or a VectorisedEngine."""
+
+    def train_round(
+        self, rc: RoundContext, sampled: list[int], order: list[int] | None = None
+    ) -> dict[int, ClientUpdate]: ...
+
+
+def vectorised_blocker(cfg: ExperimentConfig) -> str | None:
     """Why ``cfg`` cannot train clients with the vectorised engine; None when it can."""
     algo = cfg.method.client.get("algorithm")
     if algo not in VECTORISED_CLIENTS:
@@ -32,7 +48,7 @@ def vectorised_blocker(cfg: Any) -> str | None:
     return None
 
 
-def choose_engine(cfg: Any) -> tuple[str, str]:
+def choose_engine(cfg: ExperimentConfig) -> tuple[str, str]:
     """(engine name, reason) for ``cfg.engine.backend``; raises ConfigError if impossible."""
     backend = cfg.engine.backend
     blocker = vectorised_blocker(cfg)
@@ -45,12 +61,18 @@ def choose_engine(cfg: Any) -> tuple[str, str]:
     return "sequential", blocker
 
 
-def validate_engine(cfg: Any) -> None:
+def validate_engine(cfg: ExperimentConfig) -> None:
     """Raise the one-line ConfigError of an impossible explicit engine choice."""
     choose_engine(cfg)
 
 
-def build_engine(sim: Any) -> tuple[Any, str, str]:
+def build_engine(
+    cfg: ExperimentConfig,
+    model: nn.Module,
+    layout: ParamLayout,
+    in_shape: tuple[int, ...],
+    device: torch.device,
+) -> tuple[Engine, str, str]:
     """(engine, name, reason) for a simulation: the config's choice, checked on the real model.
 
     ``auto`` picks the vectorised engine on CUDA only (on CPU it measured 0.6-1.2x the
@@ -59,20 +81,21 @@ def build_engine(sim: Any) -> tuple[Any, str, str]:
     """
     from fedcore.engines import sequential
 
-    name, reason = choose_engine(sim.cfg)
+    name, reason = choose_engine(cfg)
     if name == "sequential":
         return sequential, name, reason
-    if sim.cfg.engine.backend == "auto" and sim.device.type != "cuda":
+    if cfg.engine.backend == "auto" and device.type != "cuda":
         return sequential, "sequential", (
-            f"engine.backend=auto on {sim.device.type}: the vectorised engine is not faster "
+            f"engine.backend=auto on {device.type}: the vectorised engine is not faster "
             "there for convolutions (benchmarks/vectorised.py); engine.backend=vectorised "
             "forces it"
         )
     from fedcore.engines.vectorised import VectorisedEngine, model_blocker
 
-    blocker = model_blocker(sim.model)
+    blocker = model_blocker(model)
     if blocker is None:
-        return VectorisedEngine(sim), name, reason
-    if sim.cfg.engine.backend == "vectorised":
+        engine = VectorisedEngine(model, layout, in_shape, device, cfg.engine.max_clients_per_chunk)
+        return engine, name, reason
+    if cfg.engine.backend == "vectorised":
         raise ConfigError(f"engine.backend: 'vectorised' unsupported here: {blocker}")
     return sequential, "sequential", blocker

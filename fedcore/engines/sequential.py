@@ -2,73 +2,74 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-from typing import Any
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from torch import nn
 
 from fedcore.adversaries import attack_update
 from fedcore.clients import ClientUpdate, LocalContext
+from fedcore.round_context import RoundContext
 from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed
 
 NAME = "sequential"
 
 
-def client_seed(sim: Any, client_id: int, round: int) -> int:
+def client_seed(rc: RoundContext, client_id: int) -> int:
     """The seed of a client's batches, dropout and attack noise in one round."""
-    return derive_seed(sim.cfg.seed, "client", round, client_id)
+    return derive_seed(rc.cfg.seed, "client", rc.round, client_id)
 
 
-def local_context(sim: Any, client_id: int, round: int) -> LocalContext:
-    """What client ``client_id`` sees in ``round``: its data, state, generator and start point."""
+def local_context(rc: RoundContext, client_id: int) -> LocalContext:
+    """What client ``client_id`` sees in the round: data, state, generator, start, downlink."""
     return LocalContext(
-        model=sim.model,
-        global_params=sim.params,
-        global_buffers=sim.buffers,
-        layout=sim.layout,
-        data=sim.data.clients[client_id],
-        schedule=sim.schedule(round),
-        state=sim.store[client_id],
-        generator=torch.Generator().manual_seed(client_seed(sim, client_id, round)),
-        round=round,
-        needs=sim.aggregator.needs,
-        start_params=sim.compressor.start_point(sim.params, sim.store[client_id]),
+        model=rc.model,
+        global_params=rc.params,
+        global_buffers=rc.buffers,
+        layout=rc.layout,
+        data=rc.data.clients[client_id],
+        schedule=rc.schedule,
+        state=rc.store[client_id],
+        generator=torch.Generator().manual_seed(client_seed(rc, client_id)),
+        round=rc.round,
+        needs=rc.aggregator.needs,
+        start_params=rc.compressor.start_point(rc.params, rc.store[client_id]),
+        server_payload=rc.downlink,
     )
 
 
-def rng_devices(sim: Any) -> list[torch.device]:
-    return [sim.device] if sim.device.type == "cuda" else []
+def rng_devices(rc: RoundContext) -> list[torch.device]:
+    return [rc.device] if rc.device.type == "cuda" else []
 
 
-def attack(sim: Any, update: ClientUpdate, generator: torch.Generator) -> ClientUpdate:
+def attack(rc: RoundContext, update: ClientUpdate, generator: torch.Generator) -> ClientUpdate:
     """A Byzantine client's update replaced by its attack (after training, as the server sees)."""
-    if update.client_id in sim.byzantine:
+    if update.client_id in rc.byzantine:
         update.delta = attack_update(
-            update.delta, sim.cfg.clients.attack, sim.cfg.clients.attack_strength, generator
+            update.delta, rc.cfg.clients.attack, rc.cfg.clients.attack_strength, generator
         )
     return update
 
 
-def global_rng_guard(model: nn.Module) -> Any:
+def global_rng_guard(model: nn.Module) -> AbstractContextManager[object]:
     """The process-wide RNG lock when training draws from torch's global RNG (dropout), so
     simulations in parallel threads stay bit-identical; no lock otherwise."""
     stochastic = any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules())
     return GLOBAL_RNG_LOCK if stochastic else nullcontext()
 
 
-def train_client(sim: Any, client_id: int, round: int) -> ClientUpdate:
-    """One client's local training in ``round`` (seeded by (seed, round, client))."""
-    ctx = local_context(sim, client_id, round)
-    with global_rng_guard(sim.model), torch.random.fork_rng(devices=rng_devices(sim)):
-        torch.manual_seed(client_seed(sim, client_id, round))
-        update = sim.client_algo.local_update(ctx)
-    return attack(sim, update, ctx.generator)
+def train_client(rc: RoundContext, client_id: int) -> ClientUpdate:
+    """One client's local training in the round (seeded by (seed, round, client))."""
+    ctx = local_context(rc, client_id)
+    with global_rng_guard(rc.model), torch.random.fork_rng(devices=rng_devices(rc)):
+        torch.manual_seed(client_seed(rc, client_id))
+        update = rc.client_algo.local_update(ctx)
+    return attack(rc, update, ctx.generator)
 
 
 def train_round(
-    sim: Any, round: int, sampled: list[int], order: list[int] | None = None
+    rc: RoundContext, sampled: list[int], order: list[int] | None = None
 ) -> dict[int, ClientUpdate]:
     """Every sampled client's update, trained in ``order`` (default: ``sampled``)."""
     train_order = order if order is not None else sampled
-    return {int(cid): sim.train_client(int(cid), round) for cid in train_order}
+    return {int(cid): train_client(rc, int(cid)) for cid in train_order}

@@ -14,7 +14,6 @@ import copy
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +25,8 @@ from fedcore.clients._tuplets import TupletClient
 from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
 from fedcore.engines import objectives, sequential
 from fedcore.engines.sequential import attack, client_seed, local_context, rng_devices
-from fedcore.layout import load_flat_params
+from fedcore.layout import ParamLayout, load_flat_params
+from fedcore.round_context import RoundContext
 from fedcore.seeding import GLOBAL_RNG_LOCK
 
 log = logging.getLogger("fedcore")
@@ -148,43 +148,50 @@ class _Client:
 class VectorisedEngine:
     """Trains the sampled clients of a round in chunks of vmapped functional SGD."""
 
-    def __init__(self, sim: Any) -> None:
-        reason = model_blocker(sim.model)
+    def __init__(
+        self,
+        model: nn.Module,
+        layout: ParamLayout,
+        in_shape: tuple[int, ...],
+        device: torch.device,
+        max_chunk: int | None = None,
+    ) -> None:
+        reason = model_blocker(model)
         if reason is not None:
             raise ValueError(reason)
         self.feed = _Feed()
-        in_shape = tuple(sim.data.in_shape)
-        self.dropouts = dropout_calls(sim.model, in_shape, sim.device)
-        fmodel = copy.deepcopy(sim.model).train()
+        in_shape = tuple(in_shape)
+        self.dropouts = dropout_calls(model, in_shape, device)
+        fmodel = copy.deepcopy(model).train()
         for slot, call in enumerate(self.dropouts):
             parent, _, child = call.name.rpartition(".")
             owner = fmodel.get_submodule(parent) if parent else fmodel
             setattr(owner, child, _MaskedDropout(slot, self.feed))
         self.wrapper = _EmbedLogits(fmodel)
-        self.slots = sim.layout.slots
-        self.act_numel = _activation_numel(sim.model, in_shape, sim.device)
+        self.slots = layout.slots
+        self.act_numel = _activation_numel(model, in_shape, device)
         self.in_numel = int(torch.Size(in_shape).numel())
-        self.max_chunk = sim.cfg.engine.max_clients_per_chunk
+        self.max_chunk = max_chunk
         self.last_chunks: list[int] = []
         self.fallback_logged: str | None = None
 
     # -- planning ---------------------------------------------------------------------------
 
-    def _plan(self, sim: Any, cid: int, round: int) -> _Client:
-        algo = sim.client_algo
-        ctx = local_context(sim, cid, round)
+    def _plan(self, rc: RoundContext, cid: int) -> _Client:
+        algo = rc.client_algo
+        ctx = local_context(rc, cid)
         start = ctx.start_params if ctx.start_params is not None else ctx.global_params
         stats: dict[str, float] = {}
         before = [k for k in BEFORE_TRAINING if k in ctx.needs]
         if before:
-            load_flat_params(sim.model, start)
+            load_flat_params(rc.model, start)
             for key in before:
-                stats[key] = BEFORE_TRAINING[key](sim.model, ctx)
+                stats[key] = BEFORE_TRAINING[key](rc.model, ctx)
         batches = [idx.to(torch.long) for idx in algo.batches(ctx)]
         arity = algo._current if isinstance(algo, TupletClient) else 0
         return _Client(ctx, batches, arity, start, stats)
 
-    def chunk_size(self, sim: Any, clients: list[_Client]) -> int:
+    def chunk_size(self, rc: RoundContext, clients: list[_Client]) -> int:
         """Clients per chunk: the configured cap, else what fits the memory budget."""
         if self.max_chunk is not None:
             return self.max_chunk
@@ -192,29 +199,29 @@ class VectorisedEngine:
         width = max((len(b) for c in clients for b in c.batches), default=1)
         drop = sum(int(torch.Size(d.shape).numel()) for d in self.dropouts)
         per_client = 4 * (
-            6 * sim.layout.dim
+            6 * rc.layout.dim
             + width * (3 * self.act_numel + 2 * self.in_numel)
             + steps * width * (drop + 3)
         )
-        return max(1, int(_memory_budget(sim.device) // per_client))
+        return max(1, int(_memory_budget(rc.device) // per_client))
 
     # -- training ---------------------------------------------------------------------------
 
     def train_round(
-        self, sim: Any, round: int, sampled: list[int], order: list[int] | None = None
+        self, rc: RoundContext, sampled: list[int], order: list[int] | None = None
     ) -> dict[int, ClientUpdate]:
         """Every sampled client's update (``order`` is irrelevant: clients are independent).
 
         A client object the engine cannot express (e.g. a patched ``local_update``) is trained
         by the sequential engine instead, with the reason logged once.
         """
-        blocker = objectives.algo_blocker(sim.client_algo)
+        blocker = objectives.algo_blocker(rc.client_algo)
         if blocker is not None:
             if blocker != self.fallback_logged:
                 log.info("vectorised engine: %s; training sequentially", blocker)
                 self.fallback_logged = blocker
-            return sequential.train_round(sim, round, sampled, order)
-        plans = [self._plan(sim, int(cid), round) for cid in sampled]
+            return sequential.train_round(rc, sampled, order)
+        plans = [self._plan(rc, int(cid)) for cid in sampled]
         groups: dict[int, list[_Client]] = {}
         for plan in plans:
             groups.setdefault(plan.arity, []).append(plan)
@@ -222,21 +229,21 @@ class VectorisedEngine:
         self.last_chunks = []
         for arity, members in groups.items():
             members.sort(key=lambda c: -len(c.batches))  # finished clients drop off the end
-            size = self.chunk_size(sim, members)
+            size = self.chunk_size(rc, members)
             for lo in range(0, len(members), size):
                 chunk = members[lo : lo + size]
                 self.last_chunks.append(len(chunk))
-                final, losses, steps = self._train_chunk(sim, chunk, arity)
-                deltas = final - sim.params  # the rows of the m x d update matrix
+                final, losses, steps = self._train_chunk(rc, chunk, arity)
+                deltas = final - rc.params  # the rows of the m x d update matrix
                 for i, plan in enumerate(chunk):
                     updates[plan.ctx.data.client_id] = self._finish(
-                        sim, plan, final[i], deltas[i], losses[i], steps[i]
+                        rc, plan, final[i], deltas[i], losses[i], steps[i]
                     )
         return updates
 
-    def _tensors(self, sim: Any, chunk: list[_Client], arity: int):
+    def _tensors(self, rc: RoundContext, chunk: list[_Client], arity: int):
         """Padded per-step index, masks and dropout noise of a chunk, on the device."""
-        device, m = sim.device, len(chunk)
+        device, m = rc.device, len(chunk)
         steps = max(len(c.batches) for c in chunk)
         if arity:
             tuplets = max((len(b) // arity for c in chunk for b in c.batches), default=1)
@@ -265,8 +272,8 @@ class VectorisedEngine:
         noise = [torch.zeros(steps, m, width, *d.shape, device=device) for d in self.dropouts]
         if self.dropouts:
             for i, c in enumerate(chunk):
-                seed = client_seed(sim, c.ctx.data.client_id, c.ctx.round)
-                with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=rng_devices(sim)):
+                seed = client_seed(rc, c.ctx.data.client_id)
+                with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=rng_devices(rc)):
                     torch.manual_seed(seed)
                     for t, rows in enumerate(rows_of[i]):
                         rows = rows.to(device)
@@ -277,15 +284,15 @@ class VectorisedEngine:
         y = torch.cat([c.ctx.data.y_train for c in chunk])
         return (x, y, index.to(device), image_mask.to(device), tuplet_mask.to(device), noise)
 
-    def _train_chunk(self, sim: Any, chunk: list[_Client], arity: int):
-        device, m = sim.device, len(chunk)
+    def _train_chunk(self, rc: RoundContext, chunk: list[_Client], arity: int):
+        device, m = rc.device, len(chunk)
         sched = chunk[0].ctx.schedule
-        x_all, y_all, index, image_mask, tuplet_mask, noise = self._tensors(sim, chunk, arity)
+        x_all, y_all, index, image_mask, tuplet_mask, noise = self._tensors(rc, chunk, arity)
         counts = [len(c.batches) for c in chunk]
         if counts != sorted(counts, reverse=True):
             raise ValueError("vectorised chunk: clients must come longest first (step count)")
-        loss_of = objectives.client_loss(sim.client_algo, arity)
-        mu = objectives.proximal_mu(sim.client_algo)
+        loss_of = objectives.client_loss(rc.client_algo, arity)
+        mu = objectives.proximal_mu(rc.client_algo)
         feed, wrapper = self.feed, self.wrapper
 
         def one_client(params, x, y, img_mask, tup_mask, masks):
@@ -295,7 +302,7 @@ class VectorisedEngine:
             return loss, loss.detach()
 
         step_grad = vmap(grad(one_client, has_aux=True))
-        theta = sim.params
+        theta = rc.params
         params = torch.stack([c.start for c in chunk]).to(device)
         buf = None
         loss_sum = torch.zeros(m, device=device)
@@ -325,7 +332,7 @@ class VectorisedEngine:
 
     def _finish(
         self,
-        sim: Any,
+        rc: RoundContext,
         plan: _Client,
         final: torch.Tensor,
         delta: torch.Tensor,
@@ -333,16 +340,16 @@ class VectorisedEngine:
         steps: int,
     ) -> ClientUpdate:
         """Stats of the trained client (hooks and extras on its local model), then the attack."""
-        ctx, algo, stats = plan.ctx, sim.client_algo, plan.stats
+        ctx, algo, stats = plan.ctx, rc.client_algo, plan.stats
         stats["num_steps"] = float(steps)
         after = [k for k in AFTER_TRAINING if k in ctx.needs]
         if after:
-            load_flat_params(sim.model, final)
+            load_flat_params(rc.model, final)
         if isinstance(algo, TupletClient):
             algo._current = plan.arity
-        algo.end_training(sim.model, ctx, stats)
+        algo.end_training(rc.model, ctx, stats)
         for key in after:
-            stats[key] = AFTER_TRAINING[key](sim.model, ctx, steps, algo)
+            stats[key] = AFTER_TRAINING[key](rc.model, ctx, steps, algo)
         update = ClientUpdate(
             client_id=ctx.data.client_id,
             delta=delta,
@@ -351,7 +358,7 @@ class VectorisedEngine:
             train_loss=loss,
             stats=stats,
         )
-        return attack(sim, update, ctx.generator)
+        return attack(rc, update, ctx.generator)
 
 
 def _memory_budget(device: torch.device) -> float:

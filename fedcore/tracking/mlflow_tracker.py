@@ -8,7 +8,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,9 @@ configure_environment()
 
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
+
+if TYPE_CHECKING:
+    from fedcore.simulation import Simulation
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -151,7 +154,7 @@ class MLflowTracker:
             self.client.delete_tag(run_id, "failure_reason")
         self.client.update_run(run_id, status="RUNNING")
 
-    def on_run_start(self, sim: Any) -> None:
+    def on_run_start(self, sim: Simulation) -> None:
         if self.run_id is None:
             self.start(sim.cfg.resolved(), sim.cfg.config_hash())
         self.client.set_tag(self.run_id, "device", str(sim.device))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
@@ -14,6 +14,9 @@ from fedcore.config import ConfigError
 from fedcore.tracking import get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.runner import run_tracked
 from fedcore.tuning.spec import Param, StudySpec
+
+if TYPE_CHECKING:
+    from fedcore.simulation import Simulation
 
 SQLITE_TIMEOUT_S = 600  # how long a process waits for another's write lock on a shared SQLite file
 RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
@@ -115,7 +118,7 @@ class PruningReporter:
         self.trial = trial
         self.metric = metric
 
-    def on_run_start(self, sim: Any) -> None:
+    def on_run_start(self, sim: Simulation) -> None:
         pass
 
     def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:

@@ -1,0 +1,44 @@
+"""The typed round context: what every phase of one round reads (DESIGN.md §2 and §9).
+
+The simulation builds one per round; engines, compressor probes and client hooks take it in
+place of the simulation object, so they see exactly these fields and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from fedcore.clients.base import ClientAlgorithm, LocalSchedule
+from fedcore.layout import ParamLayout
+from fedcore.store import ClientStore
+
+if TYPE_CHECKING:
+    from fedcore.aggregators.base import Aggregator
+    from fedcore.compression.base import Compressor
+    from fedcore.config import ExperimentConfig
+    from fedcore.data.federated import FederatedData
+
+
+@dataclass
+class RoundContext:
+    """One round of one simulation: fixed components plus this round's model and downlink."""
+
+    cfg: ExperimentConfig
+    device: torch.device
+    data: FederatedData
+    model: nn.Module  # the working module clients load parameters into
+    layout: ParamLayout
+    store: ClientStore
+    client_algo: ClientAlgorithm
+    aggregator: Aggregator
+    compressor: Compressor
+    byzantine: frozenset[int]
+    round: int
+    params: torch.Tensor  # theta_t, flat
+    buffers: dict[str, torch.Tensor]
+    schedule: LocalSchedule
+    downlink: dict[str, torch.Tensor] = field(default_factory=dict)  # Aggregator.broadcast()
