@@ -1,0 +1,73 @@
+"""SCAFFOLD server (Karimireddy et al., ICML 2020), docs/methods/scaffold.md.
+
+s = eta_g * mean_k delta_k (uniform by default) and c <- c + (1/N) sum_k Delta c_k, which keeps
+c equal to the mean of all N client control variates. c goes down to every sampled client.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from pydantic import Field
+
+from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register, weighted_mean
+from fedcore.layout import ParamLayout
+from fedcore.registry import HParams
+
+if TYPE_CHECKING:
+    from fedcore.config import ExperimentConfig
+
+
+def reconstructed_delta_c(
+    deltas: torch.Tensor, c: torch.Tensor, num_steps: torch.Tensor, lr: torch.Tensor
+) -> torch.Tensor:
+    """Option II's Delta c_k = -c - delta_k / (K_k lr) from what the server knows (0 if K = 0)."""
+    scale = (num_steps.to(deltas) * lr.to(deltas))[:, None]
+    out = -c - deltas / scale.clamp_min(torch.finfo(deltas.dtype).tiny)
+    return torch.where(scale > 0, out, torch.zeros_like(out))
+
+
+class ControlVariateServer(Aggregator):
+    """Keeps the server control variate c (zeros until the first round) and broadcasts it."""
+
+    def setup(self, num_clients: int, layout: ParamLayout) -> None:
+        super().setup(num_clients, layout)
+        self.c = torch.zeros(layout.dim)
+
+    def broadcast(self) -> dict[str, torch.Tensor]:
+        return {"c": self.c}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"c": self.c.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.c = state["c"].clone()
+
+
+@register("scaffold")
+class Scaffold(ControlVariateServer):
+    class HParams(HParams):
+        server_lr: float = Field(1.0, gt=0.0)  # eta_g
+        weighting: Literal["uniform", "samples"] = "uniform"  # of the deltas; c is always 1/N
+
+    @classmethod
+    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+        client = cfg.method.client.get("algorithm")
+        if client != "scaffold":
+            return f"method.client.algorithm: rule scaffold needs client 'scaffold', got {client!r}"
+        return None
+
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
+        deltas = batch.deltas
+        c = self.c.to(deltas)
+        if self.hp.weighting == "uniform":
+            step = self.hp.server_lr * deltas.mean(dim=0)
+        else:
+            step = self.hp.server_lr * weighted_mean(deltas, batch.weights)
+        if "delta_c" in batch.extras:
+            delta_c = batch.extras["delta_c"]
+        else:  # uplink: reconstruct
+            delta_c = reconstructed_delta_c(deltas, c, batch.num_steps, batch.stats["local_lr"])
+        self.c = c + delta_c.sum(dim=0) / self.num_clients  # c <- c + (m/N) mean Delta c
+        return Aggregate(step, {"scaffold/c_norm": float(self.c.norm())})

@@ -1,0 +1,65 @@
+"""SCAFCOM client (Huang, Li, Li, ICLR 2024), docs/methods/scafcom.md.
+
+Local steps exactly as SCAFFOLD's (drift correction c - c_i). The client then forms its mean
+local gradient g_bar, a momentum v_i+ = (1 - beta) v_i + beta g_bar, and sends ONE vector,
+the compressed increment C(v_i+ - c_i) (no model delta). Once accepted it commits
+v_i <- v_i+ and c_i <- c_i + C(v_i+ - c_i), the vector as the server received it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+from pydantic import Field
+
+from fedcore.clients.base import ClientUpdate, LocalContext, register
+from fedcore.clients.scaffold import CONTROL, ControlledClient, control_of, refuse_unless
+from fedcore.registry import HParams
+
+if TYPE_CHECKING:
+    from fedcore.config import ExperimentConfig
+
+MOMENTUM = "scafcom_v"  # v_i in the client store (absent: 0)
+
+
+@register("scafcom")
+class ScafcomClient(ControlledClient):
+    class HParams(HParams):
+        beta: float = Field(0.2, gt=0.0, le=1.0)  # momentum weight; 1 = no momentum
+
+    uplink = ("cv_increment",)
+
+    @classmethod
+    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+        return refuse_unless(cfg, "client scafcom", "scafcom", ef_free=True)
+
+    def local_update(self, ctx: LocalContext) -> ClientUpdate:
+        update = super().local_update(ctx)
+        c_i = control_of(ctx.state, ctx.global_params)
+        update.stats["local_lr"] = ctx.schedule.lr
+        if update.num_steps == 0:  # nothing learned: a zero increment, nothing committed
+            update.extras["cv_increment"] = torch.zeros_like(c_i)
+            return update
+        v = ctx.state.get(MOMENTUM)
+        g_bar = self.mean_gradient(update, ctx)
+        v_new = self.hp.beta * g_bar if v is None else (1 - self.hp.beta) * v.to(c_i) + (
+            self.hp.beta * g_bar
+        )
+        update.extras["cv_increment"] = v_new - c_i
+        update.pending["v"] = v_new
+        return update
+
+    def commit(
+        self,
+        state: dict[str, Any],
+        update: ClientUpdate,
+        sent: Mapping[str, torch.Tensor],
+        accepted: bool,
+    ) -> None:
+        if not accepted or "v" not in update.pending:
+            return
+        state[MOMENTUM] = update.pending["v"]
+        increment = sent["cv_increment"]
+        state[CONTROL] = control_of(state, increment) + increment

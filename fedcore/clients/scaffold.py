@@ -1,0 +1,156 @@
+"""SCAFFOLD client (Karimireddy et al., ICML 2020), docs/methods/scaffold.md.
+
+Every local step adds the drift correction Gamma_i = c - c_i (server control variate from the
+downlink, the client's own c_i from its store, both frozen for the round) to the raw gradient;
+afterwards the client sends its delta and Delta c_i = c_i+ - c_i, and commits c_i+ only once
+the server has accepted the update. Control variates are gradient-like (a positive c pushes
+parameters down); deltas keep the framework's ``local - global`` sign.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from torch import nn
+
+from fedcore.clients.base import ClientAlgorithm, ClientUpdate, LocalContext, register
+from fedcore.layout import flat_params, load_flat_params
+from fedcore.registry import HParams
+
+if TYPE_CHECKING:
+    from fedcore.config import ExperimentConfig
+
+CONTROL = "scaffold_c"  # c_i in the client store (absent: 0)
+
+
+def control_of(state: Mapping[str, Any], like: torch.Tensor) -> torch.Tensor:
+    """The client's control variate c_i (zeros before its first committed round)."""
+    c = state.get(CONTROL)
+    return torch.zeros_like(like) if c is None else c.to(like)
+
+
+def server_control(ctx: LocalContext) -> torch.Tensor:
+    """c from the downlink, on the parameters' device and dtype."""
+    return ctx.server_payload["c"].to(ctx.global_params)
+
+
+def refuse_unless(cfg: ExperimentConfig, client: str, rule: str, ef_free: bool) -> str | None:
+    """The shared config rules of the control-variate methods (docs/methods/scaffold.md)."""
+    got = cfg.method.aggregator.get("rule")
+    if got != rule:
+        return f"method.aggregator.rule: {client} needs rule {rule!r}, got {got!r}"
+    if cfg.local.momentum != 0.0:
+        return (
+            f"local.momentum: {client} needs plain SGD (momentum 0), got {cfg.local.momentum}; "
+            "its control variate is the mean gradient of momentum-free steps"
+        )
+    comp = cfg.method.compression
+    if not ef_free and comp.get("compressor") != "none":
+        return (
+            f"method.compression.compressor: {client} sends uncompressed vectors, got "
+            f"{comp.get('compressor')!r}; allowed: none (use scafcom for compressed uplinks)"
+        )
+    if comp.get("error_feedback", "none") != "none":
+        return (
+            f"method.compression.error_feedback: {client} keeps no residual, got "
+            f"{comp.get('error_feedback')!r}; allowed: none"
+        )
+    return None
+
+
+class ControlledClient(ClientAlgorithm):
+    """Local SGD on F_i(y) + <Gamma_i, y>: Gamma_i = c - c_i added to every step's gradient."""
+
+    def begin_training(self, model: nn.Module, ctx: LocalContext) -> None:
+        gamma = server_control(ctx) - control_of(ctx.state, ctx.global_params)
+        self._gamma = [gamma[s.start : s.stop].view(s.shape) for s in ctx.layout.slots]
+
+    def after_backward(self, params: list[torch.Tensor], ctx: LocalContext) -> None:
+        for p, g in zip(params, self._gamma, strict=True):
+            if p.grad is None:  # unused this step: its raw gradient counts as 0
+                p.grad = g.clone()
+            else:
+                p.grad.add_(g)
+
+    def mean_gradient(self, update: ClientUpdate, ctx: LocalContext) -> torch.Tensor:
+        """(1/K) sum_k g_k along the local path: -delta/(K lr) + c_i - c (K > 0)."""
+        c_i = control_of(ctx.state, ctx.global_params)
+        lr_k = update.num_steps * ctx.schedule.lr
+        return -update.delta / lr_k + c_i - server_control(ctx)
+
+
+@register("scaffold")
+class ScaffoldClient(ControlledClient):
+    """``control``: option2 (c_i+ = the mean raw gradient along the local path, free) or
+    option1 (c_i+ = the full local gradient at theta_t, one extra pass). ``uplink``: both
+    (send delta and Delta c_i, 8d bytes) or reconstruct (send delta only; the server rebuilds
+    Delta c_i = -c - delta/(K lr) from what it knows, option2 only)."""
+
+    class HParams(HParams):
+        control: Literal["option2", "option1"] = "option2"
+        uplink: Literal["both", "reconstruct"] = "both"
+
+    def __init__(self, hparams: HParams | None = None) -> None:
+        super().__init__(hparams)
+        self.uplink = ("delta",) if self.hp.uplink == "reconstruct" else ("delta", "delta_c")
+
+    @classmethod
+    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+        assert isinstance(hp, cls.HParams)
+        if hp.uplink == "reconstruct" and hp.control != "option2":
+            return (
+                "method.client.uplink: 'reconstruct' rebuilds option2's Delta c_i on the server; "
+                "allowed with control=option1: both"
+            )
+        return refuse_unless(cfg, "client scaffold", "scaffold", ef_free=False)
+
+    def local_update(self, ctx: LocalContext) -> ClientUpdate:
+        update = super().local_update(ctx)
+        c_i = control_of(ctx.state, ctx.global_params)
+        if update.num_steps == 0:  # no step taken: nothing learned, c_i kept
+            delta_c = torch.zeros_like(c_i)
+        elif self.hp.control == "option1":
+            delta_c = self.full_gradient(ctx) - c_i
+        else:  # option II: c_i+ - c_i = -c - delta / (K lr)
+            delta_c = self.mean_gradient(update, ctx) - c_i
+        update.stats["local_lr"] = ctx.schedule.lr
+        update.pending["delta_c"] = delta_c
+        if "delta_c" in self.uplink:
+            update.extras["delta_c"] = delta_c
+        return update
+
+    def full_gradient(self, ctx: LocalContext) -> torch.Tensor:
+        """grad F_i(theta_t) (+ weight decay) over the whole train split, in eval mode."""
+        model, data = ctx.model, ctx.data
+        load_flat_params(model, ctx.global_params)
+        was_training = model.training
+        model.eval()
+        params = [p for p in model.parameters() if p.requires_grad]
+        for p in params:
+            p.grad = None
+        n = max(data.num_train, 1)
+        for start in range(0, data.num_train, 1024):
+            x, y = data.x_train[start : start + 1024], data.y_train[start : start + 1024]
+            (nn.functional.cross_entropy(model(x), y, reduction="sum") / n).backward()
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads]).detach()
+        for p in params:
+            p.grad = None
+        model.train(was_training)
+        wd = ctx.schedule.weight_decay
+        return flat + wd * flat_params(model) if wd else flat
+
+    def commit(
+        self,
+        state: dict[str, Any],
+        update: ClientUpdate,
+        sent: Mapping[str, torch.Tensor],
+        accepted: bool,
+    ) -> None:
+        """c_i <- c_i + Delta c_i as the server received it, only if it was accepted."""
+        if not accepted:
+            return
+        delta_c = sent.get("delta_c", update.pending["delta_c"])
+        state[CONTROL] = control_of(state, delta_c) + delta_c
