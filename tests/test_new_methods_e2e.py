@@ -9,6 +9,8 @@ from fedcore.simulation import Simulation
 
 from .test_checkpoint import StopAt, _cfg, _numbers, _same_tables
 
+pytestmark = pytest.mark.slow
+
 SMALL = ["model.name=mlp", "dataset.num_clients=8", "clients_per_round=4", "local.epochs=1"]
 METHODS = ["scaffold", "scafcom_topk", "afl", "fedalign_fedoui"]
 

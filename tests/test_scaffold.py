@@ -205,3 +205,32 @@ def test_config_rules_are_one_line_errors(overrides, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")) as exc:
         load_config(None, ["model.name=mlp", *overrides])
     assert "\n" not in str(exc.value)
+
+
+def test_scafcom_rejected_client_commits_neither_v_nor_c():
+    client, agg, stores = _setup({"algorithm": "scafcom"}, {"rule": "scafcom"})
+    play(client, agg, torch.zeros(2, dtype=torch.float64), [0, 1], stores, reject=(1,))
+    assert MOMENTUM in stores[0] and CONTROL in stores[0]
+    assert MOMENTUM not in stores[1] and CONTROL not in stores[1]
+
+
+def test_parameter_without_gradient_is_still_corrected():
+    """A parameter unused by the loss moves by -lr K Gamma and gets c_i+ = 0 (raw gradient 0)."""
+
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = nn.Parameter(torch.zeros(1, dtype=torch.float64))
+            self.unused = nn.Parameter(torch.zeros(1, dtype=torch.float64))
+
+    class Client(ScaffoldClient):
+        def loss(self, model, x, y, ctx):
+            return 0.5 * (model.used - 1.0).pow(2).sum()
+
+    model = Two()
+    layout = ParamLayout.from_model(model)
+    ctx = LocalContext(model, torch.zeros(2, dtype=torch.float64), {}, layout, data(0), SCHED, {},
+                       torch.Generator().manual_seed(0), 1, server_payload={"c": _t(0.0, 0.5)})
+    up = Client().local_update(ctx)
+    assert float(up.delta[1]) == pytest.approx(-0.1 * 2 * 0.5)  # -lr K Gamma
+    assert float(up.extras["delta_c"][1]) == pytest.approx(0.0, abs=1e-12)  # c_i+ = 0
