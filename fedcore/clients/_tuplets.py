@@ -13,7 +13,14 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from fedcore.clients.base import ClientAlgorithm, LocalContext, LocalSchedule
+from fedcore.clients.base import (
+    BatchMask,
+    ClientAlgorithm,
+    LocalContext,
+    LocalSchedule,
+    batch_mean,
+    cross_entropy,
+)
 
 
 def sample_tuplets(y: torch.Tensor, arity: int, generator: torch.Generator) -> torch.Tensor:
@@ -90,9 +97,16 @@ def sq_dist(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return ((u - v) ** 2).sum(1)
 
 
-def triplet_loss(za: torch.Tensor, zp: torch.Tensor, zn: torch.Tensor, margin: float):
-    """mean [D(a,p) - D(a,n) + m]_+ (FaceNet form, METHODS.md §6.1)."""
-    return torch.relu(sq_dist(za, zp) - sq_dist(za, zn) + margin).mean()
+def triplet_loss(
+    za: torch.Tensor,
+    zp: torch.Tensor,
+    zn: torch.Tensor,
+    margin: float,
+    weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """mean [D(a,p) - D(a,n) + m]_+ (FaceNet form, METHODS.md §6.1), over the real tuplets
+    (``weights``) when the batch is padded."""
+    return batch_mean(torch.relu(sq_dist(za, zp) - sq_dist(za, zn) + margin), weights)
 
 
 def quadruplet_loss(
@@ -103,6 +117,7 @@ def quadruplet_loss(
     m1: float,
     m2: float,
     anchored: bool = True,
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """mean [D(a,p) - D(a,n1) + m1]_+ + mean [D(a,p) - D2 + m2]_+.
 
@@ -110,7 +125,8 @@ def quadruplet_loss(
     Chen et al. 2017 (QuadrupletFL, §6.2).
     """
     second = sq_dist(za, zn2) if anchored else sq_dist(zn1, zn2)
-    return triplet_loss(za, zp, zn1, m1) + torch.relu(sq_dist(za, zp) - second + m2).mean()
+    first = triplet_loss(za, zp, zn1, m1, weights)
+    return first + batch_mean(torch.relu(sq_dist(za, zp) - second + m2), weights)
 
 
 class TupletClient(ClientAlgorithm):
@@ -124,9 +140,12 @@ class TupletClient(ClientAlgorithm):
     """
 
     arity: ClassVar[int] = 4
+    vectorisable = True
     _current: int = 0  # tuplet size of the client being trained (0 = CE only)
 
-    def tuplet_loss(self, z: list[torch.Tensor]) -> torch.Tensor:
+    def tuplet_loss(
+        self, z: list[torch.Tensor], weights: torch.Tensor | None = None
+    ) -> torch.Tensor:
         raise NotImplementedError
 
     def batches(self, ctx: LocalContext) -> Iterator[torch.Tensor]:
@@ -138,14 +157,22 @@ class TupletClient(ClientAlgorithm):
         return tuplet_batches(ctx.data.y_train, self._current, ctx.schedule, ctx.generator)
 
     def loss(
-        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: LocalContext
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        ctx: LocalContext,
+        mask: BatchMask | None = None,
     ) -> torch.Tensor:
+        """CE over all images + beta * the tuplet hinges on normalised embeddings, laid out
+        role by role (``_current`` blocks of rows; padded blocks when masked)."""
         h = model.embedding(x)
-        ce = nn.functional.cross_entropy(model.head(h), y)  # CE scope: all images (§5.2)
+        ce = cross_entropy(model.head(h), y, mask)  # CE scope: all images (§5.2)
         if self._current == 0:
             return ce
         z = nn.functional.normalize(h, dim=1).view(self._current, -1, h.shape[1])
-        return ce + self.hp.beta * self.tuplet_loss(list(z))
+        weights = None if mask is None else mask.tuplets
+        return ce + self.hp.beta * self.tuplet_loss(list(z), weights)
 
     def end_training(self, model: nn.Module, ctx: LocalContext, stats: dict[str, float]) -> None:
         stats[f"{self.name}/fallback_clients"] = float(self._current < self.arity)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedcore.clients.sgd import sgd_step
 from fedcore.layout import ParamLayout, flat_params, load_flat_params
 from fedcore.registry import HParams, Registry
 
@@ -70,6 +71,34 @@ class LocalContext:
         return [self.global_params[s.start : s.stop].view(s.shape) for s in self.layout.slots]
 
 
+@dataclass(frozen=True)
+class BatchMask:
+    """Which rows of a padded batch are real (the vectorised engine pads clients to one shape).
+
+    ``rows``: 1 for a real sample; ``tuplets``: 1 for a real tuplet (tuplet objectives). The
+    sequential engine passes no mask: every row is real.
+    """
+
+    rows: torch.Tensor
+    tuplets: torch.Tensor | None = None
+
+
+def batch_mean(values: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over the batch, or over the rows with weight 1 (0 for no rows) when masked."""
+    if weights is None:
+        return values.mean()
+    return (values * weights).sum() / weights.sum().clamp_min(1.0)
+
+
+def cross_entropy(
+    logits: torch.Tensor, y: torch.Tensor, mask: BatchMask | None = None
+) -> torch.Tensor:
+    """The batch's mean cross-entropy (over the real rows when masked)."""
+    if mask is None:
+        return nn.functional.cross_entropy(logits, y)
+    return batch_mean(nn.functional.cross_entropy(logits, y, reduction="none"), mask.rows)
+
+
 @dataclass
 class ClientUpdate:
     """What a client sends back (before compression)."""
@@ -112,17 +141,34 @@ class ClientAlgorithm:
     name: ClassVar[str]
     HParams: ClassVar[type[HParams]] = HParams
     uplink: tuple[str, ...] = ("delta",)  # the vectors sent: "delta" and/or named extras
+    # The vectorised engine vmaps ``loss`` (with a BatchMask) for objectives that set this; the
+    # others give ``not_vectorised`` as the reason they train sequentially.
+    vectorisable: ClassVar[bool] = False
+    not_vectorised: ClassVar[str] = "its loss has not been written for padded batches"
 
     def __init__(self, hparams: HParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()
 
     def loss(
-        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: LocalContext
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        ctx: LocalContext,
+        mask: BatchMask | None = None,
     ) -> torch.Tensor:
-        return nn.functional.cross_entropy(model(x), y)
+        """The objective of one batch: the one definition both engines execute (the vectorised
+        one passes a functional model view and a mask; see ``vectorisable``)."""
+        return cross_entropy(model(x), y, mask)
+
+    @property
+    def proximal_mu(self) -> float:
+        """mu of a proximal term (mu/2)||w - theta_t||^2, applied by the shared SGD step."""
+        return 0.0
 
     def after_backward(self, params: list[torch.Tensor], ctx: LocalContext) -> None:
-        """Hook between backward and the optimiser step (e.g. FedProx's proximal gradient)."""
+        """Hook between backward and the optimiser step (SCAFFOLD's drift correction);
+        sequential engine only."""
 
     def batches(self, ctx: LocalContext) -> Iterator[torch.Tensor]:
         """Index batches into the client's train split (FedQuad yields quadruplet batches)."""
@@ -171,9 +217,9 @@ class ClientAlgorithm:
         stats = {k: fn(model, ctx) for k, fn in _extras().BEFORE_TRAINING.items() if k in ctx.needs}
         model.train()
         params = [p for p in model.parameters() if p.requires_grad]
-        opt = torch.optim.SGD(
-            params, lr=sched.lr, momentum=sched.momentum, weight_decay=sched.weight_decay
-        )
+        buffers: list[torch.Tensor | None] = [None] * len(params)
+        mu = self.proximal_mu
+        anchors = ctx.global_tensors() if mu else None
         device = data.x_train.device
         loss_sum = torch.zeros((), device=device)
         seen, steps = 0, 0
@@ -181,11 +227,12 @@ class ClientAlgorithm:
         for idx in self.batches(ctx):
             idx = idx.to(device)
             x, y = data.x_train[idx], data.y_train[idx]
-            opt.zero_grad(set_to_none=True)
+            for p in params:
+                p.grad = None
             loss = self.loss(model, x, y, ctx)
             loss.backward()
             self.after_backward(params, ctx)
-            opt.step()
+            sgd_step(params, [p.grad for p in params], buffers, sched, mu, anchors)
             loss_sum += loss.detach() * len(idx)
             seen += len(idx)
             steps += 1

@@ -32,6 +32,11 @@ class DittoClient(ClientAlgorithm):
     aggregated by any rule; then the personal model v_k (``state["ditto_personal"]``,
     initialised from theta_t at the first participation) takes its own local steps."""
 
+    not_vectorised = (
+        "each client trains a second (personal) model after the global one, with an exact "
+        "proximal step per iteration; the engine vmaps one model per client"
+    )
+
     class HParams(HParams):
         lam: float = Field(0.1, ge=0.0)
         personal_steps: int | None = Field(None, ge=1)  # None: the local schedule's length

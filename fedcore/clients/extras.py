@@ -33,7 +33,7 @@ def loss_before(model: nn.Module, ctx: LocalContext) -> float:
 def accumulation_norm(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float:
     """FedNova's ||a_k||_1 for tau local steps (METHODS.md §7.3)."""
     momentum, lr = ctx.schedule.momentum, ctx.schedule.lr
-    mu = float(getattr(algo, "proximal_mu", 0.0))
+    mu = float(algo.proximal_mu)
     if mu > 0:
         return float(sum((1 - lr * mu) ** j for j in range(num_steps)))
     if momentum > 0:

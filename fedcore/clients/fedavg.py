@@ -7,4 +7,4 @@ from fedcore.clients.base import ClientAlgorithm, register
 
 @register("fedavg")
 class FedAvgClient(ClientAlgorithm):
-    pass
+    vectorisable = True

@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import torch
 from pydantic import Field
 
-from fedcore.clients.base import ClientAlgorithm, LocalContext, register
+from fedcore.clients.base import ClientAlgorithm, register
 from fedcore.registry import HParams
 
 
 @register("fedprox")
 class FedProxClient(ClientAlgorithm):
+    """mu (w - theta_t) is added to every step's gradient by the shared SGD step
+    (``fedcore.clients.sgd``), in both engines."""
+
+    vectorisable = True
+
     class HParams(HParams):
         mu: float = Field(0.01, ge=0.0)
 
     @property
     def proximal_mu(self) -> float:
-        """The proximal coefficient (FedNova's accumulation norm reads it)."""
-        return self.hp.mu
-
-    def after_backward(self, params: list[torch.Tensor], ctx: LocalContext) -> None:
-        # grad of (mu/2)||w - theta_t||^2 is mu (w - theta_t)   (METHODS.md §7.2)
-        if self.hp.mu == 0.0:
-            return
-        for p, anchor in zip(params, ctx.global_tensors(), strict=True):
-            p.grad.add_(p.detach() - anchor, alpha=self.hp.mu)
+        """The proximal coefficient (FedNova's accumulation norm reads it too)."""
+        return self.hp.mu  # grad of (mu/2)||w - theta_t||^2 is mu (w - theta_t)  (fedprox doc)

@@ -19,8 +19,10 @@ class FedQuadClient(TupletClient):
         m1: float = Field(1.0, ge=0.0, le=4.0)  # D in [0, 4] on L2-normalised embeddings
         m2: float = Field(0.5, ge=0.0, le=4.0)
 
-    def tuplet_loss(self, z: list[torch.Tensor]) -> torch.Tensor:
+    def tuplet_loss(
+        self, z: list[torch.Tensor], weights: torch.Tensor | None = None
+    ) -> torch.Tensor:
         # l* = [D(a,p) - D(a,n1) + m1]_+ + [D(a,p) - D(a,n2) + m2]_+   (METHODS.md §5.1)
         if len(z) == 3:  # 2 local classes: first hinge only (§5.5)
-            return triplet_loss(*z, self.hp.m1)
-        return quadruplet_loss(*z, self.hp.m1, self.hp.m2, anchored=self.anchored)
+            return triplet_loss(*z, self.hp.m1, weights)
+        return quadruplet_loss(*z, self.hp.m1, self.hp.m2, self.anchored, weights)

@@ -38,6 +38,11 @@ class MoonClient(ClientAlgorithm):
     """Each client keeps its last local model (``state["moon_prev"]``, buffer size 1). At a
     client's first participation there is no previous model and the loss is CE alone."""
 
+    not_vectorised = (
+        "its loss runs each client's own frozen previous model beside the global one, a second "
+        "per-client model the vectorised engine does not stack"
+    )
+
     class HParams(HParams):
         mu: float = Field(1.0, ge=0.0)
         temperature: float = Field(0.5, gt=0.0)

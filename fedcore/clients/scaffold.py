@@ -63,6 +63,11 @@ def refuse_unless(cfg: ExperimentConfig, client: str, rule: str, ef_free: bool) 
 class ControlledClient(ClientAlgorithm):
     """Local SGD on F_i(y) + <Gamma_i, y>: Gamma_i = c - c_i added to every step's gradient."""
 
+    not_vectorised = (
+        "its drift correction c - c_i is added to the gradient in after_backward, a hook of "
+        "the sequential engine"
+    )
+
     def begin_training(self, model: nn.Module, ctx: LocalContext) -> None:
         gamma = server_control(ctx) - control_of(ctx.state, ctx.global_params)
         self._gamma = [gamma[s.start : s.stop].view(s.shape) for s in ctx.layout.slots]

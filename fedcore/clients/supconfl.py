@@ -29,6 +29,11 @@ def supcon_loss(z: torch.Tensor, y: torch.Tensor, temperature: float) -> torch.T
 
 @register("supconfl")
 class SupConFLClient(ClientAlgorithm):
+    not_vectorised = (
+        "its SupCon loss selects anchors by data-dependent boolean indexing, which is not "
+        "written for padded (masked) batches"
+    )
+
     class HParams(HParams):
         beta: float = Field(1.0, ge=0.0)
         temperature: float = Field(0.1, gt=0.0)

@@ -18,6 +18,8 @@ class TripletFLClient(TupletClient):
         beta: float = Field(1.0, ge=0.0)
         margin: float = Field(1.0, ge=0.0, le=4.0)
 
-    def tuplet_loss(self, z: list[torch.Tensor]) -> torch.Tensor:
+    def tuplet_loss(
+        self, z: list[torch.Tensor], weights: torch.Tensor | None = None
+    ) -> torch.Tensor:
         # FaceNet triplet hinge (METHODS.md §6.1), same sampler as FedQuad without n2
-        return triplet_loss(*z, self.hp.margin)
+        return triplet_loss(*z, self.hp.margin, weights)

@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from fedcore.round_context import RoundContext
 
 BACKENDS = ("auto", "sequential", "vectorised")
-# Client objectives the vectorised engine expresses functionally (fedcore/engines/objectives.py).
-VECTORISED_CLIENTS = ("fedavg", "fedprox", "fedquad", "quadrupletfl", "tripletfl")
 RESNETS = ("resnet20", "resnet56", "resnet110")
 
 
@@ -32,13 +30,24 @@ class Engine(Protocol):
     ) -> dict[int, ClientUpdate]: ...
 
 
+def vectorised_clients() -> list[str]:
+    """Client objectives whose ``loss`` the vectorised engine vmaps (``vectorisable``)."""
+    from fedcore.clients.base import REGISTRY
+
+    return [name for name in REGISTRY.names() if REGISTRY.get(name).vectorisable]
+
+
 def vectorised_blocker(cfg: ExperimentConfig) -> str | None:
     """Why ``cfg`` cannot train clients with the vectorised engine; None when it can."""
+    from fedcore.clients.base import REGISTRY
+
     algo = cfg.method.client.get("algorithm")
-    if algo not in VECTORISED_CLIENTS:
+    allowed = vectorised_clients()
+    if algo not in allowed:
+        why = REGISTRY.get(algo).not_vectorised if algo in REGISTRY.names() else "unknown"
         return (
-            f"method.client.algorithm={algo!r} is not vectorised; "
-            f"allowed: {', '.join(VECTORISED_CLIENTS)}"
+            f"method.client.algorithm={algo!r} is not vectorised ({why}); "
+            f"allowed: {', '.join(allowed)}"
         )
     if cfg.model.name in RESNETS and cfg.model.norm == "batch":
         return (

@@ -1,11 +1,12 @@
-"""The vectorised engine: a chunk of clients trains at once with ``vmap(grad(functional_call))``.
+"""The vectorised engine: a chunk of clients trains at once with ``vmap(grad(...))``.
 
-Each client gets exactly the batches, dropout masks and SGD steps of the sequential engine:
-batches come from its own generator (``algo.batches``), dropout masks are drawn up front from
-its own seeded RNG stream in the order the sequential forward passes draw them, and a client
-that has run out of steps (or a row past a partial batch) is masked. The optimiser is
-``torch.optim.SGD`` (momentum, weight decay, FedProx's proximal gradient) written on the
-stacked flat parameters; the deltas are the rows of the m x d update matrix.
+It executes the client objective's own ``loss`` (the definition the sequential engine runs) on a
+functional view of the model, with a ``BatchMask`` for padded rows, and steps with the one SGD
+(``fedcore.clients.sgd``) on the stacked flat parameters. Each client gets exactly the batches,
+dropout masks and SGD steps of the sequential engine: batches come from its own generator
+(``algo.batches``), dropout masks are drawn up front from its own seeded RNG stream in the order
+the sequential forward passes draw them, and a client that has run out of steps (or a row past
+a partial batch) is masked. The deltas are the rows of the m x d update matrix.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from torch.func import functional_call, grad, vmap
 
 from fedcore.clients import ClientUpdate, LocalContext
 from fedcore.clients._tuplets import TupletClient
+from fedcore.clients.base import BatchMask, ClientAlgorithm
 from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
-from fedcore.engines import objectives, sequential
+from fedcore.clients.sgd import sgd_step
+from fedcore.engines import sequential
 from fedcore.engines.sequential import attack, client_seed, local_context, rng_devices
 from fedcore.layout import ParamLayout, load_flat_params
 from fedcore.round_context import RoundContext
@@ -69,16 +72,50 @@ class _MaskedDropout(nn.Module):
         return x * self.feed.masks[self.slot]
 
 
-class _EmbedLogits(nn.Module):
-    """(embedding, logits) of the wrapped model in one call."""
+_HOOKS = ("local_update", "loss", "after_backward", "batches", "begin_training")
+
+
+def algo_blocker(algo: ClientAlgorithm) -> str | None:
+    """Why ``algo`` (the object the loop holds) cannot be vectorised; None when it can."""
+    if not algo.vectorisable:
+        return f"client objective {type(algo).__name__} is not vectorised: {algo.not_vectorised}"
+    patched = [h for h in _HOOKS if h in vars(algo)]
+    if patched:
+        return f"client objective has instance overrides of {', '.join(patched)}"
+    return None
+
+
+class _Parts(nn.Module):
+    """The wrapped model's forward, embedding or head, chosen per call (for functional_call)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.m = model
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.m.embedding(x)
-        return h, self.m.head(h)
+    def forward(self, x: torch.Tensor, part: str) -> torch.Tensor:
+        if part == "embedding":
+            return self.m.embedding(x)
+        if part == "head":
+            return self.m.head(x)
+        return self.m(x)
+
+
+class FunctionalModel:
+    """What an objective's ``loss`` sees inside vmap: the model API (``model(x)``,
+    ``embedding``, ``head``) evaluated at this call's parameters."""
+
+    def __init__(self, parts: _Parts) -> None:
+        self.parts = parts
+        self.params: dict[str, torch.Tensor] = {}
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.parts, self.params, (x, "all"))
+
+    def embedding(self, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.parts, self.params, (x, "embedding"))
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.parts, self.params, (h, "head"))
 
 
 @dataclass(frozen=True)
@@ -167,7 +204,7 @@ class VectorisedEngine:
             parent, _, child = call.name.rpartition(".")
             owner = fmodel.get_submodule(parent) if parent else fmodel
             setattr(owner, child, _MaskedDropout(slot, self.feed))
-        self.wrapper = _EmbedLogits(fmodel)
+        self.view = FunctionalModel(_Parts(fmodel))
         self.slots = layout.slots
         self.act_numel = _activation_numel(model, in_shape, device)
         self.in_numel = int(torch.Size(in_shape).numel())
@@ -215,7 +252,7 @@ class VectorisedEngine:
         A client object the engine cannot express (e.g. a patched ``local_update``) is trained
         by the sequential engine instead, with the reason logged once.
         """
-        blocker = objectives.algo_blocker(rc.client_algo)
+        blocker = algo_blocker(rc.client_algo)
         if blocker is not None:
             if blocker != self.fallback_logged:
                 log.info("vectorised engine: %s; training sequentially", blocker)
@@ -291,20 +328,23 @@ class VectorisedEngine:
         counts = [len(c.batches) for c in chunk]
         if counts != sorted(counts, reverse=True):
             raise ValueError("vectorised chunk: clients must come longest first (step count)")
-        loss_of = objectives.client_loss(rc.client_algo, arity)
-        mu = objectives.proximal_mu(rc.client_algo)
-        feed, wrapper = self.feed, self.wrapper
+        algo, ctx = rc.client_algo, chunk[0].ctx  # vectorisable losses read no per-client ctx
+        if isinstance(algo, TupletClient):
+            algo._current = arity
+        feed, view = self.feed, self.view
 
         def one_client(params, x, y, img_mask, tup_mask, masks):
             feed.masks = masks
-            h, logits = functional_call(wrapper, params, (x,))
-            loss = loss_of(h, logits, y, img_mask, tup_mask)
+            view.params = params
+            mask = BatchMask(img_mask, tup_mask if arity else None)
+            loss = algo.loss(view, x, y, ctx, mask)  # type: ignore[arg-type]
             return loss, loss.detach()
 
         step_grad = vmap(grad(one_client, has_aux=True))
-        theta = rc.params
+        mu = algo.proximal_mu
+        anchors = [rc.params] if mu else None
         params = torch.stack([c.start for c in chunk]).to(device)
-        buf = None
+        buf: torch.Tensor | None = None  # momentum, rows = clients still training
         loss_sum = torch.zeros(m, device=device)
         seen = torch.zeros(m, device=device)
         for t in range(int(index.shape[0])):
@@ -316,14 +356,9 @@ class VectorisedEngine:
                 tuple(n[t, :k] for n in noise),
             )
             g = torch.cat([grads[f"m.{s.name}"].reshape(k, -1) for s in self.slots], dim=1)
-            if mu:
-                g = torch.add(g, p - theta, alpha=mu)
-            if sched.weight_decay:
-                g = torch.add(g, p, alpha=sched.weight_decay)
-            if sched.momentum:
-                buf = g if buf is None else torch.add(buf[:k] * sched.momentum, g)
-                g = buf
-            params[:k] = torch.add(p, g, alpha=-sched.lr)
+            bufs = [None if buf is None else buf[:k]]  # views: updated in place
+            sgd_step([p], [g], bufs, sched, mu, anchors)  # p is a view: params[:k] updated
+            buf = bufs[0] if buf is None else buf
             n = image_mask[t, :k].sum(1)
             loss_sum[:k] += loss * n
             seen[:k] += n

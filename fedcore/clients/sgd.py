@@ -1,0 +1,45 @@
+"""The one local optimiser: SGD with momentum, weight decay and a proximal term.
+
+Both engines step with :func:`sgd_step`: the sequential engine on a client's parameter tensors,
+the vectorised engine on the stacked flat parameters of a chunk of clients (one tensor, rows =
+clients). The arithmetic is torch.optim.SGD's (single-tensor path, dampening 0, no Nesterov),
+so sequential results are those of ``torch.optim.SGD``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from fedcore.clients.base import LocalSchedule
+
+
+@torch.no_grad()
+def sgd_step(
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor | None],
+    buffers: list[torch.Tensor | None],
+    schedule: LocalSchedule,
+    mu: float = 0.0,
+    anchors: Sequence[torch.Tensor] | None = None,
+) -> None:
+    """p <- p - lr * m, in place, with g = grad + mu (p - anchor) + wd p and m = momentum
+    buffer (m = g at the first step). ``buffers`` is updated in place; None grads are skipped."""
+    for i, (p, g) in enumerate(zip(params, grads, strict=True)):
+        if g is None:
+            continue
+        if mu:
+            g = g.add(p - anchors[i], alpha=mu)  # grad of (mu/2)||w - theta_t||^2
+        if schedule.weight_decay:
+            g = g.add(p, alpha=schedule.weight_decay)
+        if schedule.momentum:
+            buf = buffers[i]
+            if buf is None:
+                buf = buffers[i] = torch.clone(g).detach()
+            else:
+                buf.mul_(schedule.momentum).add_(g)
+            g = buf
+        p.add_(g, alpha=-schedule.lr)
