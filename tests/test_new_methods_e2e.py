@@ -67,3 +67,24 @@ def test_resume_is_bit_identical(tmp_path, method, extra):
     assert _numbers(result.history) == _numbers(full.history)
     assert result.summary == full.summary
     _same_tables(result.client_tables, full.client_tables)
+
+
+def test_a_non_finite_extra_vector_rejects_the_client_and_skips_its_commit():
+    """Acceptance covers every sent vector (not only the delta); a rejected client's c_i stays."""
+    sim = Simulation(load_config(None, [*SMALL, "rounds=1", "method=scaffold"]))
+    bad = int(sim.sample_clients(1)[0])
+    honest = sim.client_algo.local_update
+
+    def local_update(ctx):
+        update = honest(ctx)
+        if ctx.data.client_id == bad:
+            update.extras["delta_c"] = torch.full_like(update.delta, float("nan"))
+        return update
+
+    sim.client_algo.local_update = local_update
+    metrics = sim.run_round(1)
+    assert metrics["agg/rejected_clients"] == 1.0
+    assert CONTROL not in sim.store[bad]
+    n = sim.data.num_clients
+    mean = sum(sim.store[k].get(CONTROL, torch.zeros(sim.layout.dim)) for k in range(n)) / n
+    torch.testing.assert_close(sim.aggregator.c, mean, atol=1e-6, rtol=1e-5)
