@@ -25,6 +25,7 @@ CASES = {
     "fedquad": ["model.name=mlp", "method=fedquad"],
     "quadrupletfl": ["model.name=mlp", "method=quadrupletfl"],
     "tripletfl": ["model.name=mlp", "method=tripletfl"],
+    "supconfl": ["model.name=mlp", "method=supconfl"],
     "sapef_start_points": ["model.name=mlp", "method=sapef_topk"],
     "fednova_accumulation_norm": ["model.name=mlp", "method=fednova"],
     "qfedavg_loss_before": ["model.name=mlp", "method=qfedavg"],
@@ -108,8 +109,9 @@ def test_auto_falls_back_with_a_reason_and_picks_vectorised_where_supported():
     assert name == "sequential" and "BatchNorm" in reason
     assert choose_engine(load_config(None, ["model.name=resnet20", "model.norm=group"]))[0] == (
         "vectorised")
-    sim = Simulation(load_config(None, [*TINY, "method=supconfl"]))
-    assert sim.engine_name == "sequential" and "supconfl" in sim.engine_reason
+    sim = Simulation(load_config(None, [*TINY, "method=moon"]))
+    assert sim.engine_name == "sequential" and "moon" in sim.engine_reason
+    assert "frozen previous model" in sim.engine_reason  # the objective's own reason
     cpu = Simulation(load_config(None, [*TINY, "device=cpu"]))  # auto: vectorised on CUDA only
     assert cpu.engine_name == "sequential" and "auto on cpu" in cpu.engine_reason
     forced = Simulation(load_config(None, [*TINY, "device=cpu", "engine=vectorised"]))
@@ -135,6 +137,7 @@ def test_engine_shorthand_combines_with_the_chunk_key():
     ["model.name=cnn", "local.steps=6", "local.batch_size=64"],
     ["model.name=mlp", "method=fedquad", "local.steps=3", "local.batch_size=64",
      "dataset.alpha=0.05"],  # includes a CE-only client (one class)
+    ["model.name=mlp", "method=supconfl", "local.steps=4"],  # partial batches: masked SupCon
 ])
 def test_in_float64_the_engines_agree_to_rounding(over):
     """float32 rounding can flip a ReLU/hinge after a few steps; in float64 nothing flips."""

@@ -6,14 +6,28 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from fedcore.clients.base import ClientAlgorithm, LocalContext, register
+from fedcore.clients.base import (
+    BatchMask,
+    ClientAlgorithm,
+    LocalContext,
+    cross_entropy,
+    register,
+)
 from fedcore.registry import HParams
 
 
-def supcon_loss(z: torch.Tensor, y: torch.Tensor, temperature: float) -> torch.Tensor:
+def supcon_loss(
+    z: torch.Tensor, y: torch.Tensor, temperature: float, rows: torch.Tensor | None = None
+) -> torch.Tensor:
     """SupCon L_out on L2-normalised ``z``: mean over anchors i with a positive of
     -1/|P(i)| sum_{p in P(i)} log( exp(u_i.u_p/tau) / sum_{a != i} exp(u_i.u_a/tau) ).
-    Zero when no sample of the batch has a same-class partner."""
+    Zero when no sample of the batch has a same-class partner.
+
+    ``rows`` (1 = real sample) restricts anchors, positives and denominators to the real rows
+    of a padded batch, with no data-dependent branch (vmappable); None: every row is real.
+    """
+    if rows is not None:
+        return _masked_supcon(z, y, temperature, rows > 0)
     u = nn.functional.normalize(z, dim=1)
     eye = torch.eye(len(y), dtype=torch.bool, device=z.device)
     sim = (u @ u.T / temperature).masked_fill(eye, float("-inf"))
@@ -27,21 +41,41 @@ def supcon_loss(z: torch.Tensor, y: torch.Tensor, temperature: float) -> torch.T
     return -per_anchor.mean()
 
 
+def _masked_supcon(
+    z: torch.Tensor, y: torch.Tensor, temperature: float, real: torch.Tensor
+) -> torch.Tensor:
+    """``supcon_loss`` over the ``real`` rows only, as masked sums (anchors without a positive,
+    and padded rows, get weight 0; no anchor at all gives 0)."""
+    u = nn.functional.normalize(z, dim=1)
+    eye = torch.eye(len(y), dtype=torch.bool, device=z.device)
+    excluded = eye | ~real[None, :]
+    sim = (u @ u.T / temperature).masked_fill(excluded, float("-inf"))
+    log_prob = sim - torch.logsumexp(sim, dim=1, keepdim=True)
+    pos = (y[:, None] == y[None, :]) & ~excluded & real[:, None]
+    npos = pos.sum(1)
+    weight = (npos > 0).to(z.dtype)
+    per_anchor = log_prob.masked_fill(~pos, 0.0).sum(1) / npos.clamp_min(1)
+    return -(per_anchor * weight).sum() / weight.sum().clamp_min(1.0)
+
+
 @register("supconfl")
 class SupConFLClient(ClientAlgorithm):
-    not_vectorised = (
-        "its SupCon loss selects anchors by data-dependent boolean indexing, which is not "
-        "written for padded (masked) batches"
-    )
+    vectorisable = True
 
     class HParams(HParams):
         beta: float = Field(1.0, ge=0.0)
         temperature: float = Field(0.1, gt=0.0)
 
     def loss(
-        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: LocalContext
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        ctx: LocalContext,
+        mask: BatchMask | None = None,
     ) -> torch.Tensor:
         # l_ce + beta * SupCon(z; tau)   (METHODS.md §6.4), z = the classifier's input
         h = model.embedding(x)
-        ce = nn.functional.cross_entropy(model.head(h), y)
-        return ce + self.hp.beta * supcon_loss(h, y, self.hp.temperature)
+        ce = cross_entropy(model.head(h), y, mask)
+        rows = None if mask is None else mask.rows
+        return ce + self.hp.beta * supcon_loss(h, y, self.hp.temperature, rows)
