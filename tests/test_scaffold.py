@@ -198,7 +198,6 @@ def test_scafcom_with_beta_one_and_no_compression_is_scaffold():
     (["method=scafcom_topk", "method.compression.error_feedback=ef"],
      "method.compression.error_feedback"),
     (["method=scafcom_topk", "local.momentum=0.5"], "local.momentum"),
-    (["method=scaffold", "engine=vectorised"], "engine.backend"),
     (["method=scafcom_topk", "method.client.beta=0"], "method.client.beta"),
 ])
 def test_config_rules_are_one_line_errors(overrides, field):

@@ -186,3 +186,27 @@ def test_a_new_objective_runs_vectorised_from_its_one_definition():
     assert engine.last_chunks  # trained vectorised, not by the sequential fallback
     for c in sampled:
         assert torch.allclose(vec[c].delta, seq[c].delta, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["scaffold", "scafcom_topk"])
+def test_control_variate_clients_vectorise_exactly(method):
+    """SCAFFOLD's drift correction is a gradient shift of the shared SGD: after two rounds
+    (c, c_i non-zero) both engines give the same deltas and extra uplink vectors in float64."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        over = [o for o in SKEWED if not o.startswith("local.momentum")]
+        sim = Simulation(load_config(None, [*over, "model.name=mlp", f"method={method}",
+                                            "local.steps=4", "dataset.num_clients=6"]))
+        for c in sim.data.clients:
+            c.x_train = c.x_train.double()
+        sim.run_round(1)
+        sim.run_round(2)
+        sampled, seq, vec, engine = _both(sim, 3)
+    finally:
+        torch.set_default_dtype(default)
+    assert engine.last_chunks and float(sim.aggregator.c.norm()) > 0
+    for c in sampled:
+        assert torch.allclose(vec[c].delta, seq[c].delta, rtol=0, atol=1e-12)
+        for name, v in seq[c].extras.items():
+            assert torch.allclose(vec[c].extras[name], v, rtol=0, atol=1e-12), name

@@ -166,6 +166,15 @@ class ClientAlgorithm:
         """mu of a proximal term (mu/2)||w - theta_t||^2, applied by the shared SGD step."""
         return 0.0
 
+    def gradient_shift(self, ctx: LocalContext) -> torch.Tensor | None:
+        """A constant flat d-vector added to every step's gradient this round (the local
+        objective gains <shift, w>); applied by the shared SGD step in both engines."""
+        return None
+
+    def finish_update(self, update: ClientUpdate, ctx: LocalContext) -> None:
+        """Complete the update after training, in both engines (extra uplink vectors, state
+        to commit); ``ctx.model`` may be used as scratch."""
+
     def after_backward(self, params: list[torch.Tensor], ctx: LocalContext) -> None:
         """Hook between backward and the optimiser step (SCAFFOLD's drift correction);
         sequential engine only."""
@@ -220,6 +229,9 @@ class ClientAlgorithm:
         buffers: list[torch.Tensor | None] = [None] * len(params)
         mu = self.proximal_mu
         anchors = ctx.global_tensors() if mu else None
+        shift = self.gradient_shift(ctx)
+        shifts = None if shift is None else [shift[s.start : s.stop].view(s.shape)
+                                              for s in ctx.layout.slots]
         device = data.x_train.device
         loss_sum = torch.zeros((), device=device)
         seen, steps = 0, 0
@@ -232,7 +244,7 @@ class ClientAlgorithm:
             loss = self.loss(model, x, y, ctx)
             loss.backward()
             self.after_backward(params, ctx)
-            sgd_step(params, [p.grad for p in params], buffers, sched, mu, anchors)
+            sgd_step(params, [p.grad for p in params], buffers, sched, mu, anchors, shifts)
             loss_sum += loss.detach() * len(idx)
             seen += len(idx)
             steps += 1
@@ -245,7 +257,7 @@ class ClientAlgorithm:
         buffers = {
             k: v.detach().clone() for k, v in model.named_buffers() if v.dtype.is_floating_point
         }
-        return ClientUpdate(
+        update = ClientUpdate(
             client_id=data.client_id,
             delta=delta,
             num_samples=data.num_train,
@@ -254,6 +266,8 @@ class ClientAlgorithm:
             stats=stats,
             buffers=buffers,
         )
+        self.finish_update(update, ctx)
+        return update
 
 
 def _extras():

@@ -35,13 +35,12 @@ class ScafcomClient(ControlledClient):
     def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
         return refuse_unless(cfg, "client scafcom", "scafcom", ef_free=True)
 
-    def local_update(self, ctx: LocalContext) -> ClientUpdate:
-        update = super().local_update(ctx)
+    def finish_update(self, update: ClientUpdate, ctx: LocalContext) -> None:
         c_i = control_of(ctx.state, ctx.global_params)
         update.stats["local_lr"] = ctx.schedule.lr
         if update.num_steps == 0:  # nothing learned: a zero increment, nothing committed
             update.extras["cv_increment"] = torch.zeros_like(c_i)
-            return update
+            return
         v = ctx.state.get(MOMENTUM)
         g_bar = self.mean_gradient(update, ctx)
         v_new = self.hp.beta * g_bar if v is None else (1 - self.hp.beta) * v.to(c_i) + (
@@ -49,7 +48,6 @@ class ScafcomClient(ControlledClient):
         )
         update.extras["cv_increment"] = v_new - c_i
         update.pending["v"] = v_new
-        return update
 
     def commit(
         self,

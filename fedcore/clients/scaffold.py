@@ -61,23 +61,13 @@ def refuse_unless(cfg: ExperimentConfig, client: str, rule: str, ef_free: bool) 
 
 
 class ControlledClient(ClientAlgorithm):
-    """Local SGD on F_i(y) + <Gamma_i, y>: Gamma_i = c - c_i added to every step's gradient."""
+    """Local SGD on F_i(y) + <Gamma_i, y>: Gamma_i = c - c_i added to every step's gradient by
+    the shared SGD step (both engines); a parameter without gradient gets Gamma_i alone."""
 
-    not_vectorised = (
-        "its drift correction c - c_i is added to the gradient in after_backward, a hook of "
-        "the sequential engine"
-    )
+    vectorisable = True
 
-    def begin_training(self, model: nn.Module, ctx: LocalContext) -> None:
-        gamma = server_control(ctx) - control_of(ctx.state, ctx.global_params)
-        self._gamma = [gamma[s.start : s.stop].view(s.shape) for s in ctx.layout.slots]
-
-    def after_backward(self, params: list[torch.Tensor], ctx: LocalContext) -> None:
-        for p, g in zip(params, self._gamma, strict=True):
-            if p.grad is None:  # unused this step: its raw gradient counts as 0
-                p.grad = g.clone()
-            else:
-                p.grad.add_(g)
+    def gradient_shift(self, ctx: LocalContext) -> torch.Tensor:
+        return server_control(ctx) - control_of(ctx.state, ctx.global_params)
 
     def mean_gradient(self, update: ClientUpdate, ctx: LocalContext) -> torch.Tensor:
         """(1/K) sum_k g_k along the local path: -delta/(K lr) + c_i - c (K > 0)."""
@@ -111,8 +101,7 @@ class ScaffoldClient(ControlledClient):
             )
         return refuse_unless(cfg, "client scaffold", "scaffold", ef_free=False)
 
-    def local_update(self, ctx: LocalContext) -> ClientUpdate:
-        update = super().local_update(ctx)
+    def finish_update(self, update: ClientUpdate, ctx: LocalContext) -> None:
         c_i = control_of(ctx.state, ctx.global_params)
         if update.num_steps == 0:  # no step taken: nothing learned, c_i kept
             delta_c = torch.zeros_like(c_i)
@@ -124,7 +113,6 @@ class ScaffoldClient(ControlledClient):
         update.pending["delta_c"] = delta_c
         if "delta_c" in self.uplink:
             update.extras["delta_c"] = delta_c
-        return update
 
     def full_gradient(self, ctx: LocalContext) -> torch.Tensor:
         """grad F_i(theta_t) (+ weight decay) over the whole train split, in eval mode."""

@@ -25,10 +25,14 @@ def sgd_step(
     schedule: LocalSchedule,
     mu: float = 0.0,
     anchors: Sequence[torch.Tensor] | None = None,
+    shifts: Sequence[torch.Tensor] | None = None,
 ) -> None:
-    """p <- p - lr * m, in place, with g = grad + mu (p - anchor) + wd p and m = momentum
-    buffer (m = g at the first step). ``buffers`` is updated in place; None grads are skipped."""
+    """p <- p - lr * m, in place, with g = grad + shift + mu (p - anchor) + wd p and m the
+    momentum buffer (m = g at the first step). ``buffers`` is updated in place. A None grad is
+    skipped, unless there is a shift (its raw gradient then counts as 0)."""
     for i, (p, g) in enumerate(zip(params, grads, strict=True)):
+        if shifts is not None:  # a constant per-round gradient shift (SCAFFOLD's c - c_i)
+            g = shifts[i] if g is None else g + shifts[i]
         if g is None:
             continue
         if mu:

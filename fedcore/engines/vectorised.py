@@ -343,6 +343,8 @@ class VectorisedEngine:
         step_grad = vmap(grad(one_client, has_aux=True))
         mu = algo.proximal_mu
         anchors = [rc.params] if mu else None
+        shift_rows = [algo.gradient_shift(c.ctx) for c in chunk]
+        shift = None if shift_rows[0] is None else torch.stack(shift_rows).to(device)
         params = torch.stack([c.start for c in chunk]).to(device)
         buf: torch.Tensor | None = None  # momentum, rows = clients still training
         loss_sum = torch.zeros(m, device=device)
@@ -357,7 +359,8 @@ class VectorisedEngine:
             )
             g = torch.cat([grads[f"m.{s.name}"].reshape(k, -1) for s in self.slots], dim=1)
             bufs = [None if buf is None else buf[:k]]  # views: updated in place
-            sgd_step([p], [g], bufs, sched, mu, anchors)  # p is a view: params[:k] updated
+            shifts = None if shift is None else [shift[:k]]
+            sgd_step([p], [g], bufs, sched, mu, anchors, shifts)  # p: view, params[:k] updated
             buf = bufs[0] if buf is None else buf
             n = image_mask[t, :k].sum(1)
             loss_sum[:k] += loss * n
@@ -393,6 +396,7 @@ class VectorisedEngine:
             train_loss=loss,
             stats=stats,
         )
+        algo.finish_update(update, ctx)
         return attack(rc, update, ctx.generator)
 
 
