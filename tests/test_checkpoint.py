@@ -186,7 +186,8 @@ def test_sigkill_then_rerun_gives_identical_final_metrics(tracking, tmp_path):
     cfg = load_config(None, [*args, "checkpoint_every=1"])
     reference = Simulation(load_config(None, args)).run()
     command = [sys.executable, "-m", "fedcore.cli", "run", *args, "checkpoint_every=1"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # bit-identity holds at one thread count: the killed process uses this process's
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     log = tmp_path / "killed.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
