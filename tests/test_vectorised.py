@@ -183,7 +183,8 @@ def test_engine_shorthand_combines_with_the_chunk_key():
 
 
 @pytest.mark.parametrize("over", [
-    ["model.name=cnn", "local.steps=6", "local.batch_size=64"],
+    pytest.param(["model.name=cnn", "local.steps=6", "local.batch_size=64"],
+                 marks=pytest.mark.slow),
     ["model.name=mlp", "method=fedquad", "local.steps=3", "local.batch_size=64",
      "dataset.alpha=0.05"],  # includes a CE-only client (one class)
 ])
