@@ -42,6 +42,8 @@ CASES = {
 # AVX-512, 2 threads): smooth rounding gives c < 1 (6.4e-7 at T=19); a rounding difference that
 # flips a ReLU or max-pool choice gives c = 46 (5.3e-5: the CNN case, T=19, one conv1 filter,
 # 16 coordinates off by up to 1.9e-5; per coordinate that failed rtol=1e-4, atol=2e-6).
+# Other kernels on the same CPU (ATEN_CPU_CAPABILITY=avx2 or default, MKL and oneDNN held to
+# AVX2 or SSE4.1; or one thread): at most 6.6e-7 (no flip), and 5.3e-5 with one thread.
 # c = 512 is 11x the worst seen. A wrong computation moves a client's delta by 1.7e-2 or more,
 # 40x over the bound. Breakages tried in fedcore/engines, each failing here (first failing
 # client's relative difference; bound 4e-4 at T=13): dropout masks not replayed from the
