@@ -1,4 +1,4 @@
-"""Ditto (METHODS.md §7.5): persistent personal models, proximal pull to theta_t, metrics."""
+"""Ditto (docs/methods/ditto.md): persistent personal models, proximal pull to theta_t, metrics."""
 
 import math
 

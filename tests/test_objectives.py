@@ -1,4 +1,4 @@
-"""FedQuad, TripletFL, QuadrupletFL, SupConFL, MOON against METHODS.md §5 and §6."""
+"""FedQuad, TripletFL, QuadrupletFL, SupConFL, MOON against their docs/methods/ pages."""
 
 import math
 
