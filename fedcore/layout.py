@@ -24,7 +24,7 @@ class ParamLayout:
     """Flat-vector layout of a model's trainable parameters.
 
     ``groups`` are contiguous (start, stop) slices: one per layer, where a conv and the
-    GroupNorm/LayerNorm that follows it in the same parent module form one group (CRAFT §1.3).
+    GroupNorm/LayerNorm following it in the same parent form one group (docs/methods/craft.md).
     """
 
     slots: tuple[ParamSlot, ...]

@@ -327,7 +327,7 @@ class Simulation:
         """BatchNorm running statistics, by sample count (not part of theta).
 
         Means are averaged; a ``running_var`` is moment-matched with its ``running_mean``
-        (METHODS.md §4.1 step 11): max(sum p_k (var_k + mu_k^2) - mu_bar^2, 1e-3).
+        (docs/methods/fedavg.md, Choices): max(sum p_k (var_k + mu_k^2) - mu_bar^2, 1e-3).
         """
         if not ups or not ups[0].buffers:
             return

@@ -1,4 +1,4 @@
-"""FedNova (METHODS.md §7.3) and q-FedAvg (§7.4): hand-computed steps, reductions, client norms."""
+"""FedNova and q-FedAvg (docs/methods/): hand-computed steps, reductions, client norms."""
 
 from __future__ import annotations
 
@@ -76,6 +76,7 @@ def test_accumulation_norm_formulas(momentum, lr, mu, tau, expected):
     assert accumulation_norm(None, ctx, tau, _algo(mu)) == pytest.approx(expected)
 
 
+@pytest.mark.slow
 def test_client_sends_accumulation_norm():
     torch.manual_seed(0)
     model = build_model("mlp", (1, 4, 4), 3)

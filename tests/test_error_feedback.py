@@ -1,4 +1,4 @@
-"""EF / SAEF / SA-PEF / CSER in the round loop (METHODS.md §4): bookkeeping and special cases."""
+"""EF, SAEF, SA-PEF, CSER in the round loop (docs/methods/compression.md): bookkeeping, cases."""
 
 import functools
 
@@ -11,6 +11,8 @@ from fedcore.layout import flat_params
 from fedcore.simulation import Simulation
 
 from .conftest import TINY
+
+pytestmark = pytest.mark.slow  # end to end (see README, Tests)
 
 FAST = [*TINY, "local.steps=2"]
 VARIANTS = ["ef_topk", "saef_topk", "sapef_topk", "cser_topk"]
@@ -96,7 +98,7 @@ def test_residual_identity_unsampled_clients_and_unshifted_delta(method):
                 continue
             start, global_params, local_end, delta = rec.local[k]
             e_old = before[k] if before[k] is not None else torch.zeros_like(delta)
-            # §4.1 step 2: training starts at w_r - alpha e (= w_r + alpha * residual here)
+            # training starts at w_r - alpha e = w_r + alpha * residual here (compression.md)
             expected_start = global_params + alpha * e_old
             assert torch.allclose(start if start is not None else global_params, expected_start)
             # step 4: the update is measured from the UN-shifted global model

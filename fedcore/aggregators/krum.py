@@ -50,7 +50,7 @@ class Krum(Aggregator):
         }
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
-        # METHODS.md §7.9: theta_{t+1} = theta_t + Delta_{k*}  (Multi-Krum: mean of the M best)
+        # docs/methods/krum.md: theta_{t+1} = theta_t + Delta_{k*}  (Multi-Krum: mean of the M best)
         chosen, metrics = self.select(batch)
         return Aggregate(self.hp.server_lr * batch.deltas[chosen].mean(dim=0), metrics)
 

@@ -14,7 +14,7 @@ LOSS_OFFSET = 1e-8  # added to F_k, as in easyFL's qfedavg.py
 
 @register("qfedavg")
 class QFedAvg(Aggregator):
-    """theta <- theta - sum_k D_k / sum_k h_k with the loss-reweighted D_k, h_k of §7.4.
+    """theta <- theta - sum_k D_k / sum_k h_k with reweighted D_k, h_k (docs/methods/qfedavg.md).
 
     ``F_k`` is the global model's train loss on client k (``extras.loss_before``). The
     Lipschitz estimate L must be 1 / local.lr (the aggregator does not see the local lr);
@@ -31,7 +31,7 @@ class QFedAvg(Aggregator):
         q, lip, deltas = self.hp.q, self.hp.lipschitz, batch.deltas
         # The m scalars in float64 on the CPU: F_k^q can be large for big q.
         f = batch.stats["loss_before"].detach().cpu().double() + LOSS_OFFSET
-        # METHODS.md §7.4: Delta W_k = L (theta_t - theta_k) = -L Delta_k
+        # docs/methods/qfedavg.md: Delta W_k = L (theta_t - theta_k) = -L Delta_k
         sq_norm = lip**2 * deltas.pow(2).sum(dim=1).detach().cpu().double()  # ||Delta W_k||^2
         fq = f.pow(q)
         # D_k = F_k^q Delta W_k;  h_k = q F_k^(q-1) ||Delta W_k||^2 + L F_k^q

@@ -21,4 +21,4 @@ class FedProxClient(ClientAlgorithm):
     @property
     def proximal_mu(self) -> float:
         """The proximal coefficient (FedNova's accumulation norm reads it too)."""
-        return self.hp.mu  # grad of (mu/2)||w - theta_t||^2 is mu (w - theta_t)  (fedprox doc)
+        return self.hp.mu  # grad of (mu/2)||w - theta_t||^2 is mu (w - theta_t)

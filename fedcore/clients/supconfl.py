@@ -74,7 +74,7 @@ class SupConFLClient(ClientAlgorithm):
         ctx: LocalContext,
         mask: BatchMask | None = None,
     ) -> torch.Tensor:
-        # l_ce + beta * SupCon(z; tau)   (METHODS.md §6.4), z = the classifier's input
+        # l_ce + beta * SupCon(z; tau)   (docs/methods/supconfl.md), z = the classifier's input
         h = model.embedding(x)
         ce = cross_entropy(model.head(h), y, mask)
         rows = None if mask is None else mask.rows

@@ -21,5 +21,5 @@ class TripletFLClient(TupletClient):
     def tuplet_loss(
         self, z: list[torch.Tensor], weights: torch.Tensor | None = None
     ) -> torch.Tensor:
-        # FaceNet triplet hinge (METHODS.md §6.1), same sampler as FedQuad without n2
+        # FaceNet triplet hinge (docs/methods/tripletfl.md), same sampler as FedQuad without n2
         return triplet_loss(*z, self.hp.margin, weights)
