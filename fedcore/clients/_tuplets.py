@@ -19,6 +19,7 @@ from fedcore.clients.base import (
     LocalContext,
     LocalSchedule,
     batch_mean,
+    cross_entropy,
 )
 
 
@@ -166,7 +167,7 @@ class TupletClient(ClientAlgorithm):
         """CE over all images + beta * the tuplet hinges on normalised embeddings, laid out
         role by role (``_current`` blocks of rows; padded blocks when masked)."""
         h = model.embedding(x)
-        ce = nn.functional.cross_entropy(model.head(h), y)  # CE on all images (fedquad.md)
+        ce = cross_entropy(model.head(h), y, mask)  # CE on all images (fedquad.md)
         if self._current == 0:
             return ce
         z = nn.functional.normalize(h, dim=1).view(self._current, -1, h.shape[1])
