@@ -1,6 +1,7 @@
 """Misbehaving clients: label noise and Byzantine updates, and robust rules against them."""
 
 import numpy as np
+import pytest
 import torch
 
 from fedcore.adversaries import attack_update, choose_clients, flip_labels
@@ -46,6 +47,7 @@ def test_noisy_clients_train_on_flipped_labels_and_keep_clean_tests():
         assert torch.equal(clean.clients[k].y_test, noisy.clients[k].y_test)
 
 
+@pytest.mark.slow
 def test_byzantine_client_sends_the_attacked_delta():
     honest = Simulation(load_config(None, TINY))
     attacked = Simulation(load_config(None, [*TINY, "clients.byzantine_fraction=0.5",
@@ -64,6 +66,7 @@ def test_misbehaviour_is_recorded_as_tags():
     assert "clients.noisy_fraction" not in tags
 
 
+@pytest.mark.slow
 def test_median_resists_scaled_attackers_where_fedavg_breaks():
     common = ["rounds=4", "model.name=mlp", "dataset.alpha=1.0", "clients_per_round=10",
               "clients.byzantine_fraction=0.2", "clients.attack=scale",

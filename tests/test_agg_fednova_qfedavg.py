@@ -75,6 +75,7 @@ def test_accumulation_norm_formulas(momentum, lr, mu, tau, expected):
     assert accumulation_norm(None, ctx, tau, _algo(mu)) == pytest.approx(expected)
 
 
+@pytest.mark.slow
 def test_client_sends_accumulation_norm():
     torch.manual_seed(0)
     model = build_model("mlp", (1, 4, 4), 3)

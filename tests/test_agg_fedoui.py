@@ -289,6 +289,7 @@ def test_client_hook_uses_fixed_probe_in_eval_mode():
     assert torch.equal(state["oui_probe"], idx.flip(0))
 
 
+@pytest.mark.slow
 def test_simulation_logs_oui_metrics_and_keeps_probes():
     cfg = load_config(None, [*TINY, "method=fedoui", "local.steps=2"])
     sim = Simulation(cfg)

@@ -74,12 +74,14 @@ def _final_params(overrides):
     return sim.params
 
 
+@pytest.mark.slow
 def test_fedprox_with_mu_zero_equals_fedavg():
     a = _final_params(["method=fedavg"])
     b = _final_params(["method=fedprox", "method.client.mu=0.0"])
     assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_fedprox_pulls_local_models_toward_the_global_model():
     a = _final_params(["method=fedavg"])
     b = _final_params(["method=fedprox", "method.client.mu=0.0"])

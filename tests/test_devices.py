@@ -50,6 +50,7 @@ def test_concurrent_threads_never_share_a_slot(tmp_path):
     assert seen == {0, 1, 2}
 
 
+@pytest.mark.slow
 def test_slot_held_by_another_process_is_skipped_and_freed_when_it_dies(tmp_path):
     code = (
         "import sys, time\n"

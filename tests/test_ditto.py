@@ -18,6 +18,7 @@ def _sim(*extra):
     return Simulation(load_config(None, ["method=ditto", *SMALL, *extra]))
 
 
+@pytest.mark.slow
 def test_personal_models_persist_for_clients_not_sampled():
     sim = _sim()
     first = set(map(int, sim.sample_clients(1)))
@@ -36,6 +37,7 @@ def test_personal_models_persist_for_clients_not_sampled():
         assert not torch.equal(sim.store[k]["ditto_personal"], kept[k])
 
 
+@pytest.mark.slow
 def test_huge_lambda_keeps_the_personal_model_at_the_global_model():
     sim = _sim("method.client.lam=1e9")
     theta = sim.params.clone()
@@ -44,6 +46,7 @@ def test_huge_lambda_keeps_the_personal_model_at_the_global_model():
         torch.testing.assert_close(sim.store[k]["ditto_personal"], theta, atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow
 def test_global_model_trains_exactly_as_the_inner_objective():
     # Ditto trains sequentially; the FedAvg reference must too for bit equality
     fedavg = Simulation(load_config(None, ["method=fedavg", *SMALL, "engine=sequential"]))
@@ -54,6 +57,7 @@ def test_global_model_trains_exactly_as_the_inner_objective():
     assert torch.equal(ditto.params, fedavg.params)
 
 
+@pytest.mark.slow
 def test_personal_metrics_and_unsampled_clients_use_the_global_model():
     sim = _sim("method.client.personal_steps=3")
     sim.run_round(1)

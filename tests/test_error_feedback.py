@@ -12,6 +12,8 @@ from fedcore.simulation import Simulation
 
 from .conftest import TINY
 
+pytestmark = pytest.mark.slow  # end to end (see README, Tests)
+
 FAST = [*TINY, "local.steps=2"]
 VARIANTS = ["ef_topk", "saef_topk", "sapef_topk", "cser_topk"]
 ALPHA = {"ef_topk": 0.0, "saef_topk": 1.0, "sapef_topk": 0.85, "cser_topk": 0.0}

@@ -2,8 +2,11 @@
 
 from pathlib import Path
 
+import pytest
 import yaml
 from mlflow.tracking import MlflowClient
+
+pytestmark = pytest.mark.slow  # end to end (see README, Tests)
 
 
 def _sweep_file(tmp_path: Path) -> Path:

@@ -345,6 +345,7 @@ def test_missing_and_corrupt_files(tmp_path, no_network):
         load_dataset("tiny_imagenet", root=tmp_path / "t")
 
 
+@pytest.mark.slow
 def test_cli_missing_dataset_exits_2(tmp_path, tracking, capsys):
     from fedcore.cli import main
 
@@ -358,6 +359,7 @@ def test_cli_missing_dataset_exits_2(tmp_path, tracking, capsys):
 # --------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow
 def test_femnist_end_to_end_deterministic(femnist_root):
     root, _ = femnist_root
     args = ["dataset.name=femnist", f"dataset.root={root}", "dataset.partition=natural",
@@ -370,6 +372,7 @@ def test_femnist_end_to_end_deterministic(femnist_root):
     assert len(a.client_tables[-1].client_id) == 4
 
 
+@pytest.mark.slow
 def test_tiny_imagenet_end_to_end_and_models(tmp_path):
     write_tiny_imagenet(tmp_path)
     cfg = load_config(None, ["dataset.name=tiny_imagenet", f"dataset.root={tmp_path}",

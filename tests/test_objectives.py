@@ -175,6 +175,7 @@ def _flat(model):
     return torch.cat([p.reshape(-1) for p in model.parameters()])
 
 
+@pytest.mark.slow
 def test_moon_uses_the_previous_local_model_of_the_same_client():
     sim = Simulation(
         load_config(
@@ -237,6 +238,7 @@ def test_client_stats_with_slash_become_round_metrics():
     assert out == {"a/x_clients": 2.0, "a/loss": 3.0}
 
 
+@pytest.mark.slow
 def test_fedquad_round_metrics_count_fallbacks():
     res = Simulation(
         load_config(

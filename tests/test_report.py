@@ -13,6 +13,8 @@ from fedcore.tracking import load_settings, mlflow_client
 from fedcore.tracking.report import build_report, sweep_parent_run
 from fedcore.tracking.runner import run_tracked
 
+pytestmark = pytest.mark.slow  # end to end (see README, Tests)
+
 
 def _sweep_file(tmp_path, methods, seeds=(0, 1)):
     path = tmp_path / "small.yaml"

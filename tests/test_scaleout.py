@@ -46,6 +46,7 @@ def _children(settings) -> dict[str, tuple[str, dict[str, float]]]:
     }
 
 
+@pytest.mark.slow
 def test_dask_local_cluster_gives_the_thread_runner_metrics(prefect_harness, monkeypatch, tmp_path):
     from flows.sweep import sweep
 
@@ -101,6 +102,7 @@ def test_cli_rejects_bad_runner_options_with_exit_2(tmp_path, capsys):
     assert "dask_address: needs runner=dask" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_gpu_limit_is_sized_to_gpus_or_cpu_workers(prefect_harness):
     from prefect.client.orchestration import get_client
 
@@ -122,6 +124,7 @@ def test_gpu_limit_is_sized_to_gpus_or_cpu_workers(prefect_harness):
             client.delete_concurrency_limit_by_tag(GPU_TAG)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["sequential", "vectorised"])
 def test_dropout_cells_in_parallel_threads_equal_cells_run_alone(engine):
     import threading

@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from fedcore.clients import ClientAlgorithm, LocalContext
@@ -10,6 +11,8 @@ from fedcore.config import load_config
 from fedcore.simulation import Simulation
 
 from .conftest import TINY
+
+pytestmark = pytest.mark.slow  # end to end (see README, Tests)
 
 ROUND_METRICS = {
     "train/loss", "agg/conflict_fraction", "agg/seconds", "agg/rejected_clients",

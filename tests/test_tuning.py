@@ -79,6 +79,7 @@ def test_bad_studies_fail_in_one_line_before_any_trial(tmp_path, over, match):
     assert not (tmp_path / "optuna.db").exists()
 
 
+@pytest.mark.slow
 def test_validation_does_not_import_optuna(tmp_path):
     code = ("import sys; from fedcore.tuning.spec import load_study; "
             f"load_study({str(_study(tmp_path))!r}); assert 'optuna' not in sys.modules")
@@ -94,6 +95,7 @@ def test_cli_bad_override_exits_2(tmp_path, capsys):
     assert not (tmp_path / "optuna.db").exists()
 
 
+@pytest.mark.slow
 def test_study_nested_runs_resume_and_best_yaml_reproduces(tracking, tmp_path, capsys):
     import optuna
 
@@ -146,6 +148,7 @@ def test_study_nested_runs_resume_and_best_yaml_reproduces(tracking, tmp_path, c
     assert build_config(experiment).config_hash() == cfg.config_hash()
 
 
+@pytest.mark.slow
 def test_pruned_trial_is_pruned_in_optuna_and_killed_in_mlflow(tracking, tmp_path):
     import optuna
 
@@ -171,6 +174,7 @@ def test_pruned_trial_is_pruned_in_optuna_and_killed_in_mlflow(tracking, tmp_pat
         assert len(client.get_metric_history(run.info.run_id, "test/accuracy")) == 1
 
 
+@pytest.mark.slow
 def test_two_processes_share_one_sqlite_study(tracking, tmp_path):
     import optuna
 
@@ -195,6 +199,7 @@ def test_two_processes_share_one_sqlite_study(tracking, tmp_path):
     assert sorted(int(r.data.tags["trial_number"]) for r in trial_runs) == [0, 1, 2, 3]
 
 
+@pytest.mark.slow
 def test_two_objective_flow_gives_a_pareto_front(prefect_harness, tracking, tmp_path):
     from fedcore.tuning.results import best_trials, write_best
     from fedcore.tuning.study import load_existing
