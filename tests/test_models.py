@@ -145,6 +145,15 @@ def test_group_norm_layout_groups_conv_with_norm() -> None:
     assert len(layout.groups) == 1 + 18 + 1
 
 
+def test_batch_norm_layout_groups_conv_with_norm_like_group_norm() -> None:
+    from fedcore.layout import ParamLayout
+
+    bn = ParamLayout.from_model(build_model("resnet20", (3, 32, 32), 10, norm="batch"))
+    gn = ParamLayout.from_model(build_model("resnet20", (3, 32, 32), 10, norm="group"))
+    assert len(bn.groups) == 1 + 18 + 1  # 20 groups, not 39 (one 2C group per BatchNorm)
+    assert bn.groups == gn.groups and bn.group_names == gn.group_names
+
+
 def test_option_a_shortcut_is_parameter_free() -> None:
     model = build_model("resnet20", (3, 32, 32), 10)
     for stage, (cin, cout) in ((model.layer2, (16, 32)), (model.layer3, (32, 64))):
