@@ -14,6 +14,7 @@ import torch
 from fedcore import aggregators, checkpoint, clients, compression
 from fedcore.adversaries import choose_clients
 from fedcore.aggregators import UpdateBatch
+from fedcore.bn_statistics import average_bn_statistics
 from fedcore.clients import ClientData, ClientUpdate, LocalSchedule
 from fedcore.compression.mismatch import round_gradient_mismatch
 from fedcore.config import ExperimentConfig
@@ -238,25 +239,16 @@ class Simulation:
         return out
 
     def _average_buffers(self, ups: list[ClientUpdate]) -> None:
-        """BatchNorm running statistics, by sample count (not part of theta).
-
-        Means are averaged; a ``running_var`` is moment-matched with its ``running_mean``
-        (METHODS.md §4.1 step 11): max(sum p_k (var_k + mu_k^2) - mu_bar^2, 1e-3).
-        """
+        """BatchNorm running statistics of the kept clients, by sample count (not part of
+        theta); moment-matched variances when the compressor's method asks for them."""
         if not ups or not ups[0].buffers:
             return
         w = torch.tensor([u.num_samples for u in ups], dtype=torch.float32, device=self.device)
-        w = w / w.sum()
-        for name in ups[0].buffers:
-            stacked = torch.stack([u.buffers[name] for u in ups])
-            mean_name = name.removesuffix("running_var") + "running_mean"
-            if name.endswith("running_var") and mean_name in ups[0].buffers:
-                mus = torch.stack([u.buffers[mean_name] for u in ups])
-                second = torch.tensordot(w, stacked + mus.square(), dims=1)
-                mu_bar = torch.tensordot(w, mus, dims=1)
-                self.buffers[name] = (second - mu_bar.square()).clamp_min(1e-3)
-            else:
-                self.buffers[name] = torch.tensordot(w, stacked, dims=1)
+        self.buffers.update(
+            average_bn_statistics(
+                [u.buffers for u in ups], w / w.sum(), self.compressor.moment_matched_bn
+            )
+        )
 
     def evaluate(self, round: int, sampled: np.ndarray) -> tuple[dict[str, float], ClientTable]:
         load_flat_params(self.model, self.params)

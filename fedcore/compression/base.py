@@ -54,6 +54,12 @@ class Compressor:
         """C(x): (x as the server receives it, bytes put on the wire)."""
         raise NotImplementedError
 
+    @property
+    def moment_matched_bn(self) -> bool:
+        """True: the server moment-matches BatchNorm variances (the error-feedback methods of
+        docs/methods/sapef.md); False: running statistics are plain sample-weighted means."""
+        return self.feedback.active
+
     def begin_round(self, round: int, schedule: Any) -> None:
         self.feedback.begin_round(round, schedule)
 
