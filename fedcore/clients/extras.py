@@ -41,6 +41,11 @@ def accumulation_norm(model: nn.Module, ctx: LocalContext, num_steps: int, algo:
     return float(num_steps)
 
 
+def local_lr(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float:
+    """The round's local learning rate eta_l (q-FedAvg's L = 1 / eta_l)."""
+    return float(ctx.schedule.lr)
+
+
 @torch.no_grad()
 def oui(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float:
     """FedOUI's o_k: OUI of the local model on the client's fixed probe (METHODS.md §3.1).
@@ -62,5 +67,6 @@ def oui(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float
 BEFORE_TRAINING: dict[str, Callable[..., float]] = {"loss_before": loss_before}
 AFTER_TRAINING: dict[str, Callable[..., float]] = {
     "accumulation_norm": accumulation_norm,
+    "local_lr": local_lr,
     "oui": oui,
 }
