@@ -168,6 +168,7 @@ class Simulation:
         mismatch = round_gradient_mismatch(self, sampled)
         updates = self.engine.train_round(self, round, list(map(int, sampled)), order)
         ups = [updates[int(cid)] for cid in sampled]
+        reject_non_finite_scalars(ups, self.aggregator.needs, round)
         sent, bytes_up = [], 0
         for up in ups:
             gen = None
@@ -400,6 +401,17 @@ class Simulation:
         self.load_state_dict(state)
         log.info("resumed %s at round %d", self.cfg.config_hash(), self.round)
         return True
+
+
+def reject_non_finite_scalars(ups: list[ClientUpdate], needs: frozenset[str], round: int) -> None:
+    """A client whose scalar for the server (``loss_before``, ``oui``, ...) is NaN or Inf gets
+    a NaN delta, so that it is rejected exactly like a non-finite update (its error-feedback
+    residual kept, counted in ``agg/rejected_clients``)."""
+    for up in ups:
+        bad = sorted(k for k in needs if k in up.stats and not math.isfinite(up.stats[k]))
+        if bad:
+            log.warning("round %d: client %d sent non-finite %s", round, up.client_id, bad)
+            up.delta = torch.full_like(up.delta, math.nan)
 
 
 def divergence(round: int, metrics: dict[str, float], sampled: int) -> str | None:

@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from fedcore.clients import ClientAlgorithm, LocalContext
@@ -83,3 +84,46 @@ def test_nan_updates_are_excluded_and_counted():
     rejected = [h["agg/rejected_clients"] for h in result.history]
     expected = [float(sum(c % 2 == 0 for c in sim.sample_clients(r))) for r in (1, 2, 3)]
     assert rejected == expected and sum(rejected) > 0
+
+
+
+class _PoisonedScalar(ClientAlgorithm):
+    """Even clients report a non-finite ``stat`` (or, with ``stat=None``, a NaN delta)."""
+
+    def __init__(self, stat: str | None, value: float) -> None:
+        super().__init__()
+        self.stat, self.value = stat, value
+
+    def local_update(self, ctx: LocalContext):
+        update = super().local_update(ctx)
+        if ctx.data.client_id % 2 == 0:
+            if self.stat is None:
+                update.delta[0] = float("nan")
+            else:
+                update.stats[self.stat] = self.value
+        return update
+
+
+@pytest.mark.parametrize(
+    ("method", "stat", "value"),
+    [
+        ("qfedavg", "loss_before", float("inf")),
+        ("fedlf", "loss_before", float("nan")),
+        ("fedfv", "loss_before", float("nan")),
+        ("fedoui", "oui", float("nan")),
+        ("fednova", "accumulation_norm", float("inf")),
+    ],
+)
+def test_a_non_finite_client_scalar_rejects_the_client_like_a_nan_delta(method, stat, value):
+    def run(poison):
+        sim = Simulation(load_config(None, [*TINY, f"method={method}", "local.steps=2"]))
+        sim.client_algo = poison
+        return sim, sim.run()
+
+    sim, result = run(_PoisonedScalar(stat, value))
+    ref_sim, ref = run(_PoisonedScalar(None, 0.0))
+    assert torch.isfinite(sim.params).all()
+    rejected = [h["agg/rejected_clients"] for h in result.history]
+    expected = [float(sum(c % 2 == 0 for c in sim.sample_clients(r))) for r in (1, 2, 3)]
+    assert rejected == expected and sum(rejected) > 0
+    assert torch.equal(sim.params, ref_sim.params)
