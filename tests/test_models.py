@@ -170,7 +170,7 @@ def test_option_a_shortcut_is_parameter_free() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"name": "resnet18"}, "allowed: mlp, cnn, resnet20, resnet56, resnet110"),
+        ({"name": "resnet18"}, "allowed: mlp, cnn, smallcnn, resnet20, resnet56, resnet110"),
         ({"name": "mlp", "norm": "layer"}, "allowed: batch, group"),
         ({"name": "resnet20", "norm": "instance"}, "allowed: batch, group"),
     ],
@@ -191,3 +191,20 @@ def test_deterministic_construction(name: str) -> None:
     torch.manual_seed(124)
     c = build_model(name, (3, 32, 32), 10, norm="group").state_dict()
     assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_smallcnn_is_fedouis_model() -> None:
+    # conv3x3(32) -> pool -> conv3x3(64) -> pool -> fc128 -> fc10, ReLU (FedOUI's SmallCNN)
+    from fedcore.config import load_config
+
+    model = build_model("smallcnn", (3, 32, 32), 10).eval()
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    assert shapes == [(32, 3, 3, 3), (32,), (64, 32, 3, 3), (64,), (128, 4096), (128,),
+                      (10, 128), (10,)]
+    assert n_params(model) == 896 + 18496 + 524416 + 1290
+    x = torch.randn(5, 3, 32, 32)
+    with torch.no_grad():
+        h = model.pool(F.relu(model.conv2(model.pool(F.relu(model.conv1(x)))))).flatten(1)
+        torch.testing.assert_close(model.preactivation(x), model.fc1(h))  # OUI's H, d = 128
+        torch.testing.assert_close(model(x), model.head(F.relu(model.fc1(h))))
+    assert load_config(None, ["model.name=smallcnn"]).model.name == "smallcnn"

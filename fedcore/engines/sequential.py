@@ -34,6 +34,7 @@ def local_context(sim: Any, client_id: int, round: int) -> LocalContext:
         round=round,
         needs=sim.aggregator.needs,
         start_params=sim.compressor.start_point(sim.params, sim.store[client_id]),
+        seed=sim.cfg.seed,
     )
 
 
