@@ -260,3 +260,36 @@ def test_fedquad_round_metrics_count_fallbacks():
 def test_bad_hyperparameters_are_rejected(spec):
     with pytest.raises(ValueError):
         clients.build(spec)
+
+
+def test_tuplet_distances_are_at_most_two_on_the_embedding_used():
+    # The embeddings are L2-normalised post-ReLU features (non-negative), so
+    # D = ||z_i - z_j||^2 = 2 - 2 cos <= 2: a margin >= 2 can never be met.
+    from fedcore.clients._tuplets import sq_dist
+    from fedcore.models import build_model
+
+    torch.manual_seed(0)
+    for name in ("mlp", "cnn", "smallcnn", "resnet20"):
+        model = build_model(name, (1, 8, 8), 10).eval()
+        with torch.no_grad():
+            z = torch.nn.functional.normalize(model.embedding(torch.randn(64, 1, 8, 8)), dim=1)
+        assert bool((z >= 0).all())
+        d = sq_dist(z[:, None, :].expand(64, 64, -1).reshape(-1, z.shape[1]),
+                    z[None, :, :].expand(64, 64, -1).reshape(-1, z.shape[1]))
+        assert float(d.max()) <= 2.0 + 1e-6
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"algorithm": "fedquad", "m1": 2.0},
+        {"algorithm": "fedquad", "m2": 2.5},
+        {"algorithm": "quadrupletfl", "m1": 3.0},
+        {"algorithm": "tripletfl", "margin": 2.0},
+    ],
+)
+def test_margins_of_two_or_more_are_rejected(spec):
+    with pytest.raises(ValueError, match="less than 2"):
+        clients.build(spec)
+    ok = {k: (1.99 if k in ("m1", "m2", "margin") else v) for k, v in spec.items()}
+    clients.build(ok)
