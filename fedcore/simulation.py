@@ -16,6 +16,7 @@ from fedcore.adversaries import choose_clients
 from fedcore.aggregators import UpdateBatch
 from fedcore.bn_statistics import average_bn_statistics
 from fedcore.clients import ClientData, ClientUpdate, LocalSchedule
+from fedcore.compression.base import side_bytes
 from fedcore.compression.mismatch import round_gradient_mismatch
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
@@ -177,7 +178,7 @@ class Simulation:
                 gen = torch.Generator().manual_seed(seed)
             delta, nbytes = self.compressor.compress(up.delta, self.store[up.client_id], gen)
             sent.append(delta)
-            bytes_up += nbytes
+            bytes_up += nbytes + side_bytes(up.buffers)
         self.bytes_up_total += bytes_up
         deltas = torch.stack(sent)
         finite = torch.isfinite(deltas).all(dim=1).cpu()

@@ -35,8 +35,8 @@ def test_round_metrics_and_summary():
     assert ROUND_METRICS <= set(result.history[1]) and ROUND_METRICS <= set(result.history[2])
     assert "test/accuracy" not in result.history[0]
     d = sim.layout.dim
-    assert result.history[0]["comm/bytes_up"] == 3 * 4 * d
-    assert result.history[2]["comm/bytes_up_total"] == 3 * 3 * 4 * d
+    assert result.history[0]["comm/bytes_up"] == 3 * (4 * d + 4)  # fp32 delta + int32 n_k
+    assert result.history[2]["comm/bytes_up_total"] == 3 * 3 * (4 * d + 4)
     s = result.summary
     assert s["final/accuracy"] == result.history[-1]["test/accuracy"]
     accs = [h["test/accuracy"] for h in result.history if "test/accuracy" in h]

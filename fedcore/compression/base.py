@@ -85,6 +85,12 @@ class Compressor:
         return step
 
 
+def side_bytes(buffers: dict[str, torch.Tensor]) -> int:
+    """What a client sends besides its delta: n_k as an int32 and its BatchNorm running
+    statistics (the floating buffers) in fp16, as SA-PEF's repo puts them on the wire."""
+    return 4 + 2 * sum(b.numel() for b in buffers.values())
+
+
 def sparse_bytes(k: int) -> int:
     """k (index int32, value fp32) pairs."""
     return 8 * k
