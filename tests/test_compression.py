@@ -156,3 +156,23 @@ def test_batchnorm_buffers_are_sample_weighted_means_without_error_feedback(comp
 def test_unknown_error_feedback_is_rejected():
     with pytest.raises(ConfigError, match="error_feedback"):
         load_config(None, ["method=ef_topk", "method.compression.error_feedback=scaffold"])
+
+
+def test_theory_alpha_uses_the_local_steps_each_client_takes():
+    # local.steps unset: a client with n_k samples takes epochs * ceil(n_k / B) steps (the last
+    # batch partial), so T_k = 2 ceil(n_k / 32), not T = local.epochs = 2.
+    over = ["rounds=2", "model.name=mlp", "dataset.num_clients=6", "clients_per_round=3",
+            "method=sapef_topk", "method.compression.alpha_schedule=theory",
+            "method.compression.L=0.15", "local.epochs=2", "local.batch_size=32"]
+    sim = Simulation(load_config(None, over))
+    result = sim.run()
+    lr = sim.schedule(2).lr
+    expected = []
+    for cid in map(int, sim.sample_clients(2)):
+        steps = 2 * math.ceil(sim.data.clients[cid].num_train / 32)
+        s = lr * 0.15 * steps
+        alpha = min(max(1 / (1 + 12 * s * s), 0.6), 0.9)
+        assert sim.store[cid]["ef_alpha"] == pytest.approx(alpha)
+        expected.append(alpha)
+    assert len(set(expected)) > 1  # clients of different sizes get different alphas
+    assert result.history[1]["sapef/alpha"] == pytest.approx(sum(expected) / len(expected))

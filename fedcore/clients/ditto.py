@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -59,6 +60,10 @@ class DittoClient(ClientAlgorithm):
         if "ditto_personal" not in state:
             return None
         return state["ditto_personal"], state["ditto_personal_buffers"]
+
+    def batches(self, ctx: LocalContext) -> Iterator[torch.Tensor]:
+        """The global model's batches: the inner objective's."""
+        return self.inner.batches(ctx)
 
     def local_update(self, ctx: LocalContext) -> ClientUpdate:
         update = self.inner.local_update(ctx)

@@ -63,11 +63,18 @@ class Compressor:
     def begin_round(self, round: int, schedule: Any) -> None:
         self.feedback.begin_round(round, schedule)
 
+    @property
+    def needs_num_steps(self) -> bool:
+        """True when ``start_point`` needs the client's number of local steps (SA-PEF's
+        "theory" alpha schedule)."""
+        return self.feedback.per_client_alpha
+
     def start_point(
-        self, global_params: torch.Tensor, state: dict[str, Any]
+        self, global_params: torch.Tensor, state: dict[str, Any], num_steps: int | None = None
     ) -> torch.Tensor | None:
-        """Where local training starts (None: at the global model)."""
-        return self.feedback.start_point(global_params, state)
+        """Where local training starts (None: at the global model); ``num_steps`` is the
+        number of local steps the client will take (when ``needs_num_steps``)."""
+        return self.feedback.start_point(global_params, state, num_steps)
 
     def compress(
         self,
