@@ -16,7 +16,7 @@ DATASETS = (
     "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
 )
 NATURAL_DATASETS = ("femnist",)  # datasets with per-sample owner ids (partition=natural)
-MODELS = ("mlp", "cnn", "resnet20", "resnet56", "resnet110")
+MODELS = ("mlp", "cnn", "smallcnn", "resnet20", "resnet56", "resnet110")
 
 
 UNHASHED = ("checkpoint_every", "checkpoint_dir")  # cannot change a run's numbers
@@ -47,7 +47,7 @@ class DatasetConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    name: Literal["mlp", "cnn", "resnet20", "resnet56", "resnet110"] = "cnn"
+    name: Literal["mlp", "cnn", "smallcnn", "resnet20", "resnet56", "resnet110"] = "cnn"
     norm: Literal["batch", "group"] = "batch"
 
 

@@ -13,11 +13,10 @@ import numpy as np
 import torch
 from scipy import stats
 
-# The client's probe batch (§3.1): fixed module-level settings, because the client-side hook
-# (fedcore.clients.extras.oui) sees only the LocalContext, which carries no aggregator
-# hyper-parameters. PROBE_SEED = 0 is the default of the official ``Client.probe_seed``.
+# The client's probe batch (§3.1): a fixed size; the seed is the experiment seed (the client
+# hook passes ``LocalContext.seed``), as the official runner derives it from the run's seed.
 PROBE_SIZE = 32
-PROBE_SEED = 0
+PROBE_SEED = 0  # default of ``probe_indices`` outside a run
 PROBE_CLIENT_STRIDE = 10007
 CDF_CLIP = 1e-4  # hard-coded clip before the Beta CDF (§3.2 step 7a), distinct from eps
 

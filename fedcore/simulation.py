@@ -14,7 +14,9 @@ import torch
 from fedcore import aggregators, checkpoint, clients, compression
 from fedcore.adversaries import choose_clients
 from fedcore.aggregators import UpdateBatch
+from fedcore.bn_statistics import average_bn_statistics
 from fedcore.clients import ClientData, ClientUpdate, LocalSchedule
+from fedcore.compression.base import side_bytes
 from fedcore.compression.mismatch import round_gradient_mismatch
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
@@ -167,6 +169,7 @@ class Simulation:
         mismatch = round_gradient_mismatch(self, sampled)
         updates = self.engine.train_round(self, round, list(map(int, sampled)), order)
         ups = [updates[int(cid)] for cid in sampled]
+        reject_non_finite_scalars(ups, self.aggregator.needs, round)
         sent, bytes_up = [], 0
         for up in ups:
             gen = None
@@ -175,7 +178,7 @@ class Simulation:
                 gen = torch.Generator().manual_seed(seed)
             delta, nbytes = self.compressor.compress(up.delta, self.store[up.client_id], gen)
             sent.append(delta)
-            bytes_up += nbytes
+            bytes_up += nbytes + side_bytes(up.buffers)
         self.bytes_up_total += bytes_up
         deltas = torch.stack(sent)
         finite = torch.isfinite(deltas).all(dim=1).cpu()
@@ -238,25 +241,16 @@ class Simulation:
         return out
 
     def _average_buffers(self, ups: list[ClientUpdate]) -> None:
-        """BatchNorm running statistics, by sample count (not part of theta).
-
-        Means are averaged; a ``running_var`` is moment-matched with its ``running_mean``
-        (METHODS.md §4.1 step 11): max(sum p_k (var_k + mu_k^2) - mu_bar^2, 1e-3).
-        """
+        """BatchNorm running statistics of the kept clients, by sample count (not part of
+        theta); moment-matched variances when the compressor's method asks for them."""
         if not ups or not ups[0].buffers:
             return
         w = torch.tensor([u.num_samples for u in ups], dtype=torch.float32, device=self.device)
-        w = w / w.sum()
-        for name in ups[0].buffers:
-            stacked = torch.stack([u.buffers[name] for u in ups])
-            mean_name = name.removesuffix("running_var") + "running_mean"
-            if name.endswith("running_var") and mean_name in ups[0].buffers:
-                mus = torch.stack([u.buffers[mean_name] for u in ups])
-                second = torch.tensordot(w, stacked + mus.square(), dims=1)
-                mu_bar = torch.tensordot(w, mus, dims=1)
-                self.buffers[name] = (second - mu_bar.square()).clamp_min(1e-3)
-            else:
-                self.buffers[name] = torch.tensordot(w, stacked, dims=1)
+        self.buffers.update(
+            average_bn_statistics(
+                [u.buffers for u in ups], w / w.sum(), self.compressor.moment_matched_bn
+            )
+        )
 
     def evaluate(self, round: int, sampled: np.ndarray) -> tuple[dict[str, float], ClientTable]:
         load_flat_params(self.model, self.params)
@@ -408,6 +402,17 @@ class Simulation:
         self.load_state_dict(state)
         log.info("resumed %s at round %d", self.cfg.config_hash(), self.round)
         return True
+
+
+def reject_non_finite_scalars(ups: list[ClientUpdate], needs: frozenset[str], round: int) -> None:
+    """A client whose scalar for the server (``loss_before``, ``oui``, ...) is NaN or Inf gets
+    a NaN delta, so that it is rejected exactly like a non-finite update (its error-feedback
+    residual kept, counted in ``agg/rejected_clients``)."""
+    for up in ups:
+        bad = sorted(k for k in needs if k in up.stats and not math.isfinite(up.stats[k]))
+        if bad:
+            log.warning("round %d: client %d sent non-finite %s", round, up.client_id, bad)
+            up.delta = torch.full_like(up.delta, math.nan)
 
 
 def divergence(round: int, metrics: dict[str, float], sampled: int) -> str | None:

@@ -58,6 +58,7 @@ class LocalContext:
     round: int
     needs: frozenset[str] = frozenset()
     start_params: torch.Tensor | None = None  # where SGD starts (step-ahead EF); None: global
+    seed: int = 0  # the experiment seed (FedOUI's probe seed)
 
     def global_tensors(self) -> list[torch.Tensor]:
         """The global parameters as views shaped like ``model.parameters()``, in order."""

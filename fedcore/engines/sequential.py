@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -22,7 +23,7 @@ def client_seed(sim: Any, client_id: int, round: int) -> int:
 
 def local_context(sim: Any, client_id: int, round: int) -> LocalContext:
     """What client ``client_id`` sees in ``round``: its data, state, generator and start point."""
-    return LocalContext(
+    ctx = LocalContext(
         model=sim.model,
         global_params=sim.params,
         global_buffers=sim.buffers,
@@ -33,8 +34,18 @@ def local_context(sim: Any, client_id: int, round: int) -> LocalContext:
         generator=torch.Generator().manual_seed(client_seed(sim, client_id, round)),
         round=round,
         needs=sim.aggregator.needs,
-        start_params=sim.compressor.start_point(sim.params, sim.store[client_id]),
+        seed=sim.cfg.seed,
     )
+    steps = planned_steps(sim.client_algo, ctx) if sim.compressor.needs_num_steps else None
+    ctx.start_params = sim.compressor.start_point(sim.params, ctx.state, steps)
+    return ctx
+
+
+def planned_steps(algo: Any, ctx: LocalContext) -> int:
+    """The number of local steps ``algo`` will take in ``ctx``: its batches, drawn from a copy
+    of the client's generator (the real draws are left untouched)."""
+    gen = torch.Generator().set_state(ctx.generator.get_state())
+    return sum(1 for _ in algo.batches(replace(ctx, generator=gen)))
 
 
 def rng_devices(sim: Any) -> list[torch.device]:
