@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedcore.hparams import hparams_label
 from fedcore.sweep import SweepSpec
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
 from fedcore.tracking.plots import _pyplot
 from fedcore.tracking.runner import finished_run
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
-GROUP = ["method", "dataset", "alpha"]
+GROUP = ["method", "hparams", "dataset", "alpha"]
 COLUMNS = [
     ("accuracy", "final/accuracy", "final accuracy"),
     ("worst10", "final/accuracy_worst10", "worst-10 %"),
@@ -25,7 +26,13 @@ COLUMNS = [
     ("auc", "auc/accuracy", "AUC"),
     ("rounds_to_target", "rounds_to_target", "rounds to target"),
     ("gb_sent", "comm/bytes_up_total", "GB sent"),
+    # personalised methods (Ditto): their personal models; blank for every other method
+    ("personal_accuracy", "final/personal_accuracy_mean", "personal accuracy"),
+    ("personal_worst10", "final/personal_accuracy_worst10", "personal worst-10 %"),
+    ("personal_std", "final/personal_accuracy_std", "personal std"),
+    ("personal_jain", "final/personal_jain", "personal Jain"),
 ]
+PERSONAL = {key for key, metric, _ in COLUMNS if metric.startswith("final/personal_")}
 
 
 @dataclass
@@ -55,6 +62,7 @@ def sweep_runs(spec: SweepSpec, settings: TrackingSettings | None = None) -> pd.
             "run_id": run.info.run_id,
             "config_hash": h,
             "method": cfg.method.name,
+            "hparams": run.data.tags.get("hparams") or hparams_label(cfg.resolved()["method"]),
             "dataset": cfg.dataset.name,
             "alpha": cfg.dataset.alpha,
             "seed": cfg.seed,
@@ -98,7 +106,8 @@ def _formatted(table: pd.DataFrame) -> pd.DataFrame:
         f = fmt.get(key, ".4f")
         mean, std = table[f"{key}_mean"], table[f"{key}_std"]
         out[label] = [
-            "—" if np.isnan(m) else f"{m:{f}}" + (f" ± {s:{f}}" if n > 1 else "")
+            ("" if key in PERSONAL else "—") if np.isnan(m)
+            else f"{m:{f}}" + (f" ± {s:{f}}" if n > 1 else "")
             for m, s, n in zip(mean, std, table["seeds"], strict=True)
         ]
     return out.rename(columns=lambda c: c.removeprefix("grid:"))
@@ -213,7 +222,10 @@ def build_report(
     missing = len(spec.cells) - len(runs)
     header = (f"# Sweep `{spec.name}`: {len(runs)} finished runs of {len(spec.cells)} cells"
               + (f" ({missing} missing)" if missing else "") + "\n\n"
-              "Mean ± std over seeds of the final round; `—`: no seed reached the target.\n\n")
+              "Mean ± std over seeds of the final round; `—`: no seed reached the target. "
+              "`hparams`: `paper` (the method's shipped paper defaults) or `tuned` (see the "
+              "run's `hparams_changed` tag). Personal columns: the personal models of "
+              "personalised methods (blank for the others).\n\n")
     files[0].write_text(header + markdown_table(pretty) + "\n")
     files[1].write_text(pretty.to_html(index=False, border=0))
     table.to_csv(files[2], index=False)
