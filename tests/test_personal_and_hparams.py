@@ -117,3 +117,4 @@ def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(track
     row = dict(zip(header, fedavg, strict=True))
     assert row["hparams"] == "paper" and row["personal accuracy"] == ""
     assert "| craft | tuned |" in "\n".join(md)
+    assert row["method.aggregator.server_lr"] == ""  # only the craft grid sets it

@@ -100,6 +100,10 @@ def _group_keys(frame: pd.DataFrame) -> list[str]:
 def _formatted(table: pd.DataFrame) -> pd.DataFrame:
     keys = _group_keys(table)
     out = table[keys].copy()
+    for key in keys:  # a key only some grids vary is blank where a cell does not set it
+        if key.startswith("grid:"):
+            out[key] = ["" if v is None or (isinstance(v, float) and np.isnan(v)) else v
+                        for v in out[key]]
     out["seeds"] = table["seeds"]
     fmt = {"rounds_to_target": ".1f", "gb_sent": ".4g"}
     for key, _, label in COLUMNS:
