@@ -20,6 +20,7 @@ import numpy as np
 
 from fedcore.config import ConfigError, ExperimentConfig, build_config, read_yaml
 from fedcore.simulation import Result
+from fedcore.sweep import read_base
 
 TESTS = ("zero_every_round", "at_least", "lower", "noisy_below_clean")
 REDUCES = ("final", "mean", "max")
@@ -83,8 +84,6 @@ def load_claims(path: str | Path, overrides: dict[str, Any] | None = None) -> Cl
         isinstance(s, int) and s >= 0 for s in seeds
     ):
         raise ConfigError(f"claims.seeds: expected a non-empty list of seeds >= 0 (got {seeds!r})")
-    from fedcore.sweep import read_base
-
     spec = ClaimsSpec(
         name=str(raw.get("name") or path.stem),
         base=read_base(raw.get("base"), path),
