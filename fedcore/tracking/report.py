@@ -134,6 +134,11 @@ def _histories(client: Any, run_ids: list[str], metric: str) -> dict[str, pd.Ser
     return out
 
 
+def _label(method: str, hparams: str) -> str:
+    """A plot label: the method, marked when it runs at tuned hyperparameters."""
+    return f"{method} (tuned)" if hparams == "tuned" else method
+
+
 def convergence_png(runs: pd.DataFrame, acc: dict[str, pd.Series], path: Path) -> None:
     """Test accuracy per round, one line per method (mean over seeds, band min..max), per alpha."""
     plt = _pyplot()
@@ -141,11 +146,12 @@ def convergence_png(runs: pd.DataFrame, acc: dict[str, pd.Series], path: Path) -
     fig, axes = plt.subplots(1, len(alphas), figsize=(6 * len(alphas), 4.5), squeeze=False)
     for ax, alpha in zip(axes[0], alphas, strict=True):
         sub = runs[runs["alpha"] == alpha]
-        groups = sub.groupby(["method", "dataset"], sort=False)
-        for i, ((method, dataset), group) in enumerate(groups):
+        groups = sub.groupby(["method", "hparams", "dataset"], sort=False)
+        for i, ((method, hparams, dataset), group) in enumerate(groups):
             curves = pd.concat([acc[r] for r in group["run_id"]], axis=1)
             mean = curves.mean(axis=1)
-            label = method if sub["dataset"].nunique() == 1 else f"{method} ({dataset})"
+            label = _label(method, hparams)
+            label = label if sub["dataset"].nunique() == 1 else f"{label} ({dataset})"
             style = ("-", "--", ":", "-.")[i // 10 % 4]
             (line,) = ax.plot(mean.index, mean.values, style, label=label)
             if curves.shape[1] > 1:
@@ -167,8 +173,8 @@ def client_accuracy_png(runs: pd.DataFrame, finals: dict[str, np.ndarray], path:
     for ax, alpha in zip(axes[:, 0], alphas, strict=True):
         sub = runs[runs["alpha"] == alpha]
         labels, data = [], []
-        for method, group in sub.groupby("method", sort=False):
-            labels.append(method)
+        for (method, hparams), group in sub.groupby(["method", "hparams"], sort=False):
+            labels.append(_label(method, hparams))
             data.append(np.concatenate([finals[r] for r in group["run_id"]]))
         ax.boxplot(data, showmeans=True)
         ax.set_xticks(range(1, len(labels) + 1), labels, rotation=60, ha="right", fontsize=7)
@@ -184,12 +190,13 @@ def accuracy_vs_gb_png(
     """Test accuracy against cumulative uplink GB for compressed methods and their baselines."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (method, alpha), group in runs.groupby(["method", "alpha"], sort=False):
+    for (method, hparams, alpha), group in runs.groupby(["method", "hparams", "alpha"],
+                                                        sort=False):
         curves = [pd.concat([sent[r] / 1e9, acc[r]], axis=1, join="inner")
                   for r in group["run_id"]]
         mean = sum(c.to_numpy() for c in curves) / len(curves)
         style = "-" if (group["compressor"] != "none").any() else ":"
-        ax.plot(mean[:, 0], mean[:, 1], style, label=f"{method} (alpha {alpha})")
+        ax.plot(mean[:, 0], mean[:, 1], style, label=f"{_label(method, hparams)} (alpha {alpha})")
     ax.set(xscale="log", xlabel="uplink GB (cumulative)", ylabel="test accuracy",
            title="Accuracy vs communication (dotted: uncompressed)")
     ax.legend(fontsize=7)
