@@ -118,6 +118,27 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return tune_command(args.study, args.overrides, args.best, args.out, args.workers)
 
 
+def cmd_claims(args: argparse.Namespace) -> int:
+    from fedcore.claims import load_claims, markdown
+    from fedcore.config import config_dir
+
+    path, overrides = _split_args(args.items)
+    spec = load_claims(path or config_dir() / "claims.yaml", parse_overrides(overrides))
+    from fedcore.tracking.claims import run_claims_tracked
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    run_id, rows, seconds = run_claims_tracked(spec, progress=progress)
+    table = markdown(rows)
+    print(table)
+    print(f"\n{sum(r.holds for r in rows)} of {len(rows)} claims hold; {seconds:.0f} s; "
+          f"MLflow run {run_id}")
+    if args.out:
+        Path(args.out).write_text(table + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fedcore", description=__doc__, epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -169,6 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     p_tune.add_argument("--workers", type=int, default=1,
                         help="trials in parallel (>1: through the Prefect flow tune)")
     p_tune.set_defaults(func=cmd_tune)
+    p_claims = sub.add_parser(
+        "claims", help="check the seed papers' claims on small offline experiments",
+        epilog="Overrides: seeds=[0,1] or any experiment key, e.g. rounds=5.",
+    )
+    p_claims.add_argument("items", nargs="*", metavar="[CLAIMS.yaml] [KEY=VALUE ...]",
+                          help="claims file (default: configs/claims.yaml) and overrides")
+    p_claims.add_argument("--out", help="also write the Markdown table to this file")
+    p_claims.set_defaults(func=cmd_claims)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

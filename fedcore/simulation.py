@@ -430,6 +430,19 @@ def divergence(round: int, metrics: dict[str, float], sampled: int) -> str | Non
     return None
 
 
+def personal_summary(last: dict[str, float]) -> dict[str, float]:
+    """final/personal_* of a personalised method: its personal models at the last evaluation
+    (mean, worst-10 %, std over clients and Jain's index); empty for other methods."""
+    if "personal/accuracy_mean" not in last:
+        return {}
+    return {
+        "final/personal_accuracy_mean": last["personal/accuracy_mean"],
+        "final/personal_accuracy_worst10": last["personal/accuracy_worst10"],
+        "final/personal_accuracy_std": last["personal/accuracy_std"],
+        "final/personal_jain": last["personal/jain_index"],
+    }
+
+
 def summarize(history: list[dict[str, float]], target: float | None) -> dict[str, float]:
     evals = [h for h in history if "test/accuracy" in h]
     last = evals[-1]
@@ -440,6 +453,7 @@ def summarize(history: list[dict[str, float]], target: float | None) -> dict[str
         "final/accuracy_std": last["clients/accuracy_std"],
         "final/accuracy_mean_clients": last["clients/accuracy_mean"],
         "auc/accuracy": float(np.mean([h["test/accuracy"] for h in evals])),
+        **personal_summary(last),
     }
     if target is not None:
         hit = [h["round"] for h in evals if h["test/accuracy"] >= target]

@@ -154,7 +154,7 @@ def test_sweep_deployment_runs_on_a_worker_and_records_through_mlflow_server(sta
     _cli(env, "deploy", "--all")
 
     deployments = {d["name"]: d for d in _api(api, "/deployments/filter", {})}
-    assert set(deployments) == {"simulate", "sweep", "tune", "report"}
+    assert set(deployments) == {"simulate", "sweep", "tune", "report", "claims"}
     sweep_dep = deployments["sweep"]
     assert sweep_dep["work_pool_name"] == POOL
     schema = sweep_dep["parameter_openapi_schema"]["properties"]

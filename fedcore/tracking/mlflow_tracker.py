@@ -16,6 +16,7 @@ import yaml
 
 from fedcore import checkpoint
 from fedcore.env import configure_environment
+from fedcore.hparams import hparams_tags
 from fedcore.tracking.plots import curves_png, fairness_png
 from fedcore.tracking.retry import RetryingClient
 from fedcore.tracking.settings import TrackingSettings, load_settings
@@ -93,6 +94,7 @@ def run_tags(resolved: dict[str, Any], config_hash: str) -> dict[str, str]:
         "partition": str(resolved["dataset"]["partition"]),
         "seed": str(resolved["seed"]),
         "config_hash": config_hash,
+        **hparams_tags(resolved["method"]),
     }
 
 

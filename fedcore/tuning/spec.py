@@ -24,6 +24,13 @@ from fedcore.config import (
 )
 from fedcore.sweep import read_base
 
+# A personalised method's personal models (fedcore.simulation.personal_summary).
+PERSONAL_METRICS = (
+    "final/personal_accuracy_mean",
+    "final/personal_accuracy_worst10",
+    "final/personal_accuracy_std",
+    "final/personal_jain",
+)
 # What a trial can be scored on: the keys of the run's summary (fedcore.simulation.summarize).
 SUMMARY_METRICS = (
     "final/accuracy",
@@ -32,6 +39,7 @@ SUMMARY_METRICS = (
     "final/accuracy_std",
     "final/loss",
     "auc/accuracy",
+    *PERSONAL_METRICS,
 )
 DIRECTIONS = ("maximize", "minimize")
 # Per-round metrics a pruner may watch, with the direction in which they improve.
@@ -387,12 +395,28 @@ def _check_space(spec: StudySpec) -> None:
     """Build a config at each bound / choice of every key (others at their first candidate)."""
     anchor = {p.key: p.candidates()[0] for p in spec.params}
     try:
-        spec.config_for(anchor)
+        _check_personal(spec, spec.config_for(anchor))
     except ConfigError as exc:
         raise ConfigError(f"study: {exc}") from None
     for p in spec.params:
         for value in p.candidates()[1:]:
             try:
-                spec.config_for({**anchor, p.key: value})
+                _check_personal(spec, spec.config_for({**anchor, p.key: value}))
             except ConfigError as exc:
                 raise ConfigError(f"study.search.{p.key}={choice_label(value)}: {exc}") from None
+
+
+def _check_personal(spec: StudySpec, cfg: ExperimentConfig) -> None:
+    """A final/personal_* objective needs a method with personal models (e.g. Ditto)."""
+    personal = [m for m in spec.metrics if m in PERSONAL_METRICS]
+    if not personal:
+        return
+    from fedcore.clients.base import REGISTRY
+
+    algorithm = cfg.method.client["algorithm"]
+    if not REGISTRY.get(algorithm).personalized:
+        allowed = ", ".join(n for n in REGISTRY.names() if REGISTRY.get(n).personalized)
+        raise ConfigError(
+            f"study.metric: {personal[0]} needs a personalised client algorithm, "
+            f"method.client.algorithm={algorithm!r} has no personal models; allowed: {allowed}"
+        )
