@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from fedcore.config import ConfigError, load_config, parse_overrides
 
+DEBUG_ENV = "FEDCORE_DEBUG"  # set to 1: failures show their traceback (as --debug)
 EPILOG = "Overrides are KEY=VALUE with dotted keys, e.g. dataset.alpha=0.1 rounds=50."
 
 
@@ -120,6 +122,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fedcore", description=__doc__, epilog=EPILOG)
+    parser.add_argument(
+        "--debug", action="store_true",
+        help=f"show the traceback of a failure (also {DEBUG_ENV}=1); default: one line",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser(
         "run", help="run one simulation (defaults when no CONFIG)", epilog=EPILOG
@@ -181,8 +187,21 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, DatasetUnavailableError):
             print(f"fedcore: error: {exc}", file=sys.stderr)
             return 2
-        raise
+        if args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise
+        print(f"fedcore: error: {failure_line(exc)} (traceback: --debug or {DEBUG_ENV}=1)",
+              file=sys.stderr)
+        return 1
 
+
+def failure_line(exc: BaseException) -> str:
+    """``run <id> failed after round <r>: <Type>: <first line>`` (run and round where known)."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    cause = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    run_id = getattr(exc, "fedcore_run_id", None)
+    if run_id is None:
+        return cause
+    return f"run {run_id} failed after round {getattr(exc, 'fedcore_round', '?')}: {cause}"
 
 if __name__ == "__main__":
     sys.exit(main())
