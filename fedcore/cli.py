@@ -48,7 +48,12 @@ class ProgressBar:
         self.bar.update(1)
 
     def on_run_end(self, result: Any) -> None:
-        self.bar.close()
+        self.close()
+
+    def close(self) -> None:
+        if getattr(self, "bar", None) is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -67,7 +72,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(config, overrides)
     from fedcore.tracking.runner import run_tracked
 
-    run_id, result = run_tracked(cfg, callbacks=[ProgressBar()])
+    bar = ProgressBar()
+    try:
+        run_id, result = run_tracked(cfg, callbacks=[bar])
+    finally:
+        bar.close()  # before any error line, so the bar does not redraw after it
     print(
         f"\nMLflow run {run_id}  method={cfg.method.name}  dataset={cfg.dataset.name}  "
         f"alpha={cfg.dataset.alpha}  seed={cfg.seed}"
@@ -77,18 +86,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from fedcore.sweep import load_sweep
+    from fedcore.sweep import check_resources, load_sweep
 
-    load_sweep(args.sweep, parse_overrides(args.overrides))  # validate before Prefect starts
+    spec = load_sweep(args.sweep, parse_overrides(args.overrides))  # before Prefect starts
     from flows.runners import check_runner
 
     check_runner(args.runner, args.workers, args.dask_address, args.cells_per_gpu)
+    check_resources((c.config for c in spec.cells), devices=not args.dask_address)
+    from flows.server import prefect_api
     from flows.sweep import sweep
 
-    rows = sweep(
-        str(Path(args.sweep).resolve()), args.overrides, args.workers, runner=args.runner,
-        dask_address=args.dask_address, cells_per_gpu=args.cells_per_gpu,
-    )
+    with prefect_api():  # a temporary server dies with this process (README "Reliability")
+        rows = sweep(
+            str(Path(args.sweep).resolve()), args.overrides, args.workers, runner=args.runner,
+            dask_address=args.dask_address, cells_per_gpu=args.cells_per_gpu,
+        )
     print()
     print_table(
         rows, ["status", "final/accuracy", "final/accuracy_worst10", "auc/accuracy", "cell"]

@@ -153,6 +153,33 @@ def _bad_checksums(cls: type, folder: Path, files: list[str]) -> list[str]:
     return [f for f in files if not check_integrity(str(folder / f), sums[f])]
 
 
+def check_files_present(name: str, root: str | Path = "data", download: bool = False) -> None:
+    """Raise :class:`DatasetUnavailableError` (the same one-line hint as :func:`load_dataset`)
+    when ``name``'s files are not on disk and will not be downloaded; reads nothing.
+
+    Sweeps and studies call it for every cell before Prefect starts.
+    """
+    if name == "digits" or download:
+        return
+    root = Path(root).expanduser().resolve()
+    if name == "femnist":
+        from fedcore.data.leaf import femnist_files_present
+
+        femnist_files_present(root)
+        return
+    if name == "tiny_imagenet":
+        from fedcore.data.tiny_imagenet import tiny_imagenet_files_present
+
+        tiny_imagenet_files_present(root)
+        return
+    cls = _TORCHVISION[name].cls
+    folder, files = _expected_files(cls, root)
+    if _missing(cls, folder, files):
+        raise DatasetUnavailableError(
+            _why(name, folder, files, False, False, FileNotFoundError(folder))
+        )
+
+
 def _load_digits(seed: int, global_test_fraction: float) -> DatasetArrays:
     """scikit-learn's 8x8 digits, split stratified and seeded into train and global test."""
     from sklearn.datasets import load_digits
