@@ -5,7 +5,7 @@ with SIGKILL leaves it running, and the ``gpu`` tag slots that the killed run he
 in the database under ``PREFECT_HOME`` (their leases lived in the dead server's memory), so the
 next sweep waits for them forever. :func:`prefect_api` instead starts the server here:
 
-* the server gets ``PR_SET_PDEATHSIG`` (Linux): the kernel kills it when this process dies;
+* the server asks for ``PR_SET_PDEATHSIG`` (Linux): the kernel kills it when this process dies;
 * every process running through such a server holds a shared ``flock`` on
   ``PREFECT_HOME/temporary-servers.lock``; a process that can take it exclusively is the only
   one using that database, so any ``gpu`` slots still held are stale and the limit is reset.
@@ -13,13 +13,11 @@ next sweep waits for them forever. :func:`prefect_api` instead starts the server
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import os
-import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,20 +34,19 @@ def owns_server() -> bool:
     return bool(_owned)
 
 
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that has the kernel SIGKILL the child when this process dies (Linux);
-    None where ``prctl`` is missing."""
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    parent = os.getpid()
-
-    def preexec() -> None:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
+# The server's entry point: ask the kernel for SIGKILL when the parent dies (Linux prctl
+# PR_SET_PDEATHSIG, kept across exec), leave if the parent is already gone, then run uvicorn
+# as ``python -m uvicorn`` would. Done in the child itself, so no preexec_fn runs after fork.
+BOOT = f"""
+import ctypes, os, runpy, signal, sys
+parent = int(sys.argv[1])
+if sys.platform.startswith("linux"):
+    ctypes.CDLL(None).prctl({PR_SET_PDEATHSIG}, signal.SIGKILL)
+if os.getppid() != parent:
+    sys.exit(1)
+sys.argv = ["uvicorn", *sys.argv[2:]]
+runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)
+"""
 
 
 def _server_class() -> type:
@@ -57,7 +54,7 @@ def _server_class() -> type:
     from prefect.settings import get_current_settings
 
     class TemporaryServer(SubprocessASGIServer):
-        """Prefect's temporary server (same command line) that dies with this process."""
+        """Prefect's temporary server (same uvicorn command line) that dies with this process."""
 
         def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
             import prefect
@@ -71,14 +68,13 @@ def _server_class() -> type:
             }
             return subprocess.Popen(
                 [
-                    sys.executable, "-m", "uvicorn",
+                    sys.executable, "-c", BOOT, str(os.getpid()),
                     "--app-dir", str(prefect.__module_path__.parent),
                     "--factory", "prefect.server.api.server:create_app",
                     "--host", "127.0.0.1", "--port", str(self.port),
                     "--log-level", "error", "--lifespan", "on",
                 ],
                 env=env,
-                preexec_fn=die_with_parent(),  # noqa: PLW1509  (only prctl, no locks taken)
             )
 
     return TemporaryServer
