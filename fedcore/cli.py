@@ -215,5 +215,6 @@ def failure_line(exc: BaseException) -> str:
         return cause
     return f"run {run_id} failed after round {getattr(exc, 'fedcore_round', '?')}: {cause}"
 
+
 if __name__ == "__main__":
     sys.exit(main())

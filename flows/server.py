@@ -35,8 +35,9 @@ def owns_server() -> bool:
 
 
 # The server's entry point: ask the kernel for SIGKILL when the parent dies (Linux prctl
-# PR_SET_PDEATHSIG, kept across exec), leave if the parent is already gone, then run uvicorn
-# as ``python -m uvicorn`` would. Done in the child itself, so no preexec_fn runs after fork.
+# PR_SET_PDEATHSIG; strictly, when the thread that started it ends, so prefect_api is entered
+# from the main thread), leave if the parent is already gone, then run uvicorn as
+# ``python -m uvicorn`` would. Done in the child itself, so no preexec_fn runs after fork.
 BOOT = f"""
 import ctypes, os, runpy, signal, sys
 parent = int(sys.argv[1])
