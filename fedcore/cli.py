@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from fedcore.config import ConfigError, load_config, parse_overrides
 
+DEBUG_ENV = "FEDCORE_DEBUG"  # set to 1: failures show their traceback (as --debug)
 EPILOG = "Overrides are KEY=VALUE with dotted keys, e.g. dataset.alpha=0.1 rounds=50."
 
 
@@ -46,7 +48,12 @@ class ProgressBar:
         self.bar.update(1)
 
     def on_run_end(self, result: Any) -> None:
-        self.bar.close()
+        self.close()
+
+    def close(self) -> None:
+        if getattr(self, "bar", None) is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -65,7 +72,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(config, overrides)
     from fedcore.tracking.runner import run_tracked
 
-    run_id, result = run_tracked(cfg, callbacks=[ProgressBar()])
+    bar = ProgressBar()
+    try:
+        run_id, result = run_tracked(cfg, callbacks=[bar])
+    finally:
+        bar.close()  # before any error line, so the bar does not redraw after it
     print(
         f"\nMLflow run {run_id}  method={cfg.method.name}  dataset={cfg.dataset.name}  "
         f"alpha={cfg.dataset.alpha}  seed={cfg.seed}"
@@ -75,18 +86,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from fedcore.sweep import load_sweep
+    from fedcore.sweep import check_resources, load_sweep
 
-    load_sweep(args.sweep, parse_overrides(args.overrides))  # validate before Prefect starts
+    spec = load_sweep(args.sweep, parse_overrides(args.overrides))  # before Prefect starts
     from flows.runners import check_runner
 
     check_runner(args.runner, args.workers, args.dask_address, args.cells_per_gpu)
+    check_resources((c.config for c in spec.cells), devices=not args.dask_address)
+    from flows.server import prefect_api
     from flows.sweep import sweep
 
-    rows = sweep(
-        str(Path(args.sweep).resolve()), args.overrides, args.workers, runner=args.runner,
-        dask_address=args.dask_address, cells_per_gpu=args.cells_per_gpu,
-    )
+    with prefect_api():  # a temporary server dies with this process (README "Reliability")
+        rows = sweep(
+            str(Path(args.sweep).resolve()), args.overrides, args.workers, runner=args.runner,
+            dask_address=args.dask_address, cells_per_gpu=args.cells_per_gpu,
+        )
     print()
     print_table(
         rows, ["status", "final/accuracy", "final/accuracy_worst10", "auc/accuracy", "cell"]
@@ -141,6 +155,10 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fedcore", description=__doc__, epilog=EPILOG)
+    parser.add_argument(
+        "--debug", action="store_true",
+        help=f"show the traceback of a failure (also {DEBUG_ENV}=1); default: one line",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser(
         "run", help="run one simulation (defaults when no CONFIG)", epilog=EPILOG
@@ -210,7 +228,21 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, DatasetUnavailableError):
             print(f"fedcore: error: {exc}", file=sys.stderr)
             return 2
-        raise
+        if args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise
+        print(f"fedcore: error: {failure_line(exc)} (traceback: --debug or {DEBUG_ENV}=1)",
+              file=sys.stderr)
+        return 1
+
+
+def failure_line(exc: BaseException) -> str:
+    """``run <id> failed after round <r>: <Type>: <first line>`` (run and round where known)."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    cause = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    run_id = getattr(exc, "fedcore_run_id", None)
+    if run_id is None:
+        return cause
+    return f"run {run_id} failed after round {getattr(exc, 'fedcore_round', '?')}: {cause}"
 
 
 if __name__ == "__main__":

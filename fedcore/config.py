@@ -27,7 +27,9 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+    """Unknown keys are errors; no float setting accepts inf or nan (README "Reliability")."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False)
 
 
 class DatasetConfig(_Strict):
@@ -171,6 +173,24 @@ def method_names() -> list[str]:
 
 
 def load_method(name: str) -> dict[str, Any]:
+    """The method named ``name`` in configs/methods, or the method file at an explicit path.
+
+    A name is a plain file stem there (no ``/``, ``\\`` or ``..``); anything else must be the
+    path of an existing ``.yaml`` file, e.g. ``method=./my_methods/fedx.yaml``.
+    """
+    if name.endswith((".yaml", ".yml")):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"method: method file {name!r} does not exist")
+        spec = read_yaml(path)
+        spec.setdefault("name", path.stem)
+        return spec
+    if not name or any(part in name for part in ("/", "\\", "..")) or name.startswith("~"):
+        raise ConfigError(
+            f"method: {name!r} is not a method name (names resolve inside configs/methods; "
+            "give a method file as a path ending in .yaml); "
+            f"allowed: {', '.join(method_names())}"
+        )
     path = config_dir() / "methods" / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"method: unknown method {name!r}; allowed: {', '.join(method_names())}")

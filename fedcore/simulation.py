@@ -20,6 +20,7 @@ from fedcore.compression.base import side_bytes
 from fedcore.compression.mismatch import round_gradient_mismatch
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
+from fedcore.devices import check_device_present
 from fedcore.engines import sequential
 from fedcore.engines.select import build_engine
 from fedcore.layout import ParamLayout, flat_params, load_flat_params
@@ -71,8 +72,10 @@ class Result:
 
 
 def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when present, else cpu; a named device must exist here (ConfigError)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_device_present(name)
     return torch.device(name)
 
 

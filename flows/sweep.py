@@ -21,6 +21,7 @@ from flows.runners import (
     make_task_runner,
     set_gpu_limit,
 )
+from flows.server import owns_server
 
 
 def _retry_unless_diverged(task: Any, task_run: Any, state: Any) -> bool:
@@ -97,7 +98,8 @@ def sweep(
 ) -> list[dict[str, Any]]:
     """Run every cell of SWEEP_FILE; cells with a FINISHED run of the same config are skipped.
 
-    Cells carry the ``gpu`` tag; without a Prefect server the flow sizes that tag's limit itself
+    Cells carry the ``gpu`` tag; without a Prefect server (Prefect's temporary one, or the one
+    :func:`flows.server.prefect_api` started) the flow sizes that tag's limit itself
     (GPUs x ``cells_per_gpu``, or ``max_workers`` on CPU); each cell holds its own GPU while it
     runs.
 
@@ -115,7 +117,7 @@ def sweep(
     settings = load_settings()
     parent = parent_run(spec, settings)
     api_url = None
-    if is_ephemeral():
+    if is_ephemeral() or owns_server():
         set_gpu_limit(gpu_slots(max_workers, cells_per_gpu))
         api_url = current_api_url()
         if dask_address:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +50,37 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def mlflow_client(settings: TrackingSettings | None = None) -> RetryingClient:
-    """An MlflowClient whose calls retry while a shared SQLite store is locked."""
+    """An MlflowClient whose calls retry while a shared SQLite store is locked.
+
+    Constructing the client creates or migrates the store's schema; for a SQLite store that
+    happens under :func:`store_lock`, so processes starting together on a new store do not race.
+    """
     settings = settings or load_settings()
-    return RetryingClient(MlflowClient(tracking_uri=settings.tracking_uri))
+    with store_lock(settings.tracking_uri):
+        client = MlflowClient(tracking_uri=settings.tracking_uri)
+    return RetryingClient(client)
+
+
+_OPENED: set[str] = set()  # SQLite stores this process has opened (their schema is ready)
+
+
+@contextmanager
+def store_lock(tracking_uri: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<database>.lock`` while this process first opens a SQLite
+    store: one process creates or migrates the schema, the others wait and then find it ready.
+    The kernel releases the lock if its holder dies."""
+    if not tracking_uri.startswith("sqlite:///") or tracking_uri in _OPENED:
+        yield
+        return
+    db = Path(tracking_uri.removeprefix("sqlite:///"))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(f"{db}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+        _OPENED.add(tracking_uri)
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def owner_tags() -> dict[str, str]:

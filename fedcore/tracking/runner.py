@@ -47,10 +47,21 @@ def run_tracked(
         result = sim.run()
     except BaseException as exc:  # an exception's ``run_status`` (e.g. KILLED) wins over FAILED
         tracker.fail(f"{type(exc).__name__}: {exc}", getattr(exc, "run_status", "FAILED"))
+        _label(exc, tracker.run_id, sim.round)
         raise
     finally:
         _ACTIVE.discard(tracker.run_id)
     return tracker.run_id, result
+
+
+def _label(exc: BaseException, run_id: str | None, round: int) -> None:
+    """Note on the exception which run failed and its last completed round (the CLI's one-line
+    message; 0 = before the first round completed)."""
+    try:
+        exc.fedcore_run_id = run_id  # type: ignore[attr-defined]
+        exc.fedcore_round = round  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type with __slots__
+        pass
 
 
 _CLAIM = threading.Lock()

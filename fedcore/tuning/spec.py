@@ -286,7 +286,8 @@ def _param(key: str, raw: Any) -> Param:
     if log and low <= 0:
         raise ConfigError(f"{where}: log=true needs low > 0 (got low={low})")
     step = raw.get("step")
-    if step is not None and (not isinstance(step, number) or step <= 0 or log):
+    if step is not None and (not isinstance(step, number) or step <= 0 or log
+                             or not math.isfinite(step)):
         raise ConfigError(f"{where}.step: expected a positive number, and no log (got {step!r})")
     return Param(key, kind, low=low, high=high, log=log, step=step)
 
@@ -318,8 +319,13 @@ def _objectives(metric: Any, direction: Any) -> tuple[tuple[str, ...], tuple[str
 def _budget(value: Any, key: str, cast: type) -> Any:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(f"study.{key}: expected a positive number or null (got {value!r})")
+    if (
+        isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+        or not math.isfinite(value)
+    ):
+        raise ConfigError(
+            f"study.{key}: expected a positive finite number or null (got {value!r})"
+        )
     return cast(value)
 
 
@@ -383,8 +389,9 @@ def _pruner(raw: Any, directions: tuple[str, ...]) -> dict[str, Any]:
     for key, value in spec.items():
         if key not in ("type", "metric", "max_resource") and (
             isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value)
         ):
-            raise ConfigError(f"study.pruner.{key}: expected a number (got {value!r})")
+            raise ConfigError(f"study.pruner.{key}: expected a finite number (got {value!r})")
     if kind == "percentile" and not 0 < spec.get("percentile", -1) < 100:
         got = spec.get("percentile")
         raise ConfigError(f"study.pruner.percentile: expected a number in (0, 100) (got {got!r})")
