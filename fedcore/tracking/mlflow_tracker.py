@@ -62,8 +62,9 @@ def get_experiment_id(client: MlflowClient, settings: TrackingSettings) -> str:
     if exp is not None:
         return exp.experiment_id
     try:
-        return client.create_experiment(
-            settings.experiment, artifact_location=settings.artifact_location
+        return client.create_experiment(  # experimentKind: the UI opens its training view
+            settings.experiment, artifact_location=settings.artifact_location,
+            tags={"mlflow.experimentKind": "custom_model_development"},
         )
     except Exception:
         exp = client.get_experiment_by_name(settings.experiment)

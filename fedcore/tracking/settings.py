@@ -18,6 +18,7 @@ class TrackingSettings:
     experiment: str
     system_metrics: bool = True  # sample CPU, memory (and GPU) into system/* while a run trains
     system_metrics_interval: float = 10.0  # seconds between samples
+    ui_url: str = "http://127.0.0.1:5000"  # the MLflow UI (`fedcore ui`) for links to runs
 
 
 def load_settings(path: Path | None = None) -> TrackingSettings:
@@ -41,4 +42,5 @@ def load_settings(path: Path | None = None) -> TrackingSettings:
         raise ConfigError(
             f"mlflow.yml system_metrics_interval: expected seconds > 0 (got {interval!r})"
         )
-    return TrackingSettings(uri, artifacts, experiment, system, float(interval))
+    ui_url = os.environ.get("FEDCORE_MLFLOW_UI_URL") or raw.get("ui_url", "http://127.0.0.1:5000")
+    return TrackingSettings(uri, artifacts, experiment, system, float(interval), str(ui_url))
