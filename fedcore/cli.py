@@ -1,9 +1,11 @@
-"""The ``fedcore`` command line: run one simulation or a sweep."""
+"""The fedcore command line: run one simulation, a sweep, a sweep's report, an Optuna study,
+or the MLflow UI."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +114,46 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    from fedcore.tracking.ui import ui_command
+
+    return ui_command(args.host, args.port)
+
+
+def run_epilog() -> str:
+    """``fedcore run --help``'s list of config keys and shipped methods."""
+    from fedcore.config import method_names
+
+    return (EPILOG + "\n\nconfig keys (configs/experiment.yaml; README 'Experiment config'):\n"
+            + textwrap.fill(", ".join(config_keys()), 88, initial_indent="  ",
+                            subsequent_indent="  ")
+            + "\n\nmethods (method=NAME, configs/methods/*.yaml):\n"
+            + textwrap.fill(", ".join(method_names()), 88, initial_indent="  ",
+                            subsequent_indent="  "))
+
+
+def config_keys() -> list[str]:
+    """Every dotted key of the experiment config (a method's own keys as method.<part>.*)."""
+    from pydantic import BaseModel
+
+    from fedcore.config import ExperimentConfig
+
+    def walk(model: type[BaseModel], prefix: str) -> list[str]:
+        keys = []
+        for name, info in model.model_fields.items():
+            sub = info.annotation
+            if name == "method":
+                keys += ["method", "method.client.*", "method.aggregator.*",
+                         "method.compression.*"]
+            elif isinstance(sub, type) and issubclass(sub, BaseModel):
+                keys += walk(sub, f"{prefix}{name}.")
+            else:
+                keys.append(f"{prefix}{name}")
+        return keys
+
+    return walk(ExperimentConfig, "")
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from fedcore.tuning.command import tune_command
 
@@ -119,10 +161,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import fedcore
+
     parser = argparse.ArgumentParser(prog="fedcore", description=__doc__, epilog=EPILOG)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"fedcore {fedcore.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p_run = sub.add_parser(
-        "run", help="run one simulation (defaults when no CONFIG)", epilog=EPILOG
+        "run", help="run one simulation (defaults when no CONFIG)", epilog=run_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p_run.add_argument("items", nargs="*", metavar="[CONFIG] [KEY=VALUE ...]")
     p_run.set_defaults(func=cmd_run)
@@ -169,6 +215,15 @@ def main(argv: list[str] | None = None) -> int:
     p_tune.add_argument("--workers", type=int, default=1,
                         help="trials in parallel (>1: through the Prefect flow tune)")
     p_tune.set_defaults(func=cmd_tune)
+    p_ui = sub.add_parser(
+        "ui", help="the MLflow UI on this project's store (prints the training-view link)",
+        description="Serve the MLflow store of mlflow.yml (or MLFLOW_TRACKING_URI) with "
+        "`mlflow ui` until Ctrl-C, and print the link that opens the runs in MLflow's training "
+        "view. With an MLflow server as tracking URI, only print the link.",
+    )
+    p_ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    p_ui.add_argument("--port", type=int, default=5000, help="port (5000)")
+    p_ui.set_defaults(func=cmd_ui)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
