@@ -120,6 +120,7 @@ class MLflowTracker:
         self.run_id: str | None = None
         self._logged: set[tuple[str, int]] = set()  # (metric, step) already in the run
         self._system_metrics: Any = None  # RunSystemMetrics while the run trains
+        self._sim: Any = None  # the simulation, for its final models
 
     def start(self, resolved: dict[str, Any], config_hash: str) -> str:
         exp_id = get_experiment_id(self.client, self.settings)
@@ -227,7 +228,7 @@ class MLflowTracker:
     def on_run_end(self, result: Any) -> None:
         self._log_metrics(result.summary, result.history[-1]["round"])
         self._stop_system_metrics()
-        if getattr(self, "_sim", None) is not None:
+        if self._sim is not None:
             from fedcore.tracking.models import log_models
 
             log_models(self.client, self.run_id, self._sim)
