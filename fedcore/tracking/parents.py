@@ -4,7 +4,7 @@ the overrides, summary metrics, and a results table as the run's description."""
 from __future__ import annotations
 
 import math
-import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +66,6 @@ def sweep_summary(client: Any, run_id: str, name: str, rows: list[dict[str, Any]
     if accs:
         metrics["best/final_accuracy"] = max(accs)
         metrics["mean/final_accuracy"] = sum(accs) / len(accs)
-    import time
-
     ts = int(time.time() * 1000)
     client.log_batch(run_id, metrics=[Metric(k, v, ts, 0) for k, v in metrics.items()])
     note = (f"### Sweep `{name}`: {len(rows)} cells ("
@@ -83,9 +81,3 @@ def html_page(body: str, title: str) -> str:
     return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title>'
             "</head>\n<body>\n" + body + "\n</body></html>\n")
 
-
-def log_markdown_artifact(client: Any, run_id: str, markdown: str, name: str) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / name
-        path.write_text(markdown)
-        client.log_artifact(run_id, str(path))
