@@ -1,10 +1,12 @@
-"""The ``fedcore`` command line: run one simulation or a sweep."""
+"""The fedcore command line: run one simulation, a sweep, a sweep's report, an Optuna study,
+or the MLflow UI."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +128,46 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    from fedcore.tracking.ui import ui_command
+
+    return ui_command(args.host, args.port)
+
+
+def run_epilog() -> str:
+    """``fedcore run --help``'s list of config keys and shipped methods."""
+    from fedcore.config import method_names
+
+    return (EPILOG + "\n\nconfig keys (configs/experiment.yaml; README 'Experiment config'):\n"
+            + textwrap.fill(", ".join(config_keys()), 88, initial_indent="  ",
+                            subsequent_indent="  ")
+            + "\n\nmethods (method=NAME, configs/methods/*.yaml):\n"
+            + textwrap.fill(", ".join(method_names()), 88, initial_indent="  ",
+                            subsequent_indent="  "))
+
+
+def config_keys() -> list[str]:
+    """Every dotted key of the experiment config (a method's own keys as method.<part>.*)."""
+    from pydantic import BaseModel
+
+    from fedcore.config import ExperimentConfig
+
+    def walk(model: type[BaseModel], prefix: str) -> list[str]:
+        keys = []
+        for name, info in model.model_fields.items():
+            sub = info.annotation
+            if name == "method":
+                keys += ["method", "method.client.*", "method.aggregator.*",
+                         "method.compression.*"]
+            elif isinstance(sub, type) and issubclass(sub, BaseModel):
+                keys += walk(sub, f"{prefix}{name}.")
+            else:
+                keys.append(f"{prefix}{name}")
+        return keys
+
+    return walk(ExperimentConfig, "")
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from fedcore.tuning.command import tune_command
 
@@ -154,14 +196,19 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import fedcore
+
     parser = argparse.ArgumentParser(prog="fedcore", description=__doc__, epilog=EPILOG)
     parser.add_argument(
         "--debug", action="store_true",
         help=f"show the traceback of a failure (also {DEBUG_ENV}=1); default: one line",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"fedcore {fedcore.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p_run = sub.add_parser(
-        "run", help="run one simulation (defaults when no CONFIG)", epilog=EPILOG
+        "run", help="run one simulation (defaults when no CONFIG)", epilog=run_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p_run.add_argument("items", nargs="*", metavar="[CONFIG] [KEY=VALUE ...]")
     p_run.set_defaults(func=cmd_run)
@@ -216,6 +263,15 @@ def main(argv: list[str] | None = None) -> int:
                           help="claims file (default: configs/claims.yaml) and overrides")
     p_claims.add_argument("--out", help="also write the Markdown table to this file")
     p_claims.set_defaults(func=cmd_claims)
+    p_ui = sub.add_parser(
+        "ui", help="the MLflow UI on this project's store (prints the training-view link)",
+        description="Serve the MLflow store of mlflow.yml (or MLFLOW_TRACKING_URI) with "
+        "`mlflow ui` until Ctrl-C, and print the link that opens the runs in MLflow's training "
+        "view. With an MLflow server as tracking URI, only print the link.",
+    )
+    p_ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    p_ui.add_argument("--port", type=int, default=5000, help="port (5000)")
+    p_ui.set_defaults(func=cmd_ui)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

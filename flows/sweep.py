@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from prefect import flow, task
+from pydantic import Field
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
 from fedcore.config import build_config, parse_overrides
 from fedcore.devices import pinned_device
 from fedcore.sweep import SweepSpec, load_sweep
 from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
+from fedcore.tracking.parents import log_source, sweep_summary
 from fedcore.tracking.runner import finished_run, run_tracked
+from flows.artifacts import publish_table
 from flows.runners import (
     GPU_TAG,
     check_runner,
@@ -89,12 +92,18 @@ def parent_run(spec: SweepSpec, settings: TrackingSettings | None = None) -> str
 
 @flow(name="sweep", log_prints=True)
 def sweep(
-    sweep_file: str,
-    overrides: list[str] | None = None,
-    max_workers: int = 1,
-    runner: str = "thread",
-    dask_address: str | None = None,
-    cells_per_gpu: int = 1,
+    sweep_file: Annotated[str, Field(description="the sweep YAML ({name, base, grid, set})")],
+    overrides: Annotated[
+        list[str] | None, Field(description="KEY=VALUE strings applied to every cell")
+    ] = None,
+    max_workers: Annotated[int, Field(ge=1, description="cells run at once")] = 1,
+    runner: Annotated[
+        Literal["thread", "dask"], Field(description="task runner: thread or dask")
+    ] = "thread",
+    dask_address: Annotated[
+        str | None, Field(description="scheduler of an existing Dask cluster (runner=dask)")
+    ] = None,
+    cells_per_gpu: Annotated[int, Field(ge=1, description="cells sharing one GPU")] = 1,
 ) -> list[dict[str, Any]]:
     """Run every cell of SWEEP_FILE; cells with a FINISHED run of the same config are skipped.
 
@@ -116,6 +125,8 @@ def sweep(
     spec = load_sweep(sweep_file, parse_overrides(overrides or []))
     settings = load_settings()
     parent = parent_run(spec, settings)
+    client = mlflow_client(settings)
+    log_source(client, parent, sweep_file, list(overrides or []), "sweep.yaml")
     api_url = None
     if is_ephemeral() or owns_server():
         set_gpu_limit(gpu_slots(max_workers, cells_per_gpu))
@@ -131,7 +142,7 @@ def sweep(
             (
                 cell,
                 task_runner.submit(
-                    simulate_cell,
+                    simulate_cell.with_options(task_run_name=cell.label),
                     {
                         "resolved": cell.config.resolved(),
                         "parent_run_id": parent,
@@ -156,7 +167,8 @@ def sweep(
                     }
                 )
             print(f"[{rows[-1]['status']}] {cell.label}")
-    client = mlflow_client(settings)
     failed = sum(r["status"] == "failed" for r in rows)
+    table = sweep_summary(client, parent, spec.name, rows)
+    publish_table(f"sweep-{spec.name}", table, settings, parent, rows)
     client.set_terminated(parent, "FAILED" if failed else "FINISHED")
     return rows

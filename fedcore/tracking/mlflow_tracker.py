@@ -21,6 +21,7 @@ from fedcore import checkpoint
 from fedcore.env import configure_environment
 from fedcore.hparams import hparams_tags
 from fedcore.tracking.plots import curves_png, fairness_png
+from fedcore.tracking.provenance import device_tags, provenance_tags
 from fedcore.tracking.retry import RetryingClient
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
@@ -93,8 +94,9 @@ def get_experiment_id(client: MlflowClient, settings: TrackingSettings) -> str:
     if exp is not None:
         return exp.experiment_id
     try:
-        return client.create_experiment(
-            settings.experiment, artifact_location=settings.artifact_location
+        return client.create_experiment(  # experimentKind: the UI opens its training view
+            settings.experiment, artifact_location=settings.artifact_location,
+            tags={"mlflow.experimentKind": "custom_model_development"},
         )
     except Exception:
         exp = client.get_experiment_by_name(settings.experiment)
@@ -150,10 +152,15 @@ class MLflowTracker:
         self.extra_tags = dict(tags or {})
         self.run_id: str | None = None
         self._logged: set[tuple[str, int]] = set()  # (metric, step) already in the run
+        self._system_metrics: Any = None  # RunSystemMetrics while the run trains
+        self._sim: Any = None  # the simulation, for its final models
 
     def start(self, resolved: dict[str, Any], config_hash: str) -> str:
         exp_id = get_experiment_id(self.client, self.settings)
-        tags = {**run_tags(resolved, config_hash), **self.extra_tags, **owner_tags()}
+        tags = {
+            **provenance_tags(), **run_tags(resolved, config_hash), **self.extra_tags,
+            **owner_tags(),
+        }
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
         name = (
@@ -176,7 +183,7 @@ class MLflowTracker:
             for key in run.data.metrics
             for m in self.client.get_metric_history(run_id, key)
         }
-        tags = {**self.extra_tags, **owner_tags()}
+        tags = {**provenance_tags(), **self.extra_tags, **owner_tags()}
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
@@ -187,7 +194,12 @@ class MLflowTracker:
     def on_run_start(self, sim: Any) -> None:
         if self.run_id is None:
             self.start(sim.cfg.resolved(), sim.cfg.config_hash())
-        self.client.set_tag(self.run_id, "device", str(sim.device))
+        self.client.log_batch(
+            self.run_id, tags=[RunTag(k, v) for k, v in device_tags(sim.device).items()]
+        )
+        self._log_dataset(sim)
+        self._start_system_metrics(sim.device)
+        self._sim = sim
         if getattr(sim, "engine_name", None):  # the client-training engine used, and why
             self.client.set_tag(self.run_id, "engine", sim.engine_name)
             self.client.set_tag(self.run_id, "engine_reason", sim.engine_reason[:5000])
@@ -226,13 +238,38 @@ class MLflowTracker:
                 return None
             return checkpoint.load(Path(local))
 
+    def _log_dataset(self, sim: Any) -> None:
+        """The federated dataset as the run's dataset input (name, partition, digest)."""
+        from fedcore.tracking.inputs import dataset_input
+
+        self.client.log_inputs(self.run_id, datasets=[dataset_input(sim)])
+
+    def _start_system_metrics(self, device: Any) -> None:
+        if not self.settings.system_metrics or self._system_metrics is not None:
+            return
+        from fedcore.tracking.system_metrics import RunSystemMetrics
+
+        self._system_metrics = RunSystemMetrics(
+            self.run_id, self.settings.tracking_uri, self.settings.system_metrics_interval, device
+        )
+
+    def _stop_system_metrics(self) -> None:
+        if self._system_metrics is not None:
+            self._system_metrics.stop()
+            self._system_metrics = None
+
     def on_run_end(self, result: Any) -> None:
         self._log_metrics(result.summary, result.history[-1]["round"])
+        self._stop_system_metrics()
+        if self._sim is not None:
+            from fedcore.tracking.models import log_models
+
+            log_models(self.client, self.run_id, self._sim)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
-            per_client_frame(result.client_tables).to_parquet(
-                out / "per_client.parquet", index=False
-            )
+            table = per_client_frame(result.client_tables)
+            table.to_parquet(out / "per_client.parquet", index=False)
+            table.to_csv(out / "per_client.csv", index=False)
             curves_png(result.history, out / "curves.png")
             final = result.client_tables[-1]
             fairness_png(final.accuracy, final.round, out / "fairness.png")
@@ -246,6 +283,7 @@ class MLflowTracker:
         """
         if self.run_id is None:
             return
+        self._stop_system_metrics()
         self.client.set_tag(self.run_id, "failure_reason", reason[:5000])
         self.client.set_terminated(self.run_id, status)
 

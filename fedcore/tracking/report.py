@@ -13,7 +13,8 @@ import pandas as pd
 from fedcore.hparams import hparams_label
 from fedcore.sweep import SweepSpec
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
-from fedcore.tracking.plots import _pyplot
+from fedcore.tracking.parents import html_page, set_description
+from fedcore.tracking.plots import _pyplot, integer_ticks
 from fedcore.tracking.runner import finished_run
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
@@ -158,6 +159,7 @@ def convergence_png(runs: pd.DataFrame, acc: dict[str, pd.Series], path: Path) -
                 ax.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1),
                                 color=line.get_color(), alpha=0.2)
         ax.set(xlabel="round", ylabel="test accuracy", title=f"Dirichlet alpha = {alpha}")
+        integer_ticks(ax)
         ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -238,7 +240,7 @@ def build_report(
               "run's `hparams_changed` tag). Personal columns: the personal models of "
               "personalised methods (blank for the others).\n\n")
     files[0].write_text(header + markdown_table(pretty) + "\n")
-    files[1].write_text(pretty.to_html(index=False, border=0))
+    files[1].write_text(html_page(pretty.to_html(index=False, border=0), f"Sweep {spec.name}"))
     table.to_csv(files[2], index=False)
     runs.to_csv(files[3], index=False)
     ids = list(runs["run_id"])
@@ -259,6 +261,7 @@ def build_report(
     if parent_run_id is not None:
         for f in files:
             client.log_artifact(parent_run_id, str(f), "report")
+        set_description(client, parent_run_id, files[0].read_text())
     return Report(runs, table, files)
 
 

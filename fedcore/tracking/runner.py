@@ -22,14 +22,16 @@ def run_tracked(
     settings: TrackingSettings | None = None,
     device: str | None = None,
     resume: bool = True,
+    run_name: str | None = None,
 ) -> tuple[str, Result]:
     """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason.
 
     ``device`` pins the run to one device (a GPU slot) without changing its config hash.
-    ``resume=False`` always starts a new run (an Optuna trial owns its run).
+    ``resume=False`` always starts a new run (an Optuna trial owns its run); ``run_name``
+    replaces the default ``<method>-<dataset>-a<alpha>-s<seed>``.
     """
     sim = Simulation(cfg, device=device)
-    tracker = MLflowTracker(settings, parent_run_id=parent_run_id, tags=tags)
+    tracker = MLflowTracker(settings, parent_run_id=parent_run_id, run_name=run_name, tags=tags)
     with _CLAIM:
         previous = unfinished_run(cfg.config_hash(), tracker.settings) if resume else None
         if previous is not None:

@@ -67,7 +67,9 @@ def _best(spec, out: str | None) -> int:
           + ", ".join(f"{n} {s.lower()}" for s, n in counts.items() if n) + "):")
     for trial, method_path, experiment_path in written:
         print(describe(spec, trial.number, trial.state.name, trial.values, trial.params))
-        print(f"  method: {_rel(method_path)} (method={method_path.stem})")
+        select = (f"method={method_path.stem}" if out is None
+                  else f'method="$(cat {_rel(method_path)})"')
+        print(f"  method: {_rel(method_path)} (select with {select})")
         print(f"  experiment: {_rel(experiment_path)} (fedcore run {_rel(experiment_path)})")
     return 0
 

@@ -111,6 +111,7 @@ class StudySpec:
     storage: str
     path: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)  # as given on the command line
 
     @property
     def multi_objective(self) -> bool:
@@ -236,6 +237,7 @@ def load_study(path: str | Path, overrides: dict[str, Any] | None = None) -> Stu
         pruner=_pruner(raw.get("pruner"), directions),
         storage=resolve_storage(raw.get("storage")),
         path=path.resolve(),
+        overrides=dict(overrides or {}),
     )
     if spec.n_trials is None and spec.timeout is None:
         raise ConfigError("study: set n_trials and/or timeout (seconds), e.g. n_trials=20")
