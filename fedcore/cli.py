@@ -203,7 +203,6 @@ def main(argv: list[str] | None = None) -> int:
         "--debug", action="store_true",
         help=f"show the traceback of a failure (also {DEBUG_ENV}=1); default: one line",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
     parser.add_argument("--version", action="version", version=f"fedcore {fedcore.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p_run = sub.add_parser(
