@@ -9,6 +9,7 @@ from typing import Any
 
 from fedcore import checkpoint
 from fedcore.config import ExperimentConfig
+from fedcore.data.federated import FederatedData
 from fedcore.simulation import Callback, Result, Simulation
 from fedcore.tracking.mlflow_tracker import MLflowTracker, get_experiment_id, mlflow_client
 from fedcore.tracking.settings import TrackingSettings, load_settings
@@ -22,13 +23,15 @@ def run_tracked(
     settings: TrackingSettings | None = None,
     device: str | None = None,
     resume: bool = True,
+    data: FederatedData | None = None,
 ) -> tuple[str, Result]:
     """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason.
 
     ``device`` pins the run to one device (a GPU slot) without changing its config hash.
-    ``resume=False`` always starts a new run (an Optuna trial owns its run).
+    ``resume=False`` always starts a new run (an Optuna trial owns its run). ``data`` is the
+    already-built federated data of ``cfg`` (a sweep shares it between cells of the same data).
     """
-    sim = Simulation(cfg, device=device)
+    sim = Simulation(cfg, device=device, data=data)
     tracker = MLflowTracker(settings, parent_run_id=parent_run_id, tags=tags)
     with _CLAIM:
         previous = unfinished_run(cfg.config_hash(), tracker.settings) if resume else None
