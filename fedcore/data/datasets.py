@@ -10,6 +10,7 @@ to put which files.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import pickle
 import shutil
@@ -19,8 +20,6 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from torchvision import datasets as tvd
-from torchvision.datasets.utils import check_integrity
 
 DATASET_NAMES = (
     "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
@@ -57,23 +56,6 @@ class DatasetUnavailableError(RuntimeError):
     """The dataset's files are missing, corrupt or could not be downloaded."""
 
 
-class _UncheckedCIFAR10(tvd.CIFAR10):
-    """CIFAR-10 that only checks that its files exist, not their md5 checksums."""
-
-    def _check_integrity(self) -> bool:
-        folder = Path(self.root, self.base_folder)
-        return all((folder / f).is_file() for f, _ in self.train_list + self.test_list)
-
-    def _load_meta(self) -> None:  # torchvision md5-checks the meta file separately
-        with open(Path(self.root, self.base_folder, self.meta["filename"]), "rb") as f:
-            self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
-        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-
-
-class _UncheckedCIFAR100(_UncheckedCIFAR10, tvd.CIFAR100):
-    """CIFAR-100 without md5 checks."""
-
-
 class _Spec(NamedTuple):
     cls: type  # torchvision class (md5-checked where torchvision checks)
     unchecked: type  # the same without md5 checks (verify=False)
@@ -82,16 +64,41 @@ class _Spec(NamedTuple):
     std: tuple[float, ...]
 
 
-_TORCHVISION = {
-    "mnist": _Spec(tvd.MNIST, tvd.MNIST, 10, (0.1307,), (0.3081,)),
-    "fashion_mnist": _Spec(tvd.FashionMNIST, tvd.FashionMNIST, 10, (0.2860,), (0.3530,)),
-    "cifar10": _Spec(
-        tvd.CIFAR10, _UncheckedCIFAR10, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
-    ),
-    "cifar100": _Spec(
-        tvd.CIFAR100, _UncheckedCIFAR100, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
-    ),
-}
+TORCHVISION_NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100")
+
+
+@functools.cache
+def _torchvision_specs() -> dict[str, _Spec]:
+    """The torchvision-backed datasets (torchvision is imported on first use only)."""
+    from torchvision import datasets as tvd
+
+    class _UncheckedCIFAR10(tvd.CIFAR10):
+        """CIFAR-10 that only checks that its files exist, not their md5 checksums."""
+
+        def _check_integrity(self) -> bool:
+            folder = Path(self.root, self.base_folder)
+            return all((folder / f).is_file() for f, _ in self.train_list + self.test_list)
+
+        def _load_meta(self) -> None:  # torchvision md5-checks the meta file separately
+            with open(Path(self.root, self.base_folder, self.meta["filename"]), "rb") as f:
+                self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
+            self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+    class _UncheckedCIFAR100(_UncheckedCIFAR10, tvd.CIFAR100):
+        """CIFAR-100 without md5 checks."""
+
+    return {
+        "mnist": _Spec(tvd.MNIST, tvd.MNIST, 10, (0.1307,), (0.3081,)),
+        "fashion_mnist": _Spec(tvd.FashionMNIST, tvd.FashionMNIST, 10, (0.2860,), (0.3530,)),
+        "cifar10": _Spec(
+            tvd.CIFAR10, _UncheckedCIFAR10, 10,
+            (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
+        ),
+        "cifar100": _Spec(
+            tvd.CIFAR100, _UncheckedCIFAR100, 100,
+            (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762),
+        ),
+    }
 
 
 def load_dataset(
@@ -118,9 +125,11 @@ def load_dataset(
         from fedcore.data.tiny_imagenet import load_tiny_imagenet
 
         return load_tiny_imagenet(root, download)
-    if name not in _TORCHVISION:
+    if name not in TORCHVISION_NAMES:
         raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASET_NAMES)}")
-    spec = _TORCHVISION[name]
+    from torchvision import datasets as tvd
+
+    spec = _torchvision_specs()[name]
     root = Path(root).expanduser().resolve()
     folder, files = _expected_files(spec.cls, root)
     ds_cls = spec.cls if verify else spec.unchecked
@@ -179,6 +188,8 @@ def _to_labels(targets: torch.Tensor | list[int]) -> torch.Tensor:
 
 def _expected_files(cls: type, root: Path) -> tuple[Path, list[str]]:
     """The folder torchvision reads ``cls`` from, and the file names it needs there."""
+    from torchvision import datasets as tvd
+
     if issubclass(cls, tvd.MNIST):
         return root / cls.__name__ / "raw", [Path(url).stem for url, _ in cls.resources]
     names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
@@ -201,7 +212,10 @@ def _why(
     name: str, folder: Path, files: list[str], download: bool, verify: bool, err: Exception
 ) -> str:
     """One-line explanation of why ``name`` could not be loaded, with where to put which files."""
-    cls = _TORCHVISION[name].cls
+    from torchvision import datasets as tvd
+    from torchvision.datasets.utils import check_integrity
+
+    cls = _torchvision_specs()[name].cls
     gz = ", optionally .gz" if issubclass(cls, tvd.MNIST) else ""
     expected = f"expected {', '.join(files)}{gz}"
     if any(not (folder / f).is_file() for f in files):
