@@ -6,7 +6,9 @@ The task: digits, the 2-conv CNN, 20 clients, 5 per round, 1 local epoch of batc
 - floor: a bare PyTorch loop running the same SGD steps (same clients, same batches) and the same
   global test-set evaluations on one model;
 - untracked: ``Simulation(cfg).run()``, over the floor (target <= 1.15);
-- tracked: ``run_tracked`` into a fresh SQLite MLflow store, over untracked (target <= 1.25);
+- tracked: ``run_tracked`` into a fresh SQLite MLflow store, over untracked (target <= 1.25),
+  waiting for the run's end (figures, FINISHED), and as a sweep cell runs it (``wait=False``:
+  the run's end is written in the background while the next cell trains);
 - fixed cost: the whole process ``fedcore run rounds=1 model.name=mlp`` minus
   ``python -c "import torch"`` (target <= 1.5 s);
 - ``fedcore --help`` and a config error, as whole processes (target < 0.5 s each).
@@ -79,6 +81,7 @@ def process_seconds(argv: list[str], env: dict[str, str], repeats: int = 2) -> f
 def in_process(rounds: int, repeats: int, store: Path) -> dict[str, float]:
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{store / 'mlflow.db'}"
     os.environ["FEDCORE_ARTIFACT_LOCATION"] = str(store / "artifacts")
+    from fedcore.tracking.mlflow_tracker import wait_for_runs
     from fedcore.tracking.runner import run_tracked
 
     cfg = load_config(None, [*TASK, f"rounds={rounds}"])
@@ -87,8 +90,14 @@ def in_process(rounds: int, repeats: int, store: Path) -> dict[str, float]:
     floor_clients = best_of(lambda: bare_loop(Simulation(cfg, data=data), rounds, True), repeats)
     untracked = best_of(lambda: Simulation(cfg, data=data).run(), repeats)
     tracked = best_of(lambda: run_tracked(cfg, data=data), repeats)
+    background = float("inf")  # a sweep cell's path: the run's end is written in the background
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run_tracked(cfg, data=data, wait=False)
+        background = min(background, time.perf_counter() - t0)
+        wait_for_runs()
     return {"floor": floor, "floor_clients": floor_clients, "untracked": untracked,
-            "tracked": tracked}
+            "tracked": tracked, "background": background}
 
 
 def main() -> None:
@@ -120,6 +129,9 @@ def main() -> None:
          "ratio": times["untracked"] / times["floor_clients"], "target": ""},
         {"measure": "tracked / untracked", "seconds": times["tracked"],
          "ratio": times["tracked"] / times["untracked"], "target": "<= 1.25"},
+        {"measure": "tracked, run end in background / untracked",
+         "seconds": times["background"], "ratio": times["background"] / times["untracked"],
+         "target": "<= 1.25"},
         {"measure": "python -c 'import torch'", "seconds": torch_s, "ratio": "", "target": ""},
         {"measure": "fedcore run rounds=1 (mlp) - import torch", "seconds": run_s - torch_s,
          "ratio": run_s / torch_s, "target": "<= 1.5 s"},
