@@ -27,7 +27,7 @@ from fedcore.layout import ParamLayout, flat_params, load_flat_params
 from fedcore.metrics import (
     client_stat_metrics,
     conflict_fraction,
-    embeddings,
+    eval_with_embeddings,
     fairness_summary,
     per_sample_eval,
     representation_stats,
@@ -259,11 +259,9 @@ class Simulation:
         load_flat_params(self.model, self.params)
         if self.buffers:
             self.model.load_state_dict(self.buffers, strict=False)
-        correct, loss = per_sample_eval(self.model, self.data.x_test, self.data.y_test)
+        correct, loss, z = eval_with_embeddings(self.model, self.data.x_test, self.data.y_test)
         metrics = {"test/accuracy": float(correct.float().mean()), "test/loss": float(loss.mean())}
-        metrics.update(
-            representation_stats(embeddings(self.model, self.data.x_test), self.data.y_test)
-        )
+        metrics.update(representation_stats(z, self.data.y_test))
         c_correct, c_loss = per_sample_eval(self.model, self._eval_x, self._eval_y)
         n_clients = self.data.num_clients
         owner = self._eval_owner.to(c_correct.device)

@@ -9,9 +9,12 @@ from pydantic import Field
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
 from fedcore.config import build_config, parse_overrides
+from fedcore.data.federated import shared_federated_data
 from fedcore.devices import pinned_device
+from fedcore.simulation import resolve_device
 from fedcore.sweep import SweepSpec, load_sweep
 from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
+from fedcore.tracking.mlflow_tracker import wait_for_runs
 from fedcore.tracking.parents import log_source, sweep_summary
 from fedcore.tracking.runner import finished_run, run_tracked
 from flows.artifacts import publish_table
@@ -51,20 +54,26 @@ def simulate_cell(
     sweep: str,
     settings: TrackingSettings | None = None,
     cells_per_gpu: int = 1,
+    finish_in_background: bool = False,
 ) -> dict[str, Any]:
     """Simulate one cell (its resolved config) as a child run of the sweep.
 
     ``settings`` (the flow's MLflow store) travel with the task, so a Dask worker records into
-    the same store; with GPUs the cell holds one device slot (``cuda:i``) while it runs.
+    the same store; with GPUs the cell holds one device slot (``cuda:i``) while it runs. Cells
+    of the same data share one loaded, partitioned dataset per process; with
+    ``finish_in_background`` the run's end (figures, FINISHED) is written while the next cell
+    trains (the flow waits for it before it ends).
     """
     cfg = build_config(resolved)
     done = finished_run(cfg.config_hash(), settings)
     if done is not None:
         return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
     with pinned_device(cfg.device, cells_per_gpu) as device:
+        data = shared_federated_data(cfg.dataset, cfg.seed, resolve_device(device or cfg.device),
+                                     cfg.clients)
         run_id, result = run_tracked(
             cfg, parent_run_id=parent_run_id, tags={"sweep": sweep}, settings=settings,
-            device=device,
+            device=device, data=data, wait=not finish_in_background,
         )
     return {"run_id": run_id, "status": "finished", **result.summary}
 
@@ -149,6 +158,7 @@ def sweep(
                         "sweep": spec.name,
                         "settings": settings,
                         "cells_per_gpu": cells_per_gpu,
+                        "finish_in_background": runner == "thread",
                     },
                 ),
             )
@@ -167,6 +177,7 @@ def sweep(
                     }
                 )
             print(f"[{rows[-1]['status']}] {cell.label}")
+    wait_for_runs()
     failed = sum(r["status"] == "failed" for r in rows)
     table = sweep_summary(client, parent, spec.name, rows)
     publish_table(f"sweep-{spec.name}", table, settings, parent, rows)

@@ -146,7 +146,7 @@ def test_fallback_when_both_fits_fail(monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("solver failed")
 
-    monkeypatch.setattr(oui_lib.stats.beta, "fit", boom)
+    monkeypatch.setattr(stats.beta, "fit", boom)  # scipy is imported in the fit
     ouis = [0.01, 0.99, 0.02, 0.98]  # moments invalid, MLE raises -> ranks (1, 4, 2, 3) / 5
     agg = aggregators.build({"rule": "fedoui"})
     step = agg.aggregate(batch_of(ouis, [1, 1, 1, 1]))

@@ -10,14 +10,13 @@ to put which files.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import torch
-from torchvision import datasets as tvd
-from torchvision.datasets.utils import check_integrity
 
 from fedcore.data.cifar import read_cifar_batches
 from fedcore.data.idx import DataFileError, read_mnist_split
@@ -64,12 +63,32 @@ class _Spec(NamedTuple):
     std: tuple[float, ...]
 
 
-_TORCHVISION = {
-    "mnist": _Spec(tvd.MNIST, 10, (0.1307,), (0.3081,)),
-    "fashion_mnist": _Spec(tvd.FashionMNIST, 10, (0.2860,), (0.3530,)),
-    "cifar10": _Spec(tvd.CIFAR10, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": _Spec(tvd.CIFAR100, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-}
+TORCHVISION_NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100")
+
+
+@functools.cache
+def _torchvision_specs() -> dict[str, _Spec]:
+    """The torchvision-backed datasets (torchvision is imported on first use only)."""
+    from torchvision import datasets as tvd
+
+    return {
+        "mnist": _Spec(tvd.MNIST, 10, (0.1307,), (0.3081,)),
+        "fashion_mnist": _Spec(tvd.FashionMNIST, 10, (0.2860,), (0.3530,)),
+        "cifar10": _Spec(tvd.CIFAR10, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+        "cifar100": _Spec(tvd.CIFAR100, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    }
+
+
+def _is_mnist(cls: type) -> bool:
+    from torchvision import datasets as tvd
+
+    return issubclass(cls, tvd.MNIST)
+
+
+def _is_cifar(cls: type) -> bool:
+    from torchvision import datasets as tvd
+
+    return issubclass(cls, tvd.CIFAR10)
 
 
 def load_dataset(
@@ -97,9 +116,9 @@ def load_dataset(
         from fedcore.data.tiny_imagenet import load_tiny_imagenet
 
         return load_tiny_imagenet(root, download)
-    if name not in _TORCHVISION:
+    if name not in TORCHVISION_NAMES:
         raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASET_NAMES)}")
-    spec = _TORCHVISION[name]
+    spec = _torchvision_specs()[name]
     root = Path(root).expanduser().resolve()
     folder, files = _expected_files(spec.cls, root)
     try:
@@ -107,7 +126,7 @@ def load_dataset(
             _download(spec.cls, root)
         if _missing(spec.cls, folder, files):
             raise FileNotFoundError(folder)
-        if issubclass(spec.cls, tvd.MNIST):
+        if _is_mnist(spec.cls):
             (x_tr, y_tr), (x_te, y_te) = (read_mnist_split(folder, t, spec.num_classes)
                                           for t in (True, False))
         else:
@@ -140,7 +159,7 @@ def _download(cls: type, root: Path) -> None:
 
 def _missing(cls: type, folder: Path, files: list[str]) -> list[str]:
     """The expected files that are not there (MNIST's may be there as ``.gz`` only)."""
-    gz = issubclass(cls, tvd.MNIST)
+    gz = _is_mnist(cls)
     return [
         f for f in files
         if not (folder / f).is_file() and not (gz and (folder / f"{f}.gz").is_file())
@@ -150,6 +169,8 @@ def _missing(cls: type, folder: Path, files: list[str]) -> list[str]:
 def _bad_checksums(cls: type, folder: Path, files: list[str]) -> list[str]:
     """CIFAR files whose md5 differs from the original's."""
     sums = dict(cls.train_list + cls.test_list) | {cls.meta["filename"]: cls.meta["md5"]}
+    from torchvision.datasets.utils import check_integrity
+
     return [f for f in files if not check_integrity(str(folder / f), sums[f])]
 
 
@@ -172,7 +193,7 @@ def check_files_present(name: str, root: str | Path = "data", download: bool = F
 
         tiny_imagenet_files_present(root)
         return
-    cls = _TORCHVISION[name].cls
+    cls = _torchvision_specs()[name].cls
     folder, files = _expected_files(cls, root)
     if _missing(cls, folder, files):
         raise DatasetUnavailableError(
@@ -218,7 +239,7 @@ def _to_labels(targets: torch.Tensor | list[int]) -> torch.Tensor:
 
 def _expected_files(cls: type, root: Path) -> tuple[Path, list[str]]:
     """The folder torchvision reads ``cls`` from, and the file names it needs there."""
-    if issubclass(cls, tvd.MNIST):
+    if _is_mnist(cls):
         return root / cls.__name__ / "raw", [Path(url).stem for url, _ in cls.resources]
     names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
     return root / cls.base_folder, names
@@ -228,8 +249,8 @@ def _why(
     name: str, folder: Path, files: list[str], download: bool, verify: bool, err: Exception
 ) -> str:
     """One-line explanation of why ``name`` could not be loaded, with where to put which files."""
-    cls = _TORCHVISION[name].cls
-    gz = ", optionally .gz" if issubclass(cls, tvd.MNIST) else ""
+    cls = _torchvision_specs()[name].cls
+    gz = ", optionally .gz" if _is_mnist(cls) else ""
     expected = f"expected {', '.join(files)}{gz}"
     if _missing(cls, folder, files):
         if download:
@@ -241,7 +262,7 @@ def _why(
             f"dataset {name!r}: files not found in {folder} ({expected}); "
             "put them there or set dataset.download=true with network access"
         )
-    if verify and issubclass(cls, tvd.CIFAR10):
+    if verify and _is_cifar(cls):
         bad = _bad_checksums(cls, folder, files)
         return (
             f"dataset {name!r}: md5 checksum failed for {', '.join(bad) or 'some files'} in "

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -179,3 +182,33 @@ def build_federated_data(
         noisy,
         [(np.asarray(tr), np.asarray(te)) for tr, te in zip(trains, tests, strict=True)],
     )
+
+
+_SHARED: OrderedDict[str, FederatedData] = OrderedDict()
+_SHARED_LOCK = threading.Lock()
+SHARED_KEEP = 4  # datasets kept by :func:`shared_federated_data` (least recently used go)
+
+
+def shared_federated_data(
+    cfg: DatasetConfig,
+    seed: int,
+    device: torch.device | str = "cpu",
+    behaviour: ClientsConfig | None = None,
+) -> FederatedData:
+    """:func:`build_federated_data`, built once per process for the same arguments.
+
+    The cells of a sweep that differ only in method share one loaded, partitioned dataset (the
+    simulation never writes into it). The last ``SHARED_KEEP`` are kept.
+    """
+    key = json.dumps([cfg.model_dump(mode="json"), seed, str(device),
+                      behaviour.model_dump(mode="json") if behaviour is not None else None],
+                     sort_keys=True)
+    with _SHARED_LOCK:
+        if key in _SHARED:
+            _SHARED.move_to_end(key)
+            return _SHARED[key]
+        data = build_federated_data(cfg, seed, device, behaviour)
+        _SHARED[key] = data
+        while len(_SHARED) > SHARED_KEEP:
+            _SHARED.popitem(last=False)
+        return data

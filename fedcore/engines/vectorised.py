@@ -25,7 +25,13 @@ from fedcore.clients import ClientUpdate, LocalContext
 from fedcore.clients._tuplets import TupletClient
 from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
 from fedcore.engines import objectives, sequential
-from fedcore.engines.sequential import attack, client_seed, local_context, rng_devices
+from fedcore.engines.sequential import (
+    attack,
+    client_seed,
+    local_context,
+    rng_devices,
+    seed_global_rng,
+)
 from fedcore.layout import load_flat_params
 from fedcore.seeding import GLOBAL_RNG_LOCK
 
@@ -267,7 +273,7 @@ class VectorisedEngine:
             for i, c in enumerate(chunk):
                 seed = client_seed(sim, c.ctx.data.client_id, c.ctx.round)
                 with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=rng_devices(sim)):
-                    torch.manual_seed(seed)
+                    seed_global_rng(sim, seed)
                     for t, rows in enumerate(rows_of[i]):
                         rows = rows.to(device)
                         for k, d in enumerate(self.dropouts):

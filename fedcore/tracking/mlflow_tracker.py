@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import shutil
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from fedcore import checkpoint
 from fedcore.env import configure_environment
 from fedcore.hparams import hparams_tags
-from fedcore.tracking.plots import curves_png, fairness_png
 from fedcore.tracking.provenance import device_tags, provenance_tags
 from fedcore.tracking.retry import RetryingClient
 from fedcore.tracking.settings import TrackingSettings, load_settings
@@ -29,6 +30,11 @@ configure_environment()
 
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger("fedcore")
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -50,15 +56,24 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+_CLIENTS: dict[str, MlflowClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
 def mlflow_client(settings: TrackingSettings | None = None) -> RetryingClient:
     """An MlflowClient whose calls retry while a shared SQLite store is locked.
 
     Constructing the client creates or migrates the store's schema; for a SQLite store that
     happens under :func:`store_lock`, so processes starting together on a new store do not race.
+    One client per tracking URI and process: the runs of a sweep share it (and its store).
     """
     settings = settings or load_settings()
-    with store_lock(settings.tracking_uri):
-        client = MlflowClient(tracking_uri=settings.tracking_uri)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(settings.tracking_uri)
+        if client is None:
+            with store_lock(settings.tracking_uri):
+                client = MlflowClient(tracking_uri=settings.tracking_uri)
+            _CLIENTS[settings.tracking_uri] = client
     return RetryingClient(client)
 
 
@@ -82,6 +97,46 @@ def store_lock(tracking_uri: str) -> Iterator[None]:
         _OPENED.add(tracking_uri)
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+class _Writers:
+    """The process's two background MLflow writers, started on first use.
+
+    ``metrics``: every tracker's metric batches, in order (one thread). ``finish``: the end of
+    a run (summary metrics, per-client table, figures, FINISHED) when the caller does not wait
+    for it. Both finish their queued work before the interpreter exits.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._finishing: set[Future] = set()
+
+    def submit(self, pool: str, fn: Any, *args: Any) -> Future:
+        with self._lock:
+            if pool not in self._pools:
+                self._pools[pool] = ThreadPoolExecutor(1, thread_name_prefix=f"fedcore-{pool}")
+            future = self._pools[pool].submit(fn, *args)
+            if pool == "finish":
+                self._finishing.add(future)
+                future.add_done_callback(self._finishing.discard)
+        return future
+
+    def wait_finishing(self) -> None:
+        """Block until every run handed to the ``finish`` writer is finished."""
+        with self._lock:
+            pending = list(self._finishing)
+        for future in pending:
+            future.exception()
+
+
+WRITERS = _Writers()
+
+
+def wait_for_runs() -> None:
+    """Wait until the runs whose end was left to the background (``finish_in_background``)
+    are FINISHED, with their artifacts."""
+    WRITERS.wait_finishing()
 
 
 def owner_tags() -> dict[str, str]:
@@ -136,6 +191,14 @@ class MLflowTracker:
 
     Uses explicit run ids (no thread-local active run), so it works from worker threads and
     Dask workers; ``parent_run_id`` nests the run under a sweep or a study.
+
+    Writes stay off the training path: params and each round's metrics go to a background
+    writer thread, one round in flight at most (a round waits for the previous round's write
+    before handing over its own), so a killed process loses at most the round that ended last
+    and every earlier round is in the store; an exception, Ctrl-C or the run's end wait for the
+    writer first. With ``finish_in_background`` the run's end (summary metrics, per-client table,
+    figures, FINISHED) is written by a second thread while the caller goes on (a sweep's next
+    cell); :func:`wait_for_runs` waits for it.
     """
 
     def __init__(
@@ -144,8 +207,12 @@ class MLflowTracker:
         parent_run_id: str | None = None,
         run_name: str | None = None,
         tags: dict[str, str] | None = None,
+        finish_in_background: bool = False,
     ) -> None:
         self.settings = settings or load_settings()
+        self.finish_in_background = finish_in_background
+        self.finished: Future | None = None  # the background end of the run, if any
+        self._pending: Future | None = None  # the last write handed to the metrics writer
         self.client = mlflow_client(self.settings)
         self.parent_run_id = parent_run_id
         self.run_name = run_name
@@ -168,11 +235,25 @@ class MLflowTracker:
         )
         run = self.client.create_run(exp_id, run_name=name, tags=tags)
         self.run_id = run.info.run_id
+        self._write(self._log_params, resolved)
+        return self.run_id
+
+    def _log_params(self, resolved: dict[str, Any]) -> None:
         params = [Param(k, v[:6000]) for k, v in sorted(flatten(resolved).items())]
         for i in range(0, len(params), 100):
             self.client.log_batch(self.run_id, params=params[i : i + 100])
         self.client.log_text(self.run_id, yaml.safe_dump(resolved, sort_keys=False), "config.yaml")
-        return self.run_id
+
+    def _write(self, fn: Any, *args: Any) -> None:
+        """Hand ``fn(*args)`` to the metrics writer once the previous write is done."""
+        self.flush()
+        self._pending = WRITERS.submit("metrics", fn, *args)
+
+    def flush(self) -> None:
+        """Wait for the last handed-over write; its error, if any, is raised here."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def resume(self, run_id: str) -> None:
         """Continue an unfinished run: RUNNING again, and no (metric, step) is logged twice."""
@@ -194,21 +275,22 @@ class MLflowTracker:
     def on_run_start(self, sim: Any) -> None:
         if self.run_id is None:
             self.start(sim.cfg.resolved(), sim.cfg.config_hash())
-        self.client.log_batch(
-            self.run_id, tags=[RunTag(k, v) for k, v in device_tags(sim.device).items()]
-        )
+        tags = dict(device_tags(sim.device))
         self._log_dataset(sim)
         self._start_system_metrics(sim.device)
         self._sim = sim
         if getattr(sim, "engine_name", None):  # the client-training engine used, and why
-            self.client.set_tag(self.run_id, "engine", sim.engine_name)
-            self.client.set_tag(self.run_id, "engine_reason", sim.engine_reason[:5000])
+            tags.update(engine=sim.engine_name, engine_reason=sim.engine_reason[:5000])
         if sim.round:
-            self.client.set_tag(self.run_id, "fedcore.resumed_from_round", str(sim.round))
+            tags["fedcore.resumed_from_round"] = str(sim.round)
+        self._write(self._set_tags, tags)
         tables = {t.round: t for t in sim.client_tables}
         for h in sim.history:  # rounds restored from a checkpoint, if the run lacks them
             r = int(h["round"])
             self.on_round_end(r, {k: v for k, v in h.items() if k != "round"}, tables.get(r))
+
+    def _set_tags(self, tags: dict[str, str]) -> None:
+        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def _log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Log the metrics this run does not have at ``step`` yet."""
@@ -220,7 +302,7 @@ class MLflowTracker:
         self._logged.update((m.key, step) for m in batch)
 
     def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:
-        self._log_metrics(metrics, round)
+        self._write(self._log_metrics, dict(metrics), round)
 
     def on_checkpoint(self, path: Path) -> None:
         """Upload the newest checkpoint as ``checkpoint/checkpoint.pt`` (replacing the last)."""
@@ -259,6 +341,24 @@ class MLflowTracker:
             self._system_metrics = None
 
     def on_run_end(self, result: Any) -> None:
+        self.flush()
+        if self.finish_in_background:
+            self.finished = WRITERS.submit("finish", self._finish_or_fail, result)
+        else:
+            self._finish(result)
+
+    def _finish_or_fail(self, result: Any) -> None:
+        try:
+            self._finish(result)
+        except Exception as exc:
+            log.exception("run %s: recording its end failed", self.run_id)
+            self.fail(f"{type(exc).__name__}: {exc}")
+            raise
+
+    def _finish(self, result: Any) -> None:
+        """Summary metrics, the per-client table and the figures; then FINISHED."""
+        from fedcore.tracking.plots import curves_png, fairness_png
+
         self._log_metrics(result.summary, result.history[-1]["round"])
         self._stop_system_metrics()
         if self._sim is not None:
@@ -284,12 +384,18 @@ class MLflowTracker:
         if self.run_id is None:
             return
         self._stop_system_metrics()
+        try:
+            self.flush()
+        except Exception:  # noqa: BLE001  (the failure being recorded matters more)
+            log.exception("run %s: a metric write failed", self.run_id)
         self.client.set_tag(self.run_id, "failure_reason", reason[:5000])
         self.client.set_terminated(self.run_id, status)
 
 
 def per_client_frame(tables: list[Any]) -> pd.DataFrame:
     """One row per (evaluated round, client); aggregator stats are NaN where not reported."""
+    import pandas as pd
+
     columns = {
         "round": np.concatenate([np.full(len(t.client_id), t.round) for t in tables]),
         "client_id": np.concatenate([t.client_id for t in tables]),
