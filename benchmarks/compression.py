@@ -1,4 +1,4 @@
-"""Top-k and error-feedback cost per client, and the residual store's memory (METHODS.md §4.4).
+"""Top-k and error-feedback cost per client, residual store memory (docs/methods/compression.md).
 
     .venv/bin/python -m benchmarks.compression [--models cnn resnet20] [--clients 1000]
 

@@ -61,7 +61,7 @@ class LocalConfig(_Strict):
     lr_decay: float = Field(1.0, gt=0, le=1)
     momentum: float = Field(0.0, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
-    # warmup_cosine (METHODS.md §4.1 step 1): lr * r / warmup_rounds for r <= warmup_rounds, then
+    # warmup_cosine (docs/methods/fedavg.md): lr * r / warmup_rounds for r <= warmup_rounds, then
     # cosine from lr down to lr_min at the last round; lr_decay applies to ``constant`` only.
     lr_schedule: Literal["constant", "warmup_cosine"] = "constant"
     lr_min: float = Field(0.0, ge=0)

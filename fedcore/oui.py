@@ -1,6 +1,6 @@
 """FedOUI's pure functions: the OUI of a probe batch, the Beta fit and the client scores.
 
-METHODS.md §3.1 (OUI), §3.2 steps 5-8 (fit, scores, weights), §3.5 (edge cases). The O(m) fit
+docs/methods/fedoui.md (OUI; fit, scores, weights; edge cases). The O(m) fit
 runs in float64 NumPy/SciPy on the CPU, as in the official code (AlbertoFdezHdez/FedOUI@972afe2).
 """
 
@@ -12,12 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-# The client's probe batch (§3.1): a fixed size; the seed is the experiment seed (the client
+# The client's probe batch (docs/methods/fedoui.md): a fixed size; the seed is the experiment seed (the client
 # hook passes ``LocalContext.seed``), as the official runner derives it from the run's seed.
 PROBE_SIZE = 32
 PROBE_SEED = 0  # default of ``probe_indices`` outside a run
 PROBE_CLIENT_STRIDE = 10007
-CDF_CLIP = 1e-4  # hard-coded clip before the Beta CDF (§3.2 step 7a), distinct from eps
+CDF_CLIP = 1e-4  # hard-coded clip before the Beta CDF (docs/methods/fedoui.md), distinct from eps
 
 
 def probe_indices(
@@ -37,7 +37,7 @@ def probe_indices(
 
 
 def oui_from_preactivations(h: torch.Tensor) -> float:
-    """OUI of a B x d pre-activation matrix (§3.1): mean_j min(s_j, B - s_j) / max(B//2, 1).
+    """OUI of a B x d pre-activation matrix: mean_j min(s_j, B - s_j) / max(B//2, 1) (fedoui.md).
 
     1 = every unit active on exactly half of the probe; 0 = every unit has a constant sign;
     0 when B < 2. Inputs with more than two dimensions are flattened per sample.
@@ -60,9 +60,9 @@ class BetaFit:
 
 
 def fit_beta(values: np.ndarray, eps: float, var_floor: float = 0.0) -> BetaFit | None:
-    """Beta fit of ``clip(values, eps, 1 - eps)`` (§3.2 step 6): moments, else MLE, else None.
+    """Beta fit of ``clip(values, eps, 1 - eps)``: moments, else MLE, else None (fedoui.md).
 
-    ``var_floor`` > 0 is the [OUR CHOICE] stability option s^2 <- max(s^2, var_floor) (§3.5).
+    ``var_floor`` > 0 is our stability option s^2 <- max(s^2, var_floor) (docs/methods/fedoui.md).
     """
     v = np.clip(np.asarray(values, dtype=np.float64), eps, 1.0 - eps)
     if v.size < 2:
@@ -106,11 +106,11 @@ def percentile_scores(ouis: np.ndarray) -> np.ndarray:
 def oui_scores(
     ouis: np.ndarray, window: np.ndarray | None = None, eps: float = 1e-3, var_floor: float = 0.0
 ) -> tuple[np.ndarray, BetaFit | None]:
-    """Scores of this round's OUIs (§3.2 steps 5-7); the Beta is fitted to ``window``.
+    """Scores of this round's OUIs (docs/methods/fedoui.md); the Beta is fitted to ``window``.
 
     ``window`` defaults to ``ouis`` (window "current"); for "last5" it holds the previous
     rounds' OUIs followed by this round's. Returns (scores, fit), fit None on the fallback.
-    All-equal fit values give s = 1 for everyone (§3.5, checked explicitly).
+    All-equal fit values give s = 1 for everyone (docs/methods/fedoui.md, checked explicitly).
     """
     o = np.asarray(ouis, dtype=np.float64)
     v = o if window is None else np.asarray(window, dtype=np.float64)

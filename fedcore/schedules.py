@@ -8,7 +8,7 @@ from fedcore.config import LocalConfig
 
 
 def local_lr(local: LocalConfig, round: int, rounds: int) -> float:
-    """eta_r of round ``round`` (1..rounds); warmup_cosine is METHODS.md §4.1 step 1."""
+    """eta_r of round ``round`` (1..rounds); warmup_cosine: docs/methods/fedavg.md."""
     if local.lr_schedule == "constant":
         return local.lr * local.lr_decay ** max(round - 1, 0)
     eta_max, eta_min, warm = local.lr, local.lr_min, local.warmup_rounds

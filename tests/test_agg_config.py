@@ -1,4 +1,4 @@
-"""ConFIG (METHODS.md §7.7) on plain tensors through fedcore.aggregators.build."""
+"""ConFIG (docs/methods/config.md) on plain tensors through fedcore.aggregators.build."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_data_weights_change_the_direction():
 
 
 def test_equals_craft_model_granularity_round_zero_up_to_length():
-    # §7.7: CRAFT with reference 0 and no layer split gives ConFIG's direction (weights rho).
+    # CRAFT with reference 0 and no layer split gives ConFIG's direction (weights rho; config.md).
     torch.manual_seed(3)
     g = torch.randn(5, 24, dtype=torch.float64)
     n = [3.0, 1.0, 4.0, 1.0, 5.0]

@@ -1,4 +1,4 @@
-"""CRAFT (METHODS.md §1) on plain tensors through fedcore.aggregators.build."""
+"""CRAFT (docs/methods/craft.md) on plain tensors through fedcore.aggregators.build."""
 
 from __future__ import annotations
 
@@ -35,14 +35,14 @@ def craft(**hp):
 
 
 def numpy_craft_layer(g: np.ndarray, rho: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """Independent float64 reference of §1.2 steps 5a-5g for one layer (no zero rows)."""
+    """Independent float64 reference of docs/methods/craft.md for one layer (no zero rows)."""
     u = g / np.linalg.norm(g, axis=1, keepdims=True)
     rho = rho / rho.sum()
     return ref + np.linalg.pinv(u) @ (rho - u @ ref)
 
 
 def test_unit_test_vector_reference_from_previous_round():
-    # §1.6 unit-test vector: reference (0,0,1) set by a single-client round with aggregate (0,0,3).
+    # unit-test vector: reference (0,0,1) set by a single-client round with aggregate (0,0,3).
     agg = craft()
     step0 = agg.aggregate(batch(torch.tensor([[0.0, 0.0, 3.0]], dtype=torch.float64)))
     assert torch.equal(step0, torch.tensor([0.0, 0.0, -3.0], dtype=torch.float64))
@@ -65,7 +65,7 @@ def test_unit_test_vector_reference_from_load_state_dict():
 
 
 def test_first_round_is_min_norm_solution():
-    # §1.6.6: round 0 has reference 0, so g = pinv(U) rho.
+    # round 0 has reference 0, so g = pinv(U) rho.
     g = torch.tensor([[1.0, 0.0, 0.0], [-1.0, 1.0, 0.0]], dtype=torch.float64)
     step = craft().aggregate(batch(g))
     torch.testing.assert_close(-step, torch.tensor([0.5, 0.5 + 1 / math.sqrt(2), 0.0]).double())
@@ -124,7 +124,7 @@ def test_no_correction_when_reference_already_satisfies_constraints():
 
 
 def test_single_client_returns_raw_pseudo_gradient():
-    # §1.6.2: m = 1 -> the raw client update in every layer, not normalised.
+    # m = 1 -> the raw client update in every layer, not normalised.
     torch.manual_seed(3)
     g = torch.randn(1, 15) * 40.0
     agg = build({"rule": "craft"})  # default server_lr 0.1
@@ -174,7 +174,7 @@ def test_uniform_rho_when_all_sample_counts_are_zero():
 @pytest.mark.parametrize("case", ["duplicates", "d_less_than_m", "anti_parallel"])
 @pytest.mark.parametrize("solver", ["auto", "pinv"])
 def test_rank_deficient_equals_numpy_pinv(case, solver):
-    # §1.6.4-5: least-squares / pinv answer, no crash.
+    # least-squares / pinv answer, no crash.
     torch.manual_seed(7)
     ref = torch.randn(5, dtype=torch.float64)
     if case == "duplicates":
@@ -211,7 +211,7 @@ def test_rank_deficient_float32_duplicate_clients():
 
 
 def test_full_column_rank_ignores_the_reference():
-    # §1.6.4: d_q < m with full column rank -> g = pinv(U) rho, whatever the reference.
+    # d_q < m with full column rank -> g = pinv(U) rho, whatever the reference.
     torch.manual_seed(8)
     g = torch.randn(6, 3, dtype=torch.float64)
     with_ref = craft()

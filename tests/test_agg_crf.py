@@ -1,4 +1,4 @@
-"""CRF aggregator (METHODS.md §2): against a loop-by-loop numpy transcription of §2.2, the §2.5
+"""CRF aggregator (docs/methods/crf.md): against a loop-by-loop numpy transcription, the
 sanity numbers and edge cases, and the mean-field invariants."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ EPS = 1e-12
 
 
 def reference_crf(deltas: np.ndarray, n: np.ndarray, hp) -> dict[str, np.ndarray]:
-    """§2.2 steps 1-8 written with scalar loops and numpy, independent of the module."""
+    """docs/methods/crf.md written with scalar loops and numpy, independent of the module."""
     m = deltas.shape[0]
     L = np.array(hp.labels)
     r = np.median(deltas, axis=0)
@@ -79,7 +79,7 @@ def reference_crf(deltas: np.ndarray, n: np.ndarray, hp) -> dict[str, np.ndarray
 
 
 def sanity_batch(seed: int = 0) -> torch.Tensor:
-    """§2.5: 8 noisy copies of one direction, one copy flipped x(-3), one near-zero random."""
+    """8 noisy copies of one direction, one copy flipped x(-3), one near-zero random."""
     g = torch.Generator().manual_seed(seed)
     d = 1000
     u = torch.randn(d, generator=g)
@@ -127,7 +127,7 @@ def test_sanity_numbers_of_section_2_5():
     deltas = sanity_batch()
     agg, res, step = run(deltas)
     s, rbar, w = res.score, res.expected_reliability, res.weights
-    # outliers: s ~ 0.00, r_bar ~ 0.09, weight ~ 0.012 (§2.5)
+    # outliers: s ~ 0.00, r_bar ~ 0.09, weight ~ 0.012
     assert (s[8:] < 0.01).all()
     # s ~ 0 and no affinity: r_bar = unary-only value 0.25 e^-0.625 / (1 + e^-0.625 + e^-10)
     unary_only = 0.25 * math.exp(-0.625) / (1 + math.exp(-0.625) + math.exp(-10))
@@ -217,7 +217,7 @@ def test_three_client_example_by_hand():
 def test_all_zero_updates_give_a_zero_step_and_no_nan():
     deltas = torch.zeros(5, 30)
     agg, res, step = run(deltas, [1.0, 2.0, 3.0, 4.0, 5.0])
-    # r = 0 and MAD = 0: c = 0, Z = 0, s = sigma(b) = 0.5 for everyone (§2.5)
+    # r = 0 and MAD = 0: c = 0, Z = 0, s = sigma(b) = 0.5 for everyone
     torch.testing.assert_close(res.score, torch.full((5,), 0.5))
     torch.testing.assert_close(res.weights, torch.arange(1.0, 6.0) / 15)
     assert torch.equal(step, torch.zeros(30))

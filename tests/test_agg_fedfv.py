@@ -1,4 +1,4 @@
-"""FedFV against METHODS.md §7.6 (official easyFL fedfv.py): hand cases, invariants, state."""
+"""FedFV against docs/methods/fedfv.md (official easyFL fedfv.py): hand cases, invariants, state."""
 
 import io
 import math

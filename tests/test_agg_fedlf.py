@@ -1,4 +1,4 @@
-"""FedLF against METHODS.md §7.8 (zibinpan/FedLF @7b6e0b7): the simplex QP, h, layers, state."""
+"""FedLF (docs/methods/fedlf.md, zibinpan/FedLF @7b6e0b7): the simplex QP, h, layers, state."""
 
 import io
 import math

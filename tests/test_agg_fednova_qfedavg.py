@@ -1,4 +1,4 @@
-"""FedNova (METHODS.md §7.3) and q-FedAvg (§7.4): hand-computed steps, reductions, client norms."""
+"""FedNova and q-FedAvg (docs/methods/): hand-computed steps, reductions, client norms."""
 
 from __future__ import annotations
 

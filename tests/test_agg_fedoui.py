@@ -1,4 +1,4 @@
-"""FedOUI (METHODS.md §3): OUI of activation matrices, Beta fit, scores, weights, probe, loop."""
+"""FedOUI (docs/methods/fedoui.md): OUI of activations, Beta fit, scores, weights, probe, loop."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from fedcore.simulation import Simulation
 
 from .conftest import TINY
 
-# §3.5 unit-test vector (paper/report snapshot).
+# unit-test vector (paper/report snapshot).
 O_VEC = [0.1265, 0.2573, 0.3101, 0.3179, 0.3716]
 N_VEC = [210, 226, 66, 40, 17]
 BETA_AB = (6.096, 15.937)
@@ -36,7 +36,7 @@ def batch_of(ouis, n, deltas=None, dtype=torch.float64) -> UpdateBatch:
     return UpdateBatch(d, torch.tensor(n), stats={"oui": torch.tensor(ouis)})
 
 
-# --- §3.1: OUI of a pre-activation matrix ---------------------------------------------------
+# --- OUI of a pre-activation matrix ---------------------------------------------------
 
 
 def test_oui_balanced_units_is_one():
@@ -72,7 +72,7 @@ def test_oui_mixed_example_by_hand():
     assert math.isclose(oui_lib.oui_from_preactivations(h.view(5, 2, 2)), 0.625)
 
 
-# --- §3.2 / §3.5: Beta fit, scores, weights ------------------------------------------------
+# --- Beta fit, scores, weights ------------------------------------------------
 
 
 def test_unit_test_vector():
@@ -121,7 +121,7 @@ def test_single_client_gets_weight_one():
 
 
 def test_percentile_fallback_scores_by_rank():
-    # m = 5, distinct values: P = rank / 6 -> s = (1/3, 2/3, 1, 2/3, 1/3) by rank (§3.5).
+    # m = 5, distinct values: P = rank / 6 -> s = (1/3, 2/3, 1, 2/3, 1/3) by rank.
     s = oui_lib.percentile_scores(np.array([0.9, 0.1, 0.5, 0.3, 0.7]))
     np.testing.assert_allclose(s, [1 / 3, 1 / 3, 1, 2 / 3, 2 / 3])
     # Ties take the average rank: ranks (1.5, 1.5, 3) -> P = (3/8, 3/8, 3/4).
@@ -173,7 +173,7 @@ def test_exponents():
         batch_of(O_VEC, N_VEC, deltas)
     )
     np.testing.assert_allclose(s.numpy(), [0.2] * 5)
-    # rho = 0.5, gamma = 2 against the formula with the §3.5 scores.
+    # rho = 0.5, gamma = 2 against the formula with the unit-test vector's scores.
     s = aggregators.build({"rule": "fedoui", "rho": 0.5, "gamma": 2.0}).aggregate(
         batch_of(O_VEC, N_VEC)
     )
@@ -230,7 +230,7 @@ def test_bad_hyperparameters_are_rejected():
     assert aggregators.build({"rule": "fedoui"}).needs == frozenset({"oui"})
 
 
-# --- §3.1: the client's fixed probe and the client-side hook -------------------------------
+# --- the client's fixed probe and the client-side hook -------------------------------
 
 
 def test_probe_indices_follow_the_recipe():
@@ -290,7 +290,7 @@ def test_client_hook_uses_fixed_probe_in_eval_mode():
 
 
 def _hand_oui(h: np.ndarray) -> float:
-    """§3.1 by hand: mean over units of min(#active, B - #active) / floor(B / 2)."""
+    """docs/methods/fedoui.md by hand: mean over units of min(#active, B - #active) / floor(B / 2)."""
     active = (h > 0).sum(axis=0)
     return float(np.minimum(active, h.shape[0] - active).mean() / (h.shape[0] // 2))
 
@@ -334,7 +334,7 @@ def test_probe_seed_follows_the_experiment_seed():
 
 
 def test_resnet_oui_counts_every_channel_and_position_of_the_last_relu():
-    # §3.1's units are the inputs of the last ReLU before the classifier; in a ResNet that
+    # The OUI units (docs/methods/fedoui.md) are the inputs of the last ReLU before the classifier; in a ResNet that
     # ReLU acts on the (64, h, w) map of layer3's last block, so d = 64 h w units, not 64
     # channel means after pooling.
     torch.manual_seed(0)

@@ -1,5 +1,5 @@
-"""Robust baselines: Krum / Multi-Krum (§7.9), trimmed mean and median (§7.10), RFA and the
-geometric median (§7.11). Hand-checked values, then robustness against two attackers."""
+"""Robust baselines: Krum / Multi-Krum, trimmed mean and median, RFA and the geometric median
+(docs/methods/krum.md, trimmed_mean.md, rfa.md). Hand-checked values, then two attackers."""
 
 from __future__ import annotations
 

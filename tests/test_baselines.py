@@ -1,4 +1,4 @@
-"""FedAvg, FedAvgM and FedProx against their definitions (METHODS.md §0, §7.1, §7.2)."""
+"""FedAvg, FedAvgM, FedProx against their definitions (docs/methods/ fedavg, fedavgm, fedprox)."""
 
 import pytest
 import torch

@@ -139,7 +139,7 @@ def _averaged_buffers(spec):
 
 @pytest.mark.parametrize("variant", ["ef", "saef", "sapef", "cser"])
 def test_batchnorm_buffers_are_moment_matched_for_error_feedback(variant):
-    # §4.1 step 11: var = max(sum p_k (var_k + mu_k^2) - mu_bar^2, 1e-3), p = (1/4, 3/4)
+    # docs/methods/sapef.md: var = max(sum p_k (var_k + mu_k^2) - mu_bar^2, 1e-3), p = (1/4, 3/4)
     out = _averaged_buffers({"compressor": "topk", "error_feedback": variant})
     assert torch.allclose(out["bn.running_mean"], torch.tensor([1.5, 1.0]))
     assert torch.allclose(out["bn.running_var"], torch.tensor([1.75, 1e-3]))

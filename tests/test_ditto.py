@@ -1,4 +1,4 @@
-"""Ditto (METHODS.md §7.5): persistent personal models, proximal pull to theta_t, metrics."""
+"""Ditto (docs/methods/ditto.md): persistent personal models, proximal pull to theta_t, metrics."""
 
 import math
 
@@ -56,7 +56,7 @@ def _personal_context(lam, momentum, steps=3):
 
 
 def _spec_personal_steps(model, v, theta, x, y, lam, lr, momentum, steps):
-    """SGD with momentum on grad F_k(v) + lam (v - theta) (METHODS.md §7.5, easyFL's ditto)."""
+    """SGD with momentum on grad F_k(v) + lam (v - theta) (docs/methods/ditto.md, as easyFL does)."""
     from fedcore.layout import load_flat_params
 
     buf = torch.zeros_like(v)

@@ -1,4 +1,4 @@
-"""EF / SAEF / SA-PEF / CSER in the round loop (METHODS.md §4): bookkeeping and special cases."""
+"""EF, SAEF, SA-PEF, CSER in the round loop (docs/methods/compression.md): bookkeeping, cases."""
 
 import functools
 
@@ -98,7 +98,7 @@ def test_residual_identity_unsampled_clients_and_unshifted_delta(method):
                 continue
             start, global_params, local_end, delta = rec.local[k]
             e_old = before[k] if before[k] is not None else torch.zeros_like(delta)
-            # §4.1 step 2: training starts at w_r - alpha e (= w_r + alpha * residual here)
+            # training starts at w_r - alpha e = w_r + alpha * residual here (compression.md)
             expected_start = global_params + alpha * e_old
             assert torch.allclose(start if start is not None else global_params, expected_start)
             # step 4: the update is measured from the UN-shifted global model
@@ -149,7 +149,7 @@ def test_error_feedback_composes_with_fedprox():
 def test_uplink_bytes_count_batchnorm_statistics_and_sample_count():
     # ResNet-20 with BatchNorm at Top-1 %: 8k bytes of (index, value) pairs, plus the running
     # mean and var of its 19 BatchNorms (16 + 6 x 16 + 6 x 32 + 6 x 64 = 688 channels, so
-    # 1376 values) in fp16, plus n_k as an int32 (METHODS.md §4.4).
+    # 1376 values) in fp16, plus n_k as an int32 (docs/methods/compression.md).
     over = [*FAST, "rounds=1", "method=sapef_topk", "model.name=resnet20", "model.norm=batch",
             "local.steps=1"]
     sim = Simulation(load_config(None, over))

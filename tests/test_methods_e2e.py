@@ -7,7 +7,7 @@ from fedcore.simulation import Simulation
 
 pytestmark = pytest.mark.slow  # end to end (see README, Tests)
 
-# CRAFT's server_lr is an absolute per-layer step (METHODS.md §1.6.1) and ConFIG's length sums
+# CRAFT's server_lr is an absolute per-layer step (docs/methods/craft.md) and ConFIG's length sums
 # the m clients' projections: scaled here so that a 12-round run shows learning.
 SCALE = {"craft": 1.0, "craft_model": 1.0, "config": 0.2, "ditto_craft": 1.0}
 QUICK = ["rounds=12", "model.name=mlp", "dataset.alpha=1.0", "dataset.num_clients=10"]

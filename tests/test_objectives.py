@@ -1,4 +1,4 @@
-"""FedQuad, TripletFL, QuadrupletFL, SupConFL, MOON against METHODS.md §5 and §6."""
+"""FedQuad, TripletFL, QuadrupletFL, SupConFL, MOON against their docs/methods/ pages."""
 
 import math
 
@@ -247,7 +247,7 @@ def test_fedquad_round_metrics_count_fallbacks():
     )
     res = sim.run()
     for h in res.history:
-        # §5.5 from each sampled client's labels: < 3 classes or no class with 2 samples is a
+        # docs/methods/fedquad.md: from each sampled client's labels: < 3 classes or no class with 2 samples is a
         # fallback; exactly 2 classes (one with 2 samples) trains on triplets, else CE only.
         triplet = ce_only = 0
         for cid in map(int, sim.sample_clients(int(h["round"]))):

@@ -1,4 +1,4 @@
-"""Min-norm point of a convex hull: the simplex QP of FedLF (METHODS.md §7.8 step 3), via cvxopt."""
+"""Min-norm point of a convex hull: the simplex QP of FedLF (docs/methods/fedlf.md), via cvxopt."""
 
 from __future__ import annotations
 

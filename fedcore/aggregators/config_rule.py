@@ -14,7 +14,7 @@ from fedcore.registry import HParams
 
 @register("config")
 class ConFIG(Aggregator):
-    """ConFIG_update with ProjectionLength on the client pseudo-gradients (METHODS.md §7.7).
+    """ConFIG_update with ProjectionLength on the client pseudo-gradients (docs/methods/config.md).
 
     ``weights``: ``equal`` (w = 1, ConFIG's EqualWeight) or ``data`` (w_k = n_k / sum_j n_j).
     The direction is computed with ``min_norm_solve`` (= pinv(U) w, torch's default tolerance).
@@ -47,5 +47,5 @@ class ConFIG(Aggregator):
             "config/length": float(length),
             "config/conflict_after": float((pg @ g < 0).sum()) / nonzero,
         }
-        # theta_{t+1} = theta_t - eta_s g   (§7.7)
+        # theta_{t+1} = theta_t - eta_s g   (docs/methods/config.md)
         return -self.hp.server_lr * g

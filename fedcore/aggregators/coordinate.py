@@ -1,7 +1,7 @@
 """Coordinate-wise trimmed mean and median (Yin, Chen, Kannan, Bartlett, ICML 2018).
 
 Both are unweighted (the standard form): n_k does not enter. ``coordinate_median`` is also
-the reference of the CRF aggregator (METHODS.md §2.2 step 1).
+the reference of the CRF aggregator (docs/methods/crf.md).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class TrimmedMean(Aggregator):
         server_lr: float = Field(1.0, gt=0.0)
 
     def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
-        # METHODS.md §7.10: sort each coordinate, drop floor(beta m) per side, mean of the rest
+        # sort each coordinate, drop floor(beta m) per side, mean the rest (trimmed_mean.md)
         b = num_trimmed(self.hp.trim_fraction, batch.m)
         kept = torch.sort(batch.deltas, dim=0).values[b : batch.m - b]
         self.last_metrics = {"trimmed_mean/num_trimmed": float(b)}
@@ -55,6 +55,6 @@ class CoordinateMedian(Aggregator):
         server_lr: float = Field(1.0, gt=0.0)
 
     def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
-        # METHODS.md §7.10: the beta -> 0.5 limit of the trimmed mean
+        # docs/methods/trimmed_mean.md: the beta -> 0.5 limit of the trimmed mean
         self.last_metrics = {}
         return self.hp.server_lr * coordinate_median(batch.deltas, dim=0)

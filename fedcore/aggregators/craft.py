@@ -1,6 +1,6 @@
 """CRAFT: Conflict-Resolved Aggregation for Federated Training (Wang, Liu, Thuerey, 2026).
 
-Per layer group q the server solves (METHODS.md §1.1)
+Per layer group q the server solves (docs/methods/craft.md)
 
     g^q = argmin_g 1/2 ||g - ref^q||^2   s.t.   U^q g = rho
         = ref^q + pinv(U^q) (rho - U^q ref^q)
@@ -64,14 +64,14 @@ def min_norm_solve(
 
 
 def _renormalise(w: torch.Tensor) -> torch.Tensor:
-    """w / sum(w), or uniform weights if the sum is 0 (METHODS.md §1.2 steps 4 and 5c)."""
+    """w / sum(w), or uniform weights if the sum is 0 (docs/methods/craft.md)."""
     total = w.sum()
     return w / total if total > 0 else torch.full_like(w, 1.0 / w.numel())
 
 
 @register("craft")
 class CRAFT(Aggregator):
-    """Layer-wise conflict-resolved aggregation (METHODS.md §1).
+    """Layer-wise conflict-resolved aggregation (docs/methods/craft.md).
 
     State: ``g_prev``, the full previous aggregate g_{t-1} (un-normalised; None in round 0).
 
@@ -85,7 +85,7 @@ class CRAFT(Aggregator):
 
     class HParams(HParams):
         granularity: Literal["layer", "model"] = "layer"
-        server_lr: float = Field(0.1, gt=0.0, description="absolute per-layer step (§1.6.1)")
+        server_lr: float = Field(0.1, gt=0.0, description="absolute per-layer step (craft.md)")
         pinv_rtol: float | None = Field(None, ge=0.0, description="None: torch's default")
         solver: Literal["auto", "pinv"] = "auto"
 
@@ -102,7 +102,7 @@ class CRAFT(Aggregator):
         _check_tiling(groups, d)
         if self.g_prev is not None and self.g_prev.shape != (d,):
             raise ValueError(f"CRAFT state g_prev has shape {tuple(self.g_prev.shape)}, not ({d},)")
-        rho = _renormalise(batch.num_samples.to(pg))  # §1.2 step 4
+        rho = _renormalise(batch.num_samples.to(pg))  # docs/methods/craft.md
         g = torch.zeros_like(pg[0])
         counts = torch.zeros(3, device=pg.device)  # non-zero pairs, conflicts before, after
         for a, b in groups:
@@ -113,26 +113,26 @@ class CRAFT(Aggregator):
             counts[0] += nonzero.sum()
             counts[1] += (x @ (rho @ x) < 0).sum()
             counts[2] += (x @ g[a:b] < 0).sum()
-        self.g_prev = g.clone()  # §1.2 step 6: stored un-normalised
+        self.g_prev = g.clone()  # stored un-normalised (docs/methods/craft.md)
         pairs = max(float(counts[0]), 1.0)
         self.last_metrics = {
             "craft/conflict_before": float(counts[1]) / pairs,
             "craft/conflict_after": float(counts[2]) / pairs,
             "craft/agg_norm": float(torch.linalg.vector_norm(g)),
         }
-        # theta_{t+1} = theta_t - eta_s g_t   (§1.2 step 7)
+        # theta_{t+1} = theta_t - eta_s g_t   (docs/methods/craft.md)
         return -self.hp.server_lr * g
 
     def _solve_layer(
         self, x: torch.Tensor, rho: torch.Tensor, prev: torch.Tensor | None
     ) -> torch.Tensor:
-        """One layer group: METHODS.md §1.2 steps 5a-5g."""
+        """One layer group (docs/methods/craft.md)."""
         nu = torch.linalg.vector_norm(x, dim=1)  # 5a
         active = nu > 0
         n_active = int(active.sum())
         if n_active == 0:  # 5b: all rows zero
             return torch.zeros_like(x[0])
-        if n_active == 1:  # 5b: the RAW update of the only usable client (§1.6.2)
+        if n_active == 1:  # 5b: the RAW update of the only usable client (docs/methods/craft.md)
             return x[active][0]
         rho_a = _renormalise(rho[active])  # 5c
         u = x[active] / nu[active, None]  # 5d

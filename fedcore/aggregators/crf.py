@@ -2,7 +2,7 @@
 
 Fenoglio, Kirilenko, Gjoreski, Langheinrich, "Federated Learning with Energy-Based Structured
 Probabilistic Inference", SPIGM @ ICML 2026 (arXiv 2606.30161). No code was published; this is
-the fully specified instantiation of METHODS.md §2.2, every [OUR CHOICE] a hyper-parameter.
+the fully specified instantiation of docs/methods/crf.md, every [OUR CHOICE] a hyper-parameter.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def pairwise_messages(
 
 
 def crf_inference(deltas: torch.Tensor, num_samples: torch.Tensor, hp: CRF.HParams) -> CRFResult:
-    """METHODS.md §2.2 steps 1-8 on an m x d matrix of deltas."""
+    """docs/methods/crf.md on an m x d matrix of deltas."""
     m = deltas.shape[0]
     labels = torch.tensor(hp.labels, dtype=deltas.dtype, device=deltas.device)
     n = num_samples.to(deltas)
@@ -132,7 +132,7 @@ def crf_inference(deltas: torch.Tensor, num_samples: torch.Tensor, hp: CRF.HPara
 @register("crf")
 class CRF(Aggregator):
     """Weights w_k proportional to n_k E_Q[y_k], Q the mean-field posterior of a fully connected
-    CRF over reliability labels (METHODS.md §2). Memoryless across rounds."""
+    CRF over reliability labels (docs/methods/crf.md). Memoryless across rounds."""
 
     class HParams(HParams):
         labels: list[float] = Field(default_factory=lambda: [0.0, 0.25, 1.0])
@@ -175,5 +175,5 @@ class CRF(Aggregator):
             "crf/fallback": float(res.fallback),
             "crf/iterations_run": float(res.iterations_run),
         }
-        # step 9: theta_{t+1} = theta_t + eta_s sum_k w_k Delta_k   (METHODS.md §2.2)
+        # step 9: theta_{t+1} = theta_t + eta_s sum_k w_k Delta_k   (docs/methods/crf.md)
         return self.hp.server_lr * (res.weights @ batch.deltas)

@@ -14,5 +14,5 @@ class FedAvg(Aggregator):
         server_lr: float = 1.0
 
     def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
-        # theta_{t+1} = theta_t + eta_s * sum_k p_k Delta_k   (METHODS.md §0)
+        # theta_{t+1} = theta_t + eta_s * sum_k p_k Delta_k   (docs/methods/fedavg.md)
         return self.hp.server_lr * weighted_mean(batch.deltas, batch.weights)

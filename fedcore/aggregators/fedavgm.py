@@ -22,7 +22,7 @@ class FedAvgM(Aggregator):
         self.momentum: torch.Tensor | None = None
 
     def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
-        # v <- beta v + (-Delta_bar);  theta <- theta - eta_s v   (METHODS.md §7.1)
+        # v <- beta v + (-Delta_bar);  theta <- theta - eta_s v   (docs/methods/fedavgm.md)
         pseudo_grad = -weighted_mean(batch.deltas, batch.weights)
         if self.momentum is None:
             self.momentum = torch.zeros_like(pseudo_grad)

@@ -16,7 +16,7 @@ from fedcore.registry import HParams
 def project_internal(
     g: torch.Tensor, losses: torch.Tensor, alpha: float
 ) -> tuple[torch.Tensor, int]:
-    """FedFV's internal-conflict step (METHODS.md §7.6): the m x d matrix of projected g'_k.
+    """FedFV's internal-conflict step (docs/methods/fedfv.md): the m x d matrix of projected g'_k.
 
     Clients are ordered by ascending loss; those from index ceil((m-1)(1-alpha)) on (the
     highest losses) keep g_k. Every other g'_k is projected, in that order, off each ORIGINAL
@@ -46,7 +46,7 @@ def project_internal(
 
 @register("fedfv")
 class FedFV(Aggregator):
-    """METHODS.md §7.6, following the official easyFL ``flgo/algorithm/fedfv.py``.
+    """docs/methods/fedfv.md, following the official easyFL ``flgo/algorithm/fedfv.py``.
 
     Internal conflicts: each client's pseudo-gradient, except those of the highest-loss clients,
     is projected off every conflicting ORIGINAL g_j in ascending-loss order. External conflicts:

@@ -17,7 +17,7 @@ _H_REL_TOL = 1e-12
 
 
 def fairness_vector(losses: torch.Tensor) -> torch.Tensor:
-    """h = (l.pi) l / ||l||^3 - pi / ||l||, pi = 1/sqrt(m) 1 (METHODS.md §7.8 step 2), float64.
+    """h = (l.pi) l / ||l||^3 - pi / ||l||, pi = 1/sqrt(m) 1 (docs/methods/fedlf.md), float64.
 
     h is orthogonal to l and vanishes exactly when all losses are equal (then h = 0 is
     returned, not rounding noise); an all-zero loss vector also gives h = 0.
@@ -40,7 +40,7 @@ def _rescale_rows(rows: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
 
 @register("fedlf")
 class FedLF(Aggregator):
-    """METHODS.md §7.8, following ``gfedplat/algorithm/FedLF/FedLF.py`` (commit 7b6e0b7).
+    """docs/methods/fedlf.md, following ``gfedplat/algorithm/FedLF/FedLF.py`` (commit 7b6e0b7).
 
     The official code queries a gradient at theta_t (``evaluate()``); our clients send model
     deltas, so g_k = -delta_k = theta_t - theta_k, as in the code's commented-out branch (which
@@ -111,7 +111,7 @@ class FedLF(Aggregator):
     def _layer_direction(
         self, gq: torch.Tensor, h: torch.Tensor, hist_q: torch.Tensor
     ) -> torch.Tensor:
-        """METHODS.md §7.8 step 3 for one layer: rescale to mu_q, add fair + history rows, QP."""
+        """docs/methods/fedlf.md for one layer: rescale to mu_q, add fair + history rows, QP."""
         norms = gq.norm(dim=1)
         mu = norms.mean()
         if mu == 0:

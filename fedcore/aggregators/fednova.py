@@ -26,7 +26,7 @@ class FedNova(Aggregator):
     def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
         deltas, p = batch.deltas, batch.weights
         a = batch.stats["accumulation_norm"].to(dtype=deltas.dtype, device=deltas.device)
-        # METHODS.md §7.3: d_k = -Delta_k / ||a_k||_1 (a client that took no step has d_k = 0)
+        # d_k = -Delta_k / ||a_k||_1, 0 for a client that took no step (docs/methods/fednova.md)
         inv_a = torch.where(a != 0, 1.0 / torch.where(a != 0, a, torch.ones_like(a)), 0.0)
         # tau_eff = sum_k p_k ||a_k||_1;  theta_{t+1} = theta_t - eta_s tau_eff sum_k p_k d_k
         tau_eff = p @ a

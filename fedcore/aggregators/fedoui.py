@@ -38,7 +38,7 @@ class FedOUI(Aggregator):
 
     def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
         hp = self.hp
-        # METHODS.md §3.2 step 5: v = this round's OUIs (+ the previous 4 rounds' for "last5")
+        # docs/methods/fedoui.md: v = this round's OUIs (+ the previous 4 rounds' for "last5")
         ouis = batch.stats["oui"].detach().double().cpu().numpy()
         window = None
         if hp.window == "last5":

@@ -61,7 +61,7 @@ class Krum(Aggregator):
         }
 
     def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
-        # METHODS.md §7.9: theta_{t+1} = theta_t + Delta_{k*}  (Multi-Krum: mean of the M best)
+        # docs/methods/krum.md: theta_{t+1} = theta_t + Delta_{k*}  (Multi-Krum: mean of the M best)
         chosen = self.select(batch)
         return self.hp.server_lr * batch.deltas[chosen].mean(dim=0)
 

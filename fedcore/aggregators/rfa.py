@@ -44,7 +44,7 @@ class RFA(Aggregator):
         server_lr: float = Field(1.0, gt=0.0)
 
     def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
-        # METHODS.md §7.11: theta_{t+1} = theta_t + v, v the smoothed Weiszfeld estimate
+        # docs/methods/rfa.md: theta_{t+1} = theta_t + v, v the smoothed Weiszfeld estimate
         hp = self.hp
         v, steps = smoothed_weiszfeld(batch.deltas, batch.weights, hp.iterations, hp.nu, hp.tol)
         self.last_metrics = {"rfa/iterations_run": float(steps)}

@@ -1,4 +1,4 @@
-"""FedAvg of sparse updates, with the SA-PEF repo's per-coordinate support normalisation (§4.1)."""
+"""FedAvg of sparse updates, per-coordinate support normalisation (docs/methods/compression.md)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class SparseFedAvg(Aggregator):
     def aggregate(self, batch: UpdateBatch) -> torch.Tensor:
         if not self.hp.support_normalised:
             return self.hp.server_lr * weighted_mean(batch.deltas, batch.weights)
-        # a_j = sum_{k: j in supp c_k} n_k c_kj / sum_{k: j in supp c_k} n_k   (§4.1 step 9)
+        # a_j = sum_{k: j in supp c_k} n_k c_kj / sum_{k: j in supp c_k} n_k  (compression.md)
         n = batch.num_samples
         covered = n @ (batch.deltas != 0).to(batch.deltas.dtype)
         mean = (n @ batch.deltas) / covered.clamp_min(torch.finfo(covered.dtype).tiny)

@@ -1,6 +1,6 @@
-"""Shared machinery of the metric-learning clients (METHODS.md §5, §6.1, §6.2).
+"""Shared machinery of the metric-learning clients (docs/methods/ fedquad, tripletfl, quadrupletfl).
 
-The class-aware offline sampler of §5.2, the triplet and quadruplet hinges on L2-normalised
+FedQuad's class-aware sampler (docs/methods/fedquad.md), triplet/quadruplet hinges on L2-normalised
 embeddings, and ``TupletClient``, the local loop that trains on batches of B tuplets (4B images
 for quadruplets) with CE over all images plus ``beta`` times the hinge term.
 """
@@ -91,7 +91,7 @@ def sq_dist(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 
 def triplet_loss(za: torch.Tensor, zp: torch.Tensor, zn: torch.Tensor, margin: float):
-    """mean [D(a,p) - D(a,n) + m]_+ (FaceNet form, METHODS.md §6.1)."""
+    """mean [D(a,p) - D(a,n) + m]_+ (FaceNet form, docs/methods/tripletfl.md)."""
     return torch.relu(sq_dist(za, zp) - sq_dist(za, zn) + margin).mean()
 
 
@@ -106,8 +106,8 @@ def quadruplet_loss(
 ) -> torch.Tensor:
     """mean [D(a,p) - D(a,n1) + m1]_+ + mean [D(a,p) - D2 + m2]_+.
 
-    ``anchored``: D2 = D(a, n2), FedQuad's reformulated loss (§5.1); else D2 = D(n1, n2),
-    Chen et al. 2017 (QuadrupletFL, §6.2).
+    ``anchored``: D2 = D(a, n2), FedQuad's loss (docs/methods/fedquad.md); else D2 = D(n1, n2),
+    Chen et al. 2017 (QuadrupletFL, docs/methods/quadrupletfl.md).
     """
     second = sq_dist(za, zn2) if anchored else sq_dist(zn1, zn2)
     return triplet_loss(za, zp, zn1, m1) + torch.relu(sq_dist(za, zp) - second + m2).mean()
@@ -144,7 +144,7 @@ class TupletClient(ClientAlgorithm):
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: LocalContext
     ) -> torch.Tensor:
         h = model.embedding(x)
-        ce = nn.functional.cross_entropy(model.head(h), y)  # CE scope: all images (§5.2)
+        ce = nn.functional.cross_entropy(model.head(h), y)  # CE on all images (fedquad.md)
         if self._current == 0:
             return ce
         z = nn.functional.normalize(h, dim=1).view(self._current, -1, h.shape[1])

@@ -31,7 +31,7 @@ def loss_before(model: nn.Module, ctx: LocalContext) -> float:
 
 
 def accumulation_norm(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float:
-    """FedNova's ||a_k||_1 for tau local steps (METHODS.md §7.3)."""
+    """FedNova's ||a_k||_1 for tau local steps (docs/methods/fednova.md)."""
     momentum, lr = ctx.schedule.momentum, ctx.schedule.lr
     mu = float(getattr(algo, "proximal_mu", 0.0))
     if mu > 0:
@@ -48,7 +48,7 @@ def local_lr(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> 
 
 @torch.no_grad()
 def oui(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float:
-    """FedOUI's o_k: OUI of the local model on the client's fixed probe (METHODS.md §3.1).
+    """FedOUI's o_k: OUI of the local model on the client's fixed probe (docs/methods/fedoui.md).
 
     The probe indices are drawn once (``probe_indices``, seeded by the experiment seed) and
     kept in ``ctx.state``; the units are those of ``model.oui_units``.

@@ -20,7 +20,7 @@ class FedProxClient(ClientAlgorithm):
         return self.hp.mu
 
     def after_backward(self, params: list[torch.Tensor], ctx: LocalContext) -> None:
-        # grad of (mu/2)||w - theta_t||^2 is mu (w - theta_t)   (METHODS.md §7.2)
+        # grad of (mu/2)||w - theta_t||^2 is mu (w - theta_t)   (docs/methods/fedprox.md)
         if self.hp.mu == 0.0:
             return
         for p, anchor in zip(params, ctx.global_tensors(), strict=True):

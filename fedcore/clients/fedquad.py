@@ -21,7 +21,7 @@ class FedQuadClient(TupletClient):
         m2: float = Field(0.5, ge=0.0, lt=2.0)
 
     def tuplet_loss(self, z: list[torch.Tensor]) -> torch.Tensor:
-        # l* = [D(a,p) - D(a,n1) + m1]_+ + [D(a,p) - D(a,n2) + m2]_+   (METHODS.md §5.1)
-        if len(z) == 3:  # 2 local classes: first hinge only (§5.5)
+        # l* = [D(a,p) - D(a,n1) + m1]_+ + [D(a,p) - D(a,n2) + m2]_+   (docs/methods/fedquad.md)
+        if len(z) == 3:  # 2 local classes: first hinge only (docs/methods/fedquad.md)
             return triplet_loss(*z, self.hp.m1)
         return quadruplet_loss(*z, self.hp.m1, self.hp.m2, anchored=self.anchored)

@@ -63,7 +63,7 @@ class MoonClient(ClientAlgorithm):
             return ce
         with torch.no_grad():
             z_glob, z_prev = self._glob.embedding(x), self._prev.embedding(x)
-        # l = CE + mu * CE([cos(z,z_glob)/tau, cos(z,z_prev)/tau], 0)   (METHODS.md §6.3)
+        # l = CE + mu * CE([cos(z,z_glob)/tau, cos(z,z_prev)/tau], 0)   (docs/methods/moon.md)
         return ce + self.hp.mu * moon_contrastive(z, z_glob, z_prev, self.hp.temperature)
 
     def end_training(self, model: nn.Module, ctx: LocalContext, stats: dict[str, float]) -> None:

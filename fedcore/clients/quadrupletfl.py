@@ -8,5 +8,5 @@ from fedcore.clients.fedquad import FedQuadClient
 
 @register("quadrupletfl")
 class QuadrupletFLClient(FedQuadClient):
-    # [D(a,p) - D(a,n1) + a1]_+ + [D(a,p) - D(n1,n2) + a2]_+   (METHODS.md §6.2)
+    # [D(a,p) - D(a,n1) + a1]_+ + [D(a,p) - D(n1,n2) + a2]_+   (docs/methods/quadrupletfl.md)
     anchored = False

@@ -36,7 +36,7 @@ class SupConFLClient(ClientAlgorithm):
     def loss(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: LocalContext
     ) -> torch.Tensor:
-        # l_ce + beta * SupCon(z; tau)   (METHODS.md §6.4), z = the classifier's input
+        # l_ce + beta * SupCon(z; tau)   (docs/methods/supconfl.md), z = the classifier's input
         h = model.embedding(x)
         ce = nn.functional.cross_entropy(model.head(h), y)
         return ce + self.hp.beta * supcon_loss(h, y, self.hp.temperature)

@@ -19,5 +19,5 @@ class TripletFLClient(TupletClient):
         margin: float = Field(1.0, ge=0.0, lt=2.0)  # D in [0, 2], see TupletClient
 
     def tuplet_loss(self, z: list[torch.Tensor]) -> torch.Tensor:
-        # FaceNet triplet hinge (METHODS.md §6.1), same sampler as FedQuad without n2
+        # FaceNet triplet hinge (docs/methods/tripletfl.md), same sampler as FedQuad without n2
         return triplet_loss(*z, self.hp.margin)

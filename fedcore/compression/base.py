@@ -1,7 +1,7 @@
 """The compressor interface: an operator C on the uplink, wrapped by optional error feedback.
 
 A compression config is one operator (``compressor: topk``) plus its error-feedback variant
-(``error_feedback: none | ef | saef | sapef | cser``, METHODS.md §4); the variant works with any
+(``error_feedback: none|ef|saef|sapef|cser``, docs/methods/compression.md); it works with any
 client objective because it only moves the point local training starts from and what is sent.
 """
 
@@ -19,7 +19,7 @@ register = REGISTRY.register
 
 
 class CompressionHParams(HParams):
-    """Error-feedback hyper-parameters shared by every compressor (METHODS.md §4.2-4.6)."""
+    """Error-feedback hyper-parameters of every compressor (docs/methods/compression.md)."""
 
     error_feedback: Literal["none", "ef", "saef", "sapef", "cser"] = "none"
     alpha_r: float = Field(0.85, ge=0.0, le=1.0)

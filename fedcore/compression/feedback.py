@@ -1,9 +1,9 @@
-"""Error feedback, one mechanism in alpha_r: EF (0), SAEF (1), SA-PEF (alpha), CSER (§4).
+"""Error feedback in alpha_r: EF (0), SAEF (1), SA-PEF (alpha), CSER (docs/methods/compression.md).
 
 Sign convention (DESIGN.md §2): deltas are ``local - global``, so the stored residual is the
 paper's ``-e``. The paper's step-ahead start ``w_r - alpha e`` is ``w_r + alpha * residual`` here,
 and ``u = (1 - alpha) e + g`` with ``g = w_r - w_T`` is ``u = delta + (1 - alpha) * residual`` with
-``delta = w_T - w_r`` measured from the UN-shifted global model (§4.1 "Why step 4 matters").
+``delta = w_T - w_r`` measured from the UN-shifted global model (docs/methods/compression.md).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ Operator = Callable[[torch.Tensor, torch.Generator | None], tuple[torch.Tensor, 
 
 
 def alpha_star(lr: float, L: float, T: int) -> float:
-    """clip(1 / (1 + 12 (eta_r L T)^2), 0.6, 0.9): the minimiser of rho_r (§4.2), clipped."""
+    """clip(1 / (1 + 12 (eta_r L T)^2), 0.6, 0.9): rho_r's minimiser, clipped (sapef.md)."""
     s = lr * L * T
     return min(max(1.0 / (1.0 + 12.0 * s * s), 0.6), 0.9)
 
@@ -77,7 +77,7 @@ class ErrorFeedback:
         alpha, residual = self.client_alpha(state), state.get(RESIDUAL)
         if not self.active or residual is None or alpha == 0.0:
             return None
-        return global_params + alpha * residual  # preview w_r - alpha e (§4.1 step 2)
+        return global_params + alpha * residual  # preview w_r - alpha e (compression.md)
 
     def compress(
         self,
@@ -89,7 +89,7 @@ class ErrorFeedback:
         if not self.active:
             return op(delta, generator)
         residual, alpha = state.get(RESIDUAL), self.client_alpha(state)
-        u = delta if residual is None else delta + (1.0 - alpha) * residual  # §4.1 step 5
+        u = delta if residual is None else delta + (1.0 - alpha) * residual  # compression.md
         sent, nbytes = op(u, generator)  # step 6
         if not torch.isfinite(u).all():
             return sent, nbytes  # dropped by the loop; the residual stays as it was
@@ -100,7 +100,7 @@ class ErrorFeedback:
         return sent, nbytes
 
     def _cser_digest(self, residual: torch.Tensor, state: dict[str, Any]) -> int:
-        """§4.6: move the top-k1 entries of the residual into a digest sent to the server."""
+        """CSER: the top-k1 residual entries move to a digest for the server (compression.md)."""
         k1 = num_kept(self.hp.reset_frac, residual.numel())
         idx = torch.topk(residual.abs(), k1, sorted=False).indices
         digest = torch.zeros_like(residual)

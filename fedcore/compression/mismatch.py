@@ -1,4 +1,4 @@
-"""Gradient mismatch of §4.7: ||grad f(w) - grad f(w - alpha e)||^2 on a fixed probe batch."""
+"""Gradient mismatch ||grad f(w) - grad f(w - alpha e)||^2 on a probe (docs/methods/sapef.md)."""
 
 from __future__ import annotations
 

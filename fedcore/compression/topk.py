@@ -1,4 +1,4 @@
-"""Top-k over the whole flattened vector, k = max(1, floor(k_frac d)) (METHODS.md §4.1 step 6)."""
+"""Top-k over the whole flat vector, k = max(1, floor(k_frac d)) (docs/methods/compression.md)."""
 
 from __future__ import annotations
 
