@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-# The client's probe batch (docs/methods/fedoui.md): a fixed size; the seed is the experiment seed (the client
-# hook passes ``LocalContext.seed``), as the official runner derives it from the run's seed.
+# The client's probe batch (docs/methods/fedoui.md): a fixed size; the seed is the experiment
+# seed (the client hook passes ``LocalContext.seed``), as the official runner derives it.
 PROBE_SIZE = 32
 PROBE_SEED = 0  # default of ``probe_indices`` outside a run
 PROBE_CLIENT_STRIDE = 10007

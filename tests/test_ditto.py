@@ -56,7 +56,7 @@ def _personal_context(lam, momentum, steps=3):
 
 
 def _spec_personal_steps(model, v, theta, x, y, lam, lr, momentum, steps):
-    """SGD with momentum on grad F_k(v) + lam (v - theta) (docs/methods/ditto.md, as easyFL does)."""
+    """SGD with momentum on grad F_k(v) + lam (v - theta) (ditto.md, as easyFL does)."""
     from fedcore.layout import load_flat_params
 
     buf = torch.zeros_like(v)
