@@ -335,8 +335,8 @@ def test_probe_seed_follows_the_experiment_seed():
 
 def test_resnet_oui_counts_every_channel_and_position_of_the_last_relu():
     # The OUI units (docs/methods/fedoui.md) are the inputs of the last ReLU before the
-    # classifier; in a ResNet that ReLU acts on the (64, h, w) map of layer3's last block, so d = 64 h w units, not 64
-    # channel means after pooling.
+    # classifier; in a ResNet that ReLU acts on the (64, h, w) map of layer3's last block,
+    # so d = 64 h w units, not 64 channel means after pooling.
     torch.manual_seed(0)
     model = build_model("resnet20", (1, 8, 8), 10, norm="group")
     state: dict = {}

@@ -248,7 +248,8 @@ def test_fedquad_round_metrics_count_fallbacks():
     res = sim.run()
     for h in res.history:
         # docs/methods/fedquad.md: from each sampled client's labels: < 3 classes or no class
-        # with 2 samples is a fallback; exactly 2 classes (one with 2 samples) trains on triplets, else CE only.
+        # with 2 samples is a fallback; exactly 2 classes (one with 2 samples) trains on
+        # triplets, else CE only.
         triplet = ce_only = 0
         for cid in map(int, sim.sample_clients(int(h["round"]))):
             _, counts = torch.unique(sim.data.clients[cid].y_train, return_counts=True)
