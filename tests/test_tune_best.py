@@ -21,7 +21,7 @@ def _study(tmp_path: Path) -> Path:
         "name": "exact",
         "set": {"method": "fedquad", "model.name": "mlp", "rounds": 20,
                 "dataset.num_clients": 6, "clients_per_round": 3},
-        "search": {"method.client.m1": {"type": "float", "low": 0.2, "high": 2.0}},
+        "search": {"method.client.m1": {"type": "float", "low": 0.2, "high": 1.9}},
         "metric": "final/accuracy",
         "n_trials": 2,
         "storage": f"sqlite:///{tmp_path / 'optuna.db'}",

@@ -22,7 +22,7 @@ def _study(tmp_path: Path, name: str = "tiny", **over) -> Path:
         "name": name,
         "set": {"method": "fedquad", **SET},
         "search": {
-            "method.client.m1": {"type": "float", "low": 0.2, "high": 2.0},
+            "method.client.m1": {"type": "float", "low": 0.2, "high": 1.9},
             "method.client.beta": {"type": "float", "low": 0.1, "high": 4.0, "log": True},
         },
         "metric": "final/accuracy",
