@@ -118,3 +118,19 @@ def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(track
     assert row["hparams"] == "paper" and row["personal accuracy"] == ""
     assert "| craft | tuned |" in "\n".join(md)
     assert row["method.aggregator.server_lr"] == ""  # only the craft grid sets it
+
+
+def test_main_job_runs_every_method_at_paper_but_the_craft_rows_it_marks_tuned():
+    from fedcore.sweep import load_sweep
+
+    cells = load_sweep(config_dir() / "sweeps" / "main.yaml").cells
+    labels = {}
+    for cell in cells:
+        method = cell.config.resolved()["method"]
+        labels.setdefault(method["name"], set()).add(
+            (hparams_label(method), hparams_changes(method).get("aggregator.server_lr")))
+    tuned = {name for name, seen in labels.items() if ("tuned", 0.7) in seen}
+    assert tuned == {"craft", "ditto_craft", "craft_model"}
+    assert ("paper", None) in labels["craft"]  # the paper default stays as a second row
+    assert all(seen <= {("paper", None)} for name, seen in labels.items() if name not in tuned)
+    assert "ditto" in labels
