@@ -221,6 +221,7 @@ class MLflowTracker:
         self._logged: set[tuple[str, int]] = set()  # (metric, step) already in the run
         self._system_metrics: Any = None  # RunSystemMetrics while the run trains
         self._sim: Any = None  # the simulation, for its final models
+        self._resumed = False
 
     def start(self, resolved: dict[str, Any], config_hash: str) -> str:
         exp_id = get_experiment_id(self.client, self.settings)
@@ -259,6 +260,7 @@ class MLflowTracker:
         """Continue an unfinished run: RUNNING again, and no (metric, step) is logged twice."""
         run = self.client.get_run(run_id)
         self.run_id = run_id
+        self._resumed = True
         self._logged = {
             (m.key, m.step)
             for key in run.data.metrics
@@ -332,7 +334,8 @@ class MLflowTracker:
         from fedcore.tracking.system_metrics import RunSystemMetrics
 
         self._system_metrics = RunSystemMetrics(
-            self.run_id, self.settings.tracking_uri, self.settings.system_metrics_interval, device
+            self.run_id, self.settings.tracking_uri, self.settings.system_metrics_interval, device,
+            resume=self._resumed,
         )
 
     def _stop_system_metrics(self) -> None:

@@ -44,20 +44,24 @@ class TorchCudaMonitor(BaseMetricsMonitor):
 class RunSystemMetrics:
     """Samples the machine while one run trains; ``stop()`` before the run is terminated."""
 
-    def __init__(self, run_id: str, tracking_uri: str, interval: float, device: Any) -> None:
+    def __init__(
+        self, run_id: str, tracking_uri: str, interval: float, device: Any, resume: bool = False
+    ) -> None:
+        """``resume``: a resumed run's samples continue after its last system-metric step."""
         self.monitor = SystemMetricsMonitor(
-            run_id, sampling_interval=interval, tracking_uri=tracking_uri
+            run_id, sampling_interval=interval, tracking_uri=tracking_uri, resume_logging=resume
         )
         has_gpu_monitor = any(type(m).__name__ == "GPUMonitor" for m in self.monitor.monitors)
         if str(device).startswith("cuda") and not has_gpu_monitor:
             self.monitor.monitors.append(TorchCudaMonitor(device))
+        self.first_step = self.monitor._logging_step
         self.monitor.start()
 
     def stop(self) -> None:
         """Stop sampling and flush; a run shorter than one interval gets one sample now."""
         monitor = self.monitor
         monitor.finish()
-        if monitor._logging_step == 0:
+        if monitor._logging_step == self.first_step:
             try:
                 monitor.collect_metrics()
                 monitor.publish_metrics(monitor.aggregate_metrics())
