@@ -10,6 +10,7 @@ cat <<MSG
 
 The comparison report (table.md/.html/.csv and plots) is in $(pwd)/reports/main/.
 Runs are recorded in $(pwd)/mlflow.db. To compare them in the MLflow UI:
-  .venv/bin/mlflow ui --backend-store-uri sqlite:///$(pwd)/mlflow.db --port 5000
-then open http://127.0.0.1:5000 (experiment "fedcore"; the sweep is one parent run).
+  .venv/bin/fedcore ui
+and open the link it prints (experiment "fedcore" in the training view; the sweep is one parent
+run, its description the report table).
 MSG

@@ -1,9 +1,12 @@
-"""The ``fedcore`` command line: run one simulation or a sweep."""
+"""The fedcore command line: run one simulation, a sweep, a sweep's report, an Optuna study,
+or the MLflow UI."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +15,7 @@ from fedcore.config import ConfigError, load_config, parse_overrides
 if TYPE_CHECKING:
     from fedcore.simulation import Simulation
 
+DEBUG_ENV = "FEDCORE_DEBUG"  # set to 1: failures show their traceback (as --debug)
 EPILOG = "Overrides are KEY=VALUE with dotted keys, e.g. dataset.alpha=0.1 rounds=50."
 
 
@@ -49,7 +53,12 @@ class ProgressBar:
         self.bar.update(1)
 
     def on_run_end(self, result: Any) -> None:
-        self.bar.close()
+        self.close()
+
+    def close(self) -> None:
+        if getattr(self, "bar", None) is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -68,7 +77,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(config, overrides)
     from fedcore.tracking.runner import run_tracked
 
-    run_id, result = run_tracked(cfg, callbacks=[ProgressBar()])
+    bar = ProgressBar()
+    try:
+        run_id, result = run_tracked(cfg, callbacks=[bar])
+    finally:
+        bar.close()  # before any error line, so the bar does not redraw after it
     print(
         f"\nMLflow run {run_id}  method={cfg.method.name}  dataset={cfg.dataset.name}  "
         f"alpha={cfg.dataset.alpha}  seed={cfg.seed}"
@@ -78,18 +91,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from fedcore.sweep import load_sweep
+    from fedcore.sweep import check_resources, load_sweep
 
-    load_sweep(args.sweep, parse_overrides(args.overrides))  # validate before Prefect starts
+    spec = load_sweep(args.sweep, parse_overrides(args.overrides))  # before Prefect starts
     from flows.runners import check_runner
 
     check_runner(args.runner, args.workers, args.dask_address, args.cells_per_gpu)
+    check_resources((c.config for c in spec.cells), devices=not args.dask_address)
+    from flows.server import prefect_api
     from flows.sweep import sweep
 
-    rows = sweep(
-        str(Path(args.sweep).resolve()), args.overrides, args.workers, runner=args.runner,
-        dask_address=args.dask_address, cells_per_gpu=args.cells_per_gpu,
-    )
+    with prefect_api():  # a temporary server dies with this process (README "Reliability")
+        rows = sweep(
+            str(Path(args.sweep).resolve()), args.overrides, args.workers, runner=args.runner,
+            dask_address=args.dask_address, cells_per_gpu=args.cells_per_gpu,
+        )
     print()
     print_table(
         rows, ["status", "final/accuracy", "final/accuracy_worst10", "auc/accuracy", "cell"]
@@ -115,17 +131,86 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    from fedcore.tracking.ui import ui_command
+
+    return ui_command(args.host, args.port)
+
+
+def run_epilog() -> str:
+    """``fedcore run --help``'s list of config keys and shipped methods."""
+    from fedcore.config import method_names
+
+    return (EPILOG + "\n\nconfig keys (configs/experiment.yaml; README 'Experiment config'):\n"
+            + textwrap.fill(", ".join(config_keys()), 88, initial_indent="  ",
+                            subsequent_indent="  ")
+            + "\n\nmethods (method=NAME, configs/methods/*.yaml):\n"
+            + textwrap.fill(", ".join(method_names()), 88, initial_indent="  ",
+                            subsequent_indent="  "))
+
+
+def config_keys() -> list[str]:
+    """Every dotted key of the experiment config (a method's own keys as method.<part>.*)."""
+    from pydantic import BaseModel
+
+    from fedcore.config import ExperimentConfig
+
+    def walk(model: type[BaseModel], prefix: str) -> list[str]:
+        keys = []
+        for name, info in model.model_fields.items():
+            sub = info.annotation
+            if name == "method":
+                keys += ["method", "method.client.*", "method.aggregator.*",
+                         "method.compression.*"]
+            elif isinstance(sub, type) and issubclass(sub, BaseModel):
+                keys += walk(sub, f"{prefix}{name}.")
+            else:
+                keys.append(f"{prefix}{name}")
+        return keys
+
+    return walk(ExperimentConfig, "")
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from fedcore.tuning.command import tune_command
 
     return tune_command(args.study, args.overrides, args.best, args.out, args.workers)
 
 
+def cmd_claims(args: argparse.Namespace) -> int:
+    from fedcore.claims import load_claims, markdown
+    from fedcore.config import config_dir
+
+    path, overrides = _split_args(args.items)
+    spec = load_claims(path or config_dir() / "claims.yaml", parse_overrides(overrides))
+    from fedcore.tracking.claims import run_claims_tracked
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    run_id, rows, seconds = run_claims_tracked(spec, progress=progress)
+    table = markdown(rows)
+    print(table)
+    print(f"\n{sum(r.holds for r in rows)} of {len(rows)} claims hold; {seconds:.0f} s; "
+          f"MLflow run {run_id}")
+    if args.out:
+        Path(args.out).write_text(table + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    import fedcore
+
     parser = argparse.ArgumentParser(prog="fedcore", description=__doc__, epilog=EPILOG)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--debug", action="store_true",
+        help=f"show the traceback of a failure (also {DEBUG_ENV}=1); default: one line",
+    )
+    parser.add_argument("--version", action="version", version=f"fedcore {fedcore.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p_run = sub.add_parser(
-        "run", help="run one simulation (defaults when no CONFIG)", epilog=EPILOG
+        "run", help="run one simulation (defaults when no CONFIG)", epilog=run_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p_run.add_argument("items", nargs="*", metavar="[CONFIG] [KEY=VALUE ...]")
     p_run.set_defaults(func=cmd_run)
@@ -172,6 +257,23 @@ def main(argv: list[str] | None = None) -> int:
     p_tune.add_argument("--workers", type=int, default=1,
                         help="trials in parallel (>1: through the Prefect flow tune)")
     p_tune.set_defaults(func=cmd_tune)
+    p_claims = sub.add_parser(
+        "claims", help="check the seed papers' claims on small offline experiments",
+        epilog="Overrides: seeds=[0,1] or any experiment key, e.g. rounds=5.",
+    )
+    p_claims.add_argument("items", nargs="*", metavar="[CLAIMS.yaml] [KEY=VALUE ...]",
+                          help="claims file (default: configs/claims.yaml) and overrides")
+    p_claims.add_argument("--out", help="also write the Markdown table to this file")
+    p_claims.set_defaults(func=cmd_claims)
+    p_ui = sub.add_parser(
+        "ui", help="the MLflow UI on this project's store (prints the training-view link)",
+        description="Serve the MLflow store of mlflow.yml (or MLFLOW_TRACKING_URI) with "
+        "`mlflow ui` until Ctrl-C, and print the link that opens the runs in MLflow's training "
+        "view. With an MLflow server as tracking URI, only print the link.",
+    )
+    p_ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    p_ui.add_argument("--port", type=int, default=5000, help="port (5000)")
+    p_ui.set_defaults(func=cmd_ui)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
@@ -184,7 +286,21 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, DatasetUnavailableError):
             print(f"fedcore: error: {exc}", file=sys.stderr)
             return 2
-        raise
+        if args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise
+        print(f"fedcore: error: {failure_line(exc)} (traceback: --debug or {DEBUG_ENV}=1)",
+              file=sys.stderr)
+        return 1
+
+
+def failure_line(exc: BaseException) -> str:
+    """``run <id> failed after round <r>: <Type>: <first line>`` (run and round where known)."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    cause = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    run_id = getattr(exc, "fedcore_run_id", None)
+    if run_id is None:
+        return cause
+    return f"run {run_id} failed after round {getattr(exc, 'fedcore_round', '?')}: {cause}"
 
 
 if __name__ == "__main__":

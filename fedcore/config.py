@@ -16,7 +16,7 @@ DATASETS = (
     "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
 )
 NATURAL_DATASETS = ("femnist",)  # datasets with per-sample owner ids (partition=natural)
-MODELS = ("mlp", "cnn", "resnet20", "resnet56", "resnet110")
+MODELS = ("mlp", "cnn", "smallcnn", "resnet20", "resnet56", "resnet110")
 
 
 UNHASHED = ("checkpoint_every", "checkpoint_dir")  # cannot change a run's numbers
@@ -27,7 +27,9 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+    """Unknown keys are errors; no float setting accepts inf or nan (README "Reliability")."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False)
 
 
 class DatasetConfig(_Strict):
@@ -47,7 +49,7 @@ class DatasetConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    name: Literal["mlp", "cnn", "resnet20", "resnet56", "resnet110"] = "cnn"
+    name: Literal["mlp", "cnn", "smallcnn", "resnet20", "resnet56", "resnet110"] = "cnn"
     norm: Literal["batch", "group"] = "batch"
 
 
@@ -171,6 +173,24 @@ def method_names() -> list[str]:
 
 
 def load_method(name: str) -> dict[str, Any]:
+    """The method named ``name`` in configs/methods, or the method file at an explicit path.
+
+    A name is a plain file stem there (no ``/``, ``\\`` or ``..``); anything else must be the
+    path of an existing ``.yaml`` file, e.g. ``method=./my_methods/fedx.yaml``.
+    """
+    if name.endswith((".yaml", ".yml")):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"method: method file {name!r} does not exist")
+        spec = read_yaml(path)
+        spec.setdefault("name", path.stem)
+        return spec
+    if not name or any(part in name for part in ("/", "\\", "..")) or name.startswith("~"):
+        raise ConfigError(
+            f"method: {name!r} is not a method name (names resolve inside configs/methods; "
+            "give a method file as a path ending in .yaml); "
+            f"allowed: {', '.join(method_names())}"
+        )
     path = config_dir() / "methods" / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"method: unknown method {name!r}; allowed: {', '.join(method_names())}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-_NORMS = (nn.GroupNorm, nn.LayerNorm)
+_NORMS = (nn.GroupNorm, nn.LayerNorm, nn.modules.batchnorm._BatchNorm)
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
@@ -24,7 +24,8 @@ class ParamLayout:
     """Flat-vector layout of a model's trainable parameters.
 
     ``groups`` are contiguous (start, stop) slices: one per layer, where a conv and the
-    GroupNorm/LayerNorm following it in the same parent form one group (docs/methods/craft.md).
+    BatchNorm/GroupNorm/LayerNorm that follows it in the same parent module form one group
+    (docs/methods/craft.md, "Layer groups"); norm buffers are not parameters and not grouped.
     """
 
     slots: tuple[ParamSlot, ...]

@@ -26,6 +26,35 @@ def per_sample_eval(
     return torch.cat(correct), torch.cat(losses)
 
 
+@torch.no_grad()
+def eval_with_embeddings(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 2048
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(correct, loss, embedding) for each sample from one forward pass, in eval mode.
+
+    The logits are ``model.head`` of the embedding, which is what ``forward`` computes for a
+    :class:`~fedcore.models.FedModel`; a model with its own ``forward`` takes two passes. The
+    batches are those of :func:`per_sample_eval` and :func:`embeddings`, so the numbers are
+    the same bit for bit.
+    """
+    from fedcore.models import FedModel
+
+    if type(model).forward is not FedModel.forward:
+        return (*per_sample_eval(model, x, y, batch_size), embeddings(model, x, batch_size))
+    model.eval()
+    correct, losses, parts = [], [], []
+    for start in range(0, len(y), batch_size):
+        z = model.embedding(x[start : start + batch_size])
+        logits = model.head(z)
+        target = y[start : start + batch_size]
+        correct.append(logits.argmax(1) == target)
+        losses.append(nn.functional.cross_entropy(logits, target, reduction="none"))
+        parts.append(z)
+    if not correct:
+        return torch.zeros(0, dtype=torch.bool), torch.zeros(0), torch.zeros(0, 0)
+    return torch.cat(correct), torch.cat(losses), torch.cat(parts)
+
+
 def decile_mean(values: np.ndarray, worst: bool) -> float:
     """Mean of the lowest (``worst``) or highest 10 % of values, at least one value."""
     if len(values) == 0:

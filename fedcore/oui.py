@@ -11,13 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy import stats
 
-# The client's probe batch (docs/methods/fedoui.md): fixed module settings, as the client-side hook
-# (fedcore.clients.extras.oui) sees only the LocalContext, which carries no aggregator
-# hyper-parameters. PROBE_SEED = 0 is the default of the official ``Client.probe_seed``.
+# The client's probe batch (docs/methods/fedoui.md): a fixed size; the seed is the experiment
+# seed (the client hook passes ``LocalContext.seed``), as the official runner derives it.
 PROBE_SIZE = 32
-PROBE_SEED = 0
+PROBE_SEED = 0  # default of ``probe_indices`` outside a run
 PROBE_CLIENT_STRIDE = 10007
 CDF_CLIP = 1e-4  # hard-coded clip before the Beta CDF (docs/methods/fedoui.md), distinct from eps
 
@@ -74,6 +72,8 @@ def fit_beta(values: np.ndarray, eps: float, var_floor: float = 0.0) -> BetaFit 
         common = mean * (1.0 - mean) / var - 1.0
         if np.isfinite(common) and common > 0:
             return BetaFit(max(mean * common, 1e-6), max((1.0 - mean) * common, 1e-6), "moments")
+    from scipy import stats  # imported here: only the MLE fallback needs it
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -88,6 +88,8 @@ def fit_beta(values: np.ndarray, eps: float, var_floor: float = 0.0) -> BetaFit 
 def beta_scores(ouis: np.ndarray, fit: BetaFit) -> np.ndarray:
     """Two-sided typicality s_k = 2 min(F_k, 1 - F_k), F_k = BetaCDF(clip(o_k, 1e-4)) (step 7a)."""
     o = np.clip(np.asarray(ouis, dtype=np.float64), CDF_CLIP, 1.0 - CDF_CLIP)
+    from scipy import stats
+
     cdf = stats.beta.cdf(o, fit.alpha, fit.beta)
     return 2.0 * np.minimum(cdf, 1.0 - cdf)
 
@@ -95,6 +97,8 @@ def beta_scores(ouis: np.ndarray, fit: BetaFit) -> np.ndarray:
 def percentile_scores(ouis: np.ndarray) -> np.ndarray:
     """Empirical fallback (step 7b): P_k = average rank / (m + 1), s_k = 2 min(P_k, 1 - P_k)."""
     o = np.asarray(ouis, dtype=np.float64)
+    from scipy import stats
+
     p = stats.rankdata(o, method="average") / (o.size + 1.0)
     return 2.0 * np.minimum(p, 1.0 - p)
 

@@ -13,9 +13,9 @@ T = TypeVar("T")
 
 
 class HParams(BaseModel):
-    """Base of every hyper-parameter model: unknown keys are errors."""
+    """Base of every hyper-parameter model: unknown keys are errors, inf and nan are refused."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Registry(Generic[T]):

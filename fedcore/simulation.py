@@ -15,16 +15,19 @@ import torch
 from fedcore import aggregators, checkpoint, clients, compression
 from fedcore.adversaries import choose_clients
 from fedcore.aggregators import Aggregate, UpdateBatch
+from fedcore.bn_statistics import average_bn_statistics
 from fedcore.clients import ClientData, ClientUpdate, LocalSchedule
+from fedcore.compression.base import side_bytes
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
+from fedcore.devices import check_device_present
 from fedcore.engines import sequential
 from fedcore.engines.select import build_engine
 from fedcore.layout import ParamLayout, flat_params, load_flat_params
 from fedcore.metrics import (
     client_stat_metrics,
     conflict_fraction,
-    embeddings,
+    eval_with_embeddings,
     fairness_summary,
     per_sample_eval,
     representation_stats,
@@ -73,8 +76,10 @@ class Result:
 
 
 def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when present, else cpu; a named device must exist here (ConfigError)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_device_present(name)
     return torch.device(name)
 
 
@@ -203,6 +208,7 @@ class Simulation:
         probe = self.compressor.probe(rc, sampled)
         updates = self.engine.train_round(rc, sampled, order)
         ups = [updates[cid] for cid in sampled]
+        reject_non_finite_scalars(ups, self.aggregator.needs, round)
         uplink = self.transmit(rc, ups)
         kept = [u for u, ok in zip(ups, uplink.accepted, strict=True) if ok]
         batch = self.update_batch(rc, ups, uplink)
@@ -256,6 +262,7 @@ class Simulation:
                     vec, nbytes = self.compressor.apply(up.extras[name], gen)
                 sent[name] = vec
                 total += nbytes
+            total += side_bytes(up.buffers)  # n_k and BatchNorm statistics
             sent_all.append(sent)
             accepted.append(all(bool(torch.isfinite(v).all()) for v in sent.values()))
         if not all(accepted):
@@ -324,25 +331,16 @@ class Simulation:
         return out
 
     def _average_buffers(self, ups: list[ClientUpdate]) -> None:
-        """BatchNorm running statistics, by sample count (not part of theta).
-
-        Means are averaged; a ``running_var`` is moment-matched with its ``running_mean``
-        (docs/methods/fedavg.md, Choices): max(sum p_k (var_k + mu_k^2) - mu_bar^2, 1e-3).
-        """
+        """BatchNorm running statistics of the kept clients, by sample count (not part of
+        theta); moment-matched variances when the compressor's method asks for them."""
         if not ups or not ups[0].buffers:
             return
         w = torch.tensor([u.num_samples for u in ups], dtype=torch.float32, device=self.device)
-        w = w / w.sum()
-        for name in ups[0].buffers:
-            stacked = torch.stack([u.buffers[name] for u in ups])
-            mean_name = name.removesuffix("running_var") + "running_mean"
-            if name.endswith("running_var") and mean_name in ups[0].buffers:
-                mus = torch.stack([u.buffers[mean_name] for u in ups])
-                second = torch.tensordot(w, stacked + mus.square(), dims=1)
-                mu_bar = torch.tensordot(w, mus, dims=1)
-                self.buffers[name] = (second - mu_bar.square()).clamp_min(1e-3)
-            else:
-                self.buffers[name] = torch.tensordot(w, stacked, dims=1)
+        self.buffers.update(
+            average_bn_statistics(
+                [u.buffers for u in ups], w / w.sum(), self.compressor.moment_matched_bn
+            )
+        )
 
     def evaluate(
         self,
@@ -356,11 +354,9 @@ class Simulation:
         load_flat_params(self.model, params)
         if self.buffers:
             self.model.load_state_dict(self.buffers, strict=False)
-        correct, loss = per_sample_eval(self.model, self.data.x_test, self.data.y_test)
+        correct, loss, z = eval_with_embeddings(self.model, self.data.x_test, self.data.y_test)
         metrics = {"test/accuracy": float(correct.float().mean()), "test/loss": float(loss.mean())}
-        metrics.update(
-            representation_stats(embeddings(self.model, self.data.x_test), self.data.y_test)
-        )
+        metrics.update(representation_stats(z, self.data.y_test))
         c_correct, c_loss = per_sample_eval(self.model, self._eval_x, self._eval_y)
         n_clients = self.data.num_clients
         owner = self._eval_owner.to(c_correct.device)
@@ -479,6 +475,17 @@ class Simulation:
         return True
 
 
+def reject_non_finite_scalars(ups: list[ClientUpdate], needs: frozenset[str], round: int) -> None:
+    """A client whose scalar for the server (``loss_before``, ``oui``, ...) is NaN or Inf gets
+    a NaN delta, so that it is rejected exactly like a non-finite update (its error-feedback
+    residual kept, counted in ``agg/rejected_clients``)."""
+    for up in ups:
+        bad = sorted(k for k in needs if k in up.stats and not math.isfinite(up.stats[k]))
+        if bad:
+            log.warning("round %d: client %d sent non-finite %s", round, up.client_id, bad)
+            up.delta = torch.full_like(up.delta, math.nan)
+
+
 def divergence(round: int, metrics: dict[str, float], sampled: int) -> str | None:
     """Why the run diverged this round, or None.
 
@@ -494,6 +501,19 @@ def divergence(round: int, metrics: dict[str, float], sampled: int) -> str | Non
     return None
 
 
+def personal_summary(last: dict[str, float]) -> dict[str, float]:
+    """final/personal_* of a personalised method: its personal models at the last evaluation
+    (mean, worst-10 %, std over clients and Jain's index); empty for other methods."""
+    if "personal/accuracy_mean" not in last:
+        return {}
+    return {
+        "final/personal_accuracy_mean": last["personal/accuracy_mean"],
+        "final/personal_accuracy_worst10": last["personal/accuracy_worst10"],
+        "final/personal_accuracy_std": last["personal/accuracy_std"],
+        "final/personal_jain": last["personal/jain_index"],
+    }
+
+
 def summarize(history: list[dict[str, float]], target: float | None) -> dict[str, float]:
     evals = [h for h in history if "test/accuracy" in h]
     last = evals[-1]
@@ -504,6 +524,7 @@ def summarize(history: list[dict[str, float]], target: float | None) -> dict[str
         "final/accuracy_std": last["clients/accuracy_std"],
         "final/accuracy_mean_clients": last["clients/accuracy_mean"],
         "auc/accuracy": float(np.mean([h["test/accuracy"] for h in evals])),
+        **personal_summary(last),
     }
     if target is not None:
         hit = [h["round"] for h in evals if h["test/accuracy"] >= target]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,3 +80,19 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
             raise ConfigError(f"sweep cell [{label}]: {exc}") from None
         cells.append(Cell(point, cfg))
     return SweepSpec(spec.get("name") or path.stem, cells)
+
+
+def check_resources(configs: Iterable[ExperimentConfig], devices: bool = True) -> None:
+    """Before Prefect starts: every config's dataset files are on disk (or will be downloaded)
+    and, with ``devices``, its device exists on this machine; one-line errors otherwise."""
+    from fedcore.data.datasets import check_files_present
+    from fedcore.devices import check_device_present
+
+    seen: set[tuple[str, str, bool]] = set()
+    for cfg in configs:
+        ds = cfg.dataset
+        if (ds.name, ds.root, ds.download) not in seen:
+            seen.add((ds.name, ds.root, ds.download))
+            check_files_present(ds.name, ds.root, ds.download)
+        if devices:
+            check_device_present(cfg.device)

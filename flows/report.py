@@ -17,7 +17,13 @@ from fedcore.tracking.report import build_report, sweep_parent_run
 def report(
     sweep_file: str, overrides: list[str] | None = None, out_dir: str | None = None
 ) -> dict[str, Any]:
-    """Write SWEEP_FILE's report to OUT_DIR (default reports/<sweep>) and its parent MLflow run."""
+    """Write SWEEP_FILE's report to OUT_DIR (default reports/<sweep>) and its parent MLflow run.
+
+    Args:
+        sweep_file: the sweep YAML whose runs are compared.
+        overrides: KEY=VALUE strings, the overrides the sweep was run with.
+        out_dir: output folder; None = reports/<sweep name> in the project.
+    """
     spec = load_sweep(sweep_file, parse_overrides(overrides or []))
     out = Path(out_dir) if out_dir else project_root() / "reports" / spec.name
     result = build_report(spec, out, parent_run_id=sweep_parent_run(spec))

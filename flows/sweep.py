@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from prefect import flow, task
+from pydantic import Field
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
 from fedcore.config import build_config, parse_overrides
+from fedcore.data.federated import shared_federated_data
 from fedcore.devices import pinned_device
+from fedcore.simulation import resolve_device
 from fedcore.sweep import SweepSpec, load_sweep
 from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
+from fedcore.tracking.mlflow_tracker import wait_for_runs
+from fedcore.tracking.parents import log_source, sweep_summary
 from fedcore.tracking.runner import finished_run, run_tracked
+from flows.artifacts import publish_table
 from flows.runners import (
     GPU_TAG,
     check_runner,
@@ -21,6 +27,7 @@ from flows.runners import (
     make_task_runner,
     set_gpu_limit,
 )
+from flows.server import owns_server
 
 
 def _retry_unless_diverged(task: Any, task_run: Any, state: Any) -> bool:
@@ -47,20 +54,26 @@ def simulate_cell(
     sweep: str,
     settings: TrackingSettings | None = None,
     cells_per_gpu: int = 1,
+    finish_in_background: bool = False,
 ) -> dict[str, Any]:
     """Simulate one cell (its resolved config) as a child run of the sweep.
 
     ``settings`` (the flow's MLflow store) travel with the task, so a Dask worker records into
-    the same store; with GPUs the cell holds one device slot (``cuda:i``) while it runs.
+    the same store; with GPUs the cell holds one device slot (``cuda:i``) while it runs. Cells
+    of the same data share one loaded, partitioned dataset per process; with
+    ``finish_in_background`` the run's end (figures, FINISHED) is written while the next cell
+    trains (the flow waits for it before it ends).
     """
     cfg = build_config(resolved)
     done = finished_run(cfg.config_hash(), settings)
     if done is not None:
         return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
     with pinned_device(cfg.device, cells_per_gpu) as device:
+        data = shared_federated_data(cfg.dataset, cfg.seed, resolve_device(device or cfg.device),
+                                     cfg.clients)
         run_id, result = run_tracked(
             cfg, parent_run_id=parent_run_id, tags={"sweep": sweep}, settings=settings,
-            device=device,
+            device=device, data=data, wait=not finish_in_background,
         )
     return {"run_id": run_id, "status": "finished", **result.summary}
 
@@ -88,16 +101,23 @@ def parent_run(spec: SweepSpec, settings: TrackingSettings | None = None) -> str
 
 @flow(name="sweep", log_prints=True)
 def sweep(
-    sweep_file: str,
-    overrides: list[str] | None = None,
-    max_workers: int = 1,
-    runner: str = "thread",
-    dask_address: str | None = None,
-    cells_per_gpu: int = 1,
+    sweep_file: Annotated[str, Field(description="the sweep YAML ({name, base, grid, set})")],
+    overrides: Annotated[
+        list[str] | None, Field(description="KEY=VALUE strings applied to every cell")
+    ] = None,
+    max_workers: Annotated[int, Field(ge=1, description="cells run at once")] = 1,
+    runner: Annotated[
+        Literal["thread", "dask"], Field(description="task runner: thread or dask")
+    ] = "thread",
+    dask_address: Annotated[
+        str | None, Field(description="scheduler of an existing Dask cluster (runner=dask)")
+    ] = None,
+    cells_per_gpu: Annotated[int, Field(ge=1, description="cells sharing one GPU")] = 1,
 ) -> list[dict[str, Any]]:
     """Run every cell of SWEEP_FILE; cells with a FINISHED run of the same config are skipped.
 
-    Cells carry the ``gpu`` tag; without a Prefect server the flow sizes that tag's limit itself
+    Cells carry the ``gpu`` tag; without a Prefect server (Prefect's temporary one, or the one
+    :func:`flows.server.prefect_api` started) the flow sizes that tag's limit itself
     (GPUs x ``cells_per_gpu``, or ``max_workers`` on CPU); each cell holds its own GPU while it
     runs.
 
@@ -114,8 +134,10 @@ def sweep(
     spec = load_sweep(sweep_file, parse_overrides(overrides or []))
     settings = load_settings()
     parent = parent_run(spec, settings)
+    client = mlflow_client(settings)
+    log_source(client, parent, sweep_file, list(overrides or []), "sweep.yaml")
     api_url = None
-    if is_ephemeral():
+    if is_ephemeral() or owns_server():
         set_gpu_limit(gpu_slots(max_workers, cells_per_gpu))
         api_url = current_api_url()
         if dask_address:
@@ -129,13 +151,14 @@ def sweep(
             (
                 cell,
                 task_runner.submit(
-                    simulate_cell,
+                    simulate_cell.with_options(task_run_name=cell.label),
                     {
                         "resolved": cell.config.resolved(),
                         "parent_run_id": parent,
                         "sweep": spec.name,
                         "settings": settings,
                         "cells_per_gpu": cells_per_gpu,
+                        "finish_in_background": runner == "thread",
                     },
                 ),
             )
@@ -154,7 +177,9 @@ def sweep(
                     }
                 )
             print(f"[{rows[-1]['status']}] {cell.label}")
-    client = mlflow_client(settings)
+    wait_for_runs()
     failed = sum(r["status"] == "failed" for r in rows)
+    table = sweep_summary(client, parent, spec.name, rows)
+    publish_table(f"sweep-{spec.name}", table, settings, parent, rows)
     client.set_terminated(parent, "FAILED" if failed else "FINISHED")
     return rows

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import Annotated, Any
 
 import optuna
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import Field
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
 from fedcore.config import parse_overrides
-from fedcore.tuning.results import describe, finish_parent
+from fedcore.tracking import load_settings
+from fedcore.tuning.results import describe, finish_parent, trials_markdown
 from fedcore.tuning.spec import StudySpec, load_study
 from fedcore.tuning.study import open_study, run_trial, study_parent_run
+from flows.artifacts import publish_table
 
 
 @task(name="trial", cache_policy=NO_CACHE, tags=["fedcore-sim"])
@@ -30,11 +33,25 @@ def trial_task(
 
 @flow(name="tune", log_prints=True)
 def tune(
-    study_file: str, overrides: list[str] | None = None, max_workers: int = 1
+    study_file: Annotated[
+        str, Field(description="a study YAML (configs/studies/*.yaml) or a shipped study name")
+    ],
+    overrides: Annotated[
+        list[str] | None,
+        Field(description="KEY=VALUE: study keys (n_trials, timeout, storage, study_name, "
+              "sampler.*, pruner.*) or base experiment keys applied to every trial"),
+    ] = None,
+    max_workers: Annotated[int, Field(ge=1, description="trials run at once")] = 1,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the study of STUDY_FILE with ``max_workers`` trials at a time.
 
     The trials share one sampler; other processes on the same storage share the study.
+
+    Args:
+        study_file: a study YAML (configs/studies/*.yaml) or a shipped study name.
+        overrides: KEY=VALUE strings: study keys (n_trials, timeout, storage, study_name,
+            sampler.*, pruner.*) or base experiment keys applied to every trial.
+        max_workers: trials run at once (threads sharing one sampler).
     """
     spec = load_study(study_file, parse_overrides(overrides or []))
     study = open_study(spec)
@@ -60,4 +77,6 @@ def tune(
             if all(f.result()["state"] == "SKIPPED" for f in futures):
                 break
     finish_parent(study, spec, parent)
+    publish_table(f"study-{spec.study_name}", trials_markdown(study, spec), load_settings(),
+                  parent, [{**r, "trial": f"trial {r['number']}"} for r in rows], label="trial")
     return rows

@@ -37,3 +37,22 @@ def tracking(monkeypatch, tmp_path):
 
 
 TINY = ["rounds=3", "model.name=mlp", "dataset.num_clients=6", "clients_per_round=3"]
+
+
+# Whole files of end-to-end tests (subprocesses, SIGKILL, MLflow stores and servers, Prefect):
+# the fast tier (`pytest -m "not slow"`) leaves them to the full run.
+SLOW_FILES = {
+    "test_reliability_kill.py", "test_reliability_store.py", "test_tracking_speed.py",
+    "test_provenance.py", "test_tune_best.py", "test_flow_provenance.py",
+}
+SLOW_TESTS = {
+    "test_tracked_claims_are_one_parent_run_with_the_table", "test_prefect_flow_claims",
+    "test_ui_serves_the_project_store_and_prints_the_training_view_link",
+    "test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_FILES or item.originalname in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)

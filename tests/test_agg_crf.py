@@ -191,10 +191,28 @@ def test_weights_are_a_distribution(seed):
     assert (res.weights >= 0).all()
     assert float(res.weights.sum()) == pytest.approx(1.0, abs=1e-6)
     labels = torch.tensor([0.0, 0.25, 1.0])
-    assert ((res.expected_reliability >= 0) & (res.expected_reliability <= 1)).all()
     torch.testing.assert_close(res.q.sum(1), torch.ones(m))
     torch.testing.assert_close(res.expected_reliability, res.q @ labels)
     torch.testing.assert_close(step, res.weights @ deltas)
+
+
+def test_three_client_example_by_hand():
+    # d = 1, deltas 1, 2, 4, n = (1, 2, 1), no pairwise term. Median r = 2, every cosine c = 1.
+    # delta = |x - 2| / 2 = (0.5, 0, 1): median 0.5, MAD 0.5 -> Z = (0, -z, z), z = 1/1.4826.
+    # log-norms (0, ln 2, ln 4): median ln 2, MAD ln 2 -> a = |Z| = (z, 0, z).
+    # s = sigma(2 - [Z]_+ - a) = sigma(2 - z), sigma(2), sigma(2 - 2z).
+    z = 1 / 1.4826
+    s = torch.sigmoid(torch.tensor([2 - z, 2.0, 2 - 2 * z], dtype=torch.float64))
+    assert s.tolist() == pytest.approx([0.790097, 0.880797, 0.657240], abs=1e-6)
+    # r_bar_k = sum_l l Q_k(l), Q_k ∝ exp(-10 (l - s_k)^2) over l in {0, 0.25, 1}
+    rbar = [0.939238, 0.983698, 0.695418]
+    w = [0.260751, 0.546188, 0.193062]  # n_k r_bar_k / sum_j n_j r_bar_j
+    deltas = torch.tensor([[1.0], [2.0], [4.0]], dtype=torch.float64)
+    _, res, step, _ = run(deltas, [1.0, 2.0, 1.0], pairwise_weight=0.0)
+    assert res.score.tolist() == pytest.approx(s.tolist(), abs=1e-9)
+    assert res.expected_reliability.tolist() == pytest.approx(rbar, abs=1e-6)
+    assert res.weights.tolist() == pytest.approx(w, abs=1e-6)
+    assert float(step[0]) == pytest.approx(2.125372, abs=1e-6)
 
 
 def test_all_zero_updates_give_a_zero_step_and_no_nan():

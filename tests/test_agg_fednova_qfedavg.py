@@ -106,19 +106,28 @@ def test_client_sends_accumulation_norm():
 
 def test_qfedavg_q0_is_the_unweighted_mean():
     # q = 0: D_k = -L Delta_k, h_k = L -> step = sum_k L Delta_k / (m L), whatever n_k and F_k.
-    b = batch([[1.0, 0.0], [0.0, 3.0]], [1, 100], loss_before=[0.2, 5.0])
-    step = aggregators.build({"rule": "qfedavg", "q": 0.0, "lipschitz": 7.0}).aggregate(b).step
+    b = batch([[1.0, 0.0], [0.0, 3.0]], [1, 100], loss_before=[0.2, 5.0], local_lr=[0.1, 0.1])
+    step = aggregators.build({"rule": "qfedavg", "q": 0.0}).aggregate(b).step
     torch.testing.assert_close(step, torch.tensor([0.5, 1.5], dtype=torch.float64))
 
 
 def test_qfedavg_q1_two_clients_by_hand():
-    # L = 2. Delta W_1 = (-2, 0), Delta W_2 = (0, -2), both ||.||^2 = 4; F = (1, 3).
+    # lr 0.5 -> L = 2. Delta W_1 = (-2, 0), Delta W_2 = (0, -2), both ||.||^2 = 4; F = (1, 3).
     # D_1 = (-2, 0), D_2 = (0, -6); h_1 = 4 + 2*1 = 6, h_2 = 4 + 2*3 = 10;
     # step = -(D_1 + D_2) / 16 = (0.125, 0.375).
-    b = batch([[1.0, 0.0], [0.0, 1.0]], [50, 50], loss_before=[1.0, 3.0])
-    agg = aggregators.build({"rule": "qfedavg", "q": 1.0, "lipschitz": 2.0})
-    expected = torch.tensor([0.125, 0.375], dtype=torch.float64)
-    torch.testing.assert_close(agg.aggregate(b).step, expected)
+    b = batch([[1.0, 0.0], [0.0, 1.0]], [50, 50], loss_before=[1.0, 3.0], local_lr=[0.5, 0.5])
+    agg = aggregators.build({"rule": "qfedavg", "q": 1.0})
+    res = agg.aggregate(b)
+    torch.testing.assert_close(res.step, torch.tensor([0.125, 0.375], dtype=torch.float64))
+    assert res.metrics["qfedavg/L"] == 2.0
+
+
+def test_qfedavg_L_is_one_over_the_rounds_local_lr():
+    # lr 0.01 -> L = 100. Delta = (0.01, 0), F = 1, q = 1: Delta W = (-1, 0), ||Delta W||^2 = 1,
+    # D = (-1, 0), h = 1 * 1 + 100 * 1 = 101, step = (1/101, 0). (A fixed L = 20 gives 1/21.)
+    b = batch([[0.01, 0.0]], [10], loss_before=[1.0], local_lr=[0.01])
+    step = aggregators.build({"rule": "qfedavg", "q": 1.0}).aggregate(b).step
+    torch.testing.assert_close(step, torch.tensor([1 / 101, 0.0], dtype=torch.float64))
 
 
 def test_qfedavg_matches_the_section_7_4_formulas_on_random_updates():
@@ -134,8 +143,9 @@ def test_qfedavg_matches_the_section_7_4_formulas_on_random_updates():
         num += fk**q * dw
         den += q * fk ** (q - 1) * dw.norm() ** 2 + lip * fk**q
     expected = theta - num / den
-    b = UpdateBatch(local - theta, torch.ones(3), stats={"loss_before": losses.float()})
-    step = aggregators.build({"rule": "qfedavg", "q": q, "lipschitz": lip}).aggregate(b).step
+    stats = {"loss_before": losses.float(), "local_lr": torch.full((3,), 1 / lip)}
+    b = UpdateBatch(local - theta, torch.ones(3), stats=stats)
+    step = aggregators.build({"rule": "qfedavg", "q": q}).aggregate(b).step
     assert step.dtype == torch.float64
     torch.testing.assert_close(theta + step, expected)
 
@@ -143,7 +153,7 @@ def test_qfedavg_matches_the_section_7_4_formulas_on_random_updates():
 def test_qfedavg_higher_loss_gains_weight_as_q_grows():
     # Orthogonal unit deltas: the step's coordinates are the clients' coefficients, whose ratio
     # is (F_2 / F_1)^q exactly.
-    b = batch([[1.0, 0.0], [0.0, 1.0]], [1, 1], loss_before=[0.5, 2.0])
+    b = batch([[1.0, 0.0], [0.0, 1.0]], [1, 1], loss_before=[0.5, 2.0], local_lr=[0.05, 0.05])
     ratios = []
     for q in (0.0, 0.1, 1.0, 2.0, 5.0):
         step = aggregators.build({"rule": "qfedavg", "q": q}).aggregate(b).step
@@ -153,9 +163,23 @@ def test_qfedavg_higher_loss_gains_weight_as_q_grows():
 
 
 def test_qfedavg_validation_and_needs():
-    assert aggregators.build({"rule": "qfedavg"}).needs == frozenset({"loss_before"})
-    hp = aggregators.build({"rule": "qfedavg"}).hp
-    assert hp.q == 1.0 and hp.lipschitz == 20.0
-    for bad in ({"q": -1.0}, {"lipschitz": 0.0}, {"server_lr": 1.0}):
+    assert aggregators.build({"rule": "qfedavg"}).needs == frozenset({"loss_before", "local_lr"})
+    assert aggregators.build({"rule": "qfedavg"}).hp.q == 1.0
+    for bad in ({"q": -1.0}, {"server_lr": 1.0}):
         with pytest.raises(pydantic.ValidationError):
             aggregators.build({"rule": "qfedavg", **bad})
+    with pytest.raises(pydantic.ValidationError, match="L = 1 / local lr of the round"):
+        aggregators.build({"rule": "qfedavg", "lipschitz": 20.0})
+
+
+def test_qfedavg_L_follows_the_decayed_local_lr_in_a_run():
+    from fedcore.config import load_config
+    from fedcore.simulation import Simulation
+
+    from .conftest import TINY
+
+    cfg = load_config(
+        None, [*TINY, "method=qfedavg", "local.lr=0.1", "local.lr_decay=0.5", "local.steps=1"]
+    )
+    res = Simulation(cfg).run()
+    assert [h["qfedavg/L"] for h in res.history] == pytest.approx([10.0, 20.0, 40.0])

@@ -149,7 +149,7 @@ def test_fallback_when_both_fits_fail(monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("solver failed")
 
-    monkeypatch.setattr(oui_lib.stats.beta, "fit", boom)
+    monkeypatch.setattr(stats.beta, "fit", boom)  # scipy is imported in the fit
     ouis = [0.01, 0.99, 0.02, 0.98]  # moments invalid, MLE raises -> ranks (1, 4, 2, 3) / 5
     agg = aggregators.build({"rule": "fedoui"})
     res = agg.aggregate(batch_of(ouis, [1, 1, 1, 1]))
@@ -293,19 +293,65 @@ def test_client_hook_uses_fixed_probe_in_eval_mode():
     assert torch.equal(state["oui_probe"], idx.flip(0))
 
 
-@pytest.mark.slow
-def test_simulation_logs_oui_metrics_and_keeps_probes():
-    cfg = load_config(None, [*TINY, "method=fedoui", "local.steps=2"])
+def _hand_oui(h: np.ndarray) -> float:
+    """fedoui.md by hand: mean over units of min(#active, B - #active) / floor(B / 2)."""
+    active = (h > 0).sum(axis=0)
+    return float(np.minimum(active, h.shape[0] - active).mean() / (h.shape[0] // 2))
+
+
+def test_simulation_oui_mean_is_the_mean_of_the_clients_hand_computed_ouis():
+    cfg = load_config(None, [*TINY, "method=fedoui", "local.steps=2", "seed=7"])
     sim = Simulation(cfg)
-    result = sim.run()
-    for h in result.history:
-        assert 0.0 <= h["oui/mean"] <= 1.0
-        assert h["oui/fallback"] in (0.0, 1.0)
-        assert {"oui/beta_a", "oui/beta_b"} <= set(h)
-    assert result.summary["final/accuracy"] >= 0.0
-    probes = {cid: s["oui_probe"] for cid, s in sim.store.state_dict().items() if "oui_probe" in s}
-    assert probes
-    for cid, idx in probes.items():
-        assert torch.equal(
-            idx, oui_lib.probe_indices(sim.data.clients[int(cid)].num_train, int(cid))
+    metrics = sim.run_round(1)
+    ref = Simulation(cfg)
+    theta, sampled = ref.params.clone(), list(map(int, ref.sample_clients(1)))
+    updates = ref.engine.train_round(ref.round_context(1), sampled)
+    expected = []
+    for cid in sampled:
+        c = ref.data.clients[cid]
+        gen = torch.Generator().manual_seed(7 + 10007 * cid)  # probe seed = the run's seed
+        assert c.num_train >= 32
+        probe = torch.randperm(c.num_train, generator=gen)
+        ref.model.load_state_dict(
+            {**ref.layout.unflatten(theta + updates[cid].delta)}, strict=False
         )
+        ref.model.eval()
+        with torch.no_grad():  # MLP: fc2's output is the input of the last ReLU
+            h = ref.model.fc2(torch.relu(ref.model.fc1(c.x_train[probe[:32]].flatten(1))))
+        expected.append(_hand_oui(h.numpy()))
+        assert torch.equal(sim.store[cid]["oui_probe"], probe[:32])
+    assert 0.0 < np.mean(expected) < 1.0
+    assert metrics["oui/mean"] == pytest.approx(float(np.mean(expected)), abs=1e-6)  # float32
+
+
+def test_probe_seed_follows_the_experiment_seed():
+    probes = {}
+    for seed in (0, 3):
+        over = [*TINY, "method=fedoui", "local.steps=1", f"seed={seed}"]
+        sim = Simulation(load_config(None, over))
+        sim.run_round(1)
+        cid = int(sim.sample_clients(1)[0])
+        n = sim.data.clients[cid].num_train
+        assert torch.equal(sim.store[cid]["oui_probe"], oui_lib.probe_indices(n, cid, seed=seed))
+        probes[seed] = oui_lib.probe_indices(n, cid, seed=seed)
+    assert not torch.equal(probes[0], probes[3])
+
+
+def test_resnet_oui_counts_every_channel_and_position_of_the_last_relu():
+    # The OUI units (docs/methods/fedoui.md) are the inputs of the last ReLU before the
+    # classifier; in a ResNet that ReLU acts on the (64, h, w) map of layer3's last block,
+    # so d = 64 h w units, not 64 channel means after pooling.
+    torch.manual_seed(0)
+    model = build_model("resnet20", (1, 8, 8), 10, norm="group")
+    state: dict = {}
+    ctx = _ctx(model, state)
+    value = AFTER_TRAINING["oui"](model, ctx, 1, None)
+    x = ctx.data.x_train[state["oui_probe"]]
+    with torch.no_grad():
+        h = model.layer3[:-1](model.layer2(model.layer1(torch.relu(model.bn1(model.conv1(x))))))
+        spatial = model.layer3[-1].preact(h)
+    assert spatial.shape[1:] == (64, 2, 2)
+    assert value == pytest.approx(_hand_oui(spatial.flatten(1).numpy()), abs=1e-12)
+    assert value != pytest.approx(_hand_oui(spatial.mean(dim=(2, 3)).numpy()), abs=1e-3)
+
+

@@ -125,19 +125,55 @@ def test_warmup_cosine_schedule_by_hand():
         load_config(None, ["local.lr_schedule=warmup_cosine", "local.lr_decay=0.9"])
 
 
-def test_batchnorm_buffers_are_moment_matched():
-    def up(n, mean, var):
-        bufs = {"bn.running_mean": torch.tensor(mean), "bn.running_var": torch.tensor(var)}
-        return ClientUpdate(0, torch.zeros(1), n, 1, torch.zeros(()), buffers=bufs)
+def _bn_update(n, mean, var):
+    bufs = {"bn.running_mean": torch.tensor(mean), "bn.running_var": torch.tensor(var)}
+    return ClientUpdate(0, torch.zeros(1), n, 1, torch.zeros(()), buffers=bufs)
 
-    fake = SimpleNamespace(device=torch.device("cpu"), buffers={})
-    Simulation._average_buffers(
-        fake, [up(1, [0.0, 1.0], [1.0, 0.0]), up(3, [2.0, 1.0], [1.0, 0.0])]
-    )
-    assert torch.allclose(fake.buffers["bn.running_mean"], torch.tensor([1.5, 1.0]))
-    assert torch.allclose(fake.buffers["bn.running_var"], torch.tensor([1.75, 1e-3]))
+
+def _averaged_buffers(spec):
+    comp = compression.build(spec)
+    fake = SimpleNamespace(device=torch.device("cpu"), buffers={}, compressor=comp)
+    ups = [_bn_update(1, [0.0, 1.0], [1.0, 0.0]), _bn_update(3, [2.0, 1.0], [1.0, 0.0])]
+    Simulation._average_buffers(fake, ups)
+    return fake.buffers
+
+
+@pytest.mark.parametrize("variant", ["ef", "saef", "sapef", "cser"])
+def test_batchnorm_buffers_are_moment_matched_for_error_feedback(variant):
+    # docs/methods/sapef.md: var = max(sum p_k (var_k + mu_k^2) - mu_bar^2, 1e-3), p = (1/4, 3/4)
+    out = _averaged_buffers({"compressor": "topk", "error_feedback": variant})
+    assert torch.allclose(out["bn.running_mean"], torch.tensor([1.5, 1.0]))
+    assert torch.allclose(out["bn.running_var"], torch.tensor([1.75, 1e-3]))
+
+
+@pytest.mark.parametrize("compressor", ["none", "topk"])
+def test_batchnorm_buffers_are_sample_weighted_means_without_error_feedback(compressor):
+    # every other method: var_bar = sum p_k var_k, no floor (1/4 * 1 + 3/4 * 1 = 1; 0)
+    out = _averaged_buffers({"compressor": compressor})
+    assert torch.allclose(out["bn.running_mean"], torch.tensor([1.5, 1.0]))
+    assert torch.equal(out["bn.running_var"], torch.tensor([1.0, 0.0]))
 
 
 def test_unknown_error_feedback_is_rejected():
     with pytest.raises(ConfigError, match="error_feedback"):
         load_config(None, ["method=ef_topk", "method.compression.error_feedback=scaffold"])
+
+
+def test_theory_alpha_uses_the_local_steps_each_client_takes():
+    # local.steps unset: a client with n_k samples takes epochs * ceil(n_k / B) steps (the last
+    # batch partial), so T_k = 2 ceil(n_k / 32), not T = local.epochs = 2.
+    over = ["rounds=2", "model.name=mlp", "dataset.num_clients=6", "clients_per_round=3",
+            "method=sapef_topk", "method.compression.alpha_schedule=theory",
+            "method.compression.L=0.15", "local.epochs=2", "local.batch_size=32"]
+    sim = Simulation(load_config(None, over))
+    result = sim.run()
+    lr = sim.schedule(2).lr
+    expected = []
+    for cid in map(int, sim.sample_clients(2)):
+        steps = 2 * math.ceil(sim.data.clients[cid].num_train / 32)
+        s = lr * 0.15 * steps
+        alpha = min(max(1 / (1 + 12 * s * s), 0.6), 0.9)
+        assert sim.store[cid]["ef_alpha"] == pytest.approx(alpha)
+        expected.append(alpha)
+    assert len(set(expected)) > 1  # clients of different sizes get different alphas
+    assert result.history[1]["sapef/alpha"] == pytest.approx(sum(expected) / len(expected))

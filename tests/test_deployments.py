@@ -148,13 +148,15 @@ def _api(api: str, path: str, body: dict | None = None) -> dict | list:
 def test_sweep_deployment_runs_on_a_worker_and_records_through_mlflow_server(stack, tmp_path):
     from mlflow.tracking import MlflowClient
 
+    from fedcore.tracking import load_model
+
     env, api = stack["env"], stack["api"]
     _cli(env, "work-pool", "create", POOL, "--type", "process")
     _cli(env, "concurrency-limit", "create", "gpu", "1")
     _cli(env, "deploy", "--all")
 
     deployments = {d["name"]: d for d in _api(api, "/deployments/filter", {})}
-    assert set(deployments) == {"simulate", "sweep", "tune", "report"}
+    assert set(deployments) == {"simulate", "sweep", "tune", "report", "claims"}
     sweep_dep = deployments["sweep"]
     assert sweep_dep["work_pool_name"] == POOL
     schema = sweep_dep["parameter_openapi_schema"]["properties"]
@@ -190,6 +192,22 @@ def test_sweep_deployment_runs_on_a_worker_and_records_through_mlflow_server(sta
         "flow_runs": {"id": {"any_": [runs[0]["id"]]}}, "task_runs": {"tags": {"all_": ["gpu"]}},
     })
     assert sorted(t["state_type"] for t in tasks) == ["COMPLETED", "COMPLETED"]
+    assert sorted(t["name"] for t in tasks) == ["method=fedavg", "method=fedavgm"]
+    artifacts = _api(api, "/artifacts/filter", {
+        "artifacts": {"flow_run_id": {"any_": [runs[0]["id"]]}}})
+    assert [a["type"] for a in artifacts] == ["markdown"]
+    assert "workflowType=machine_learning" in artifacts[0]["data"]
+
+    # a bad runner (or worker count) is refused when the run is created, not in the worker
+    for bad in ({"runner": "dsak"}, {"max_workers": 0}):
+        refused = subprocess.run(
+            [str(BIN / "prefect"), "--no-prompt", "deployment", "run", "sweep/sweep",
+             "--params", json.dumps({"sweep_file": str(sweep_file), **bad})],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )
+        assert refused.returncode != 0, refused.stdout
+    assert len(_api(api, "/flow_runs/filter", {
+        "deployments": {"id": {"any_": [sweep_dep["id"]]}}})) == 1
 
     client = MlflowClient(stack["mlflow"])
     exp = client.get_experiment_by_name("fedcore-deployments").experiment_id
@@ -204,4 +222,18 @@ def test_sweep_deployment_runs_on_a_worker_and_records_through_mlflow_server(sta
         assert child.data.params["rounds"] == "2"
         assert 0.0 <= child.data.metrics["final/accuracy"] <= 1.0
         assert "config.yaml" in {a.path for a in client.list_artifacts(child.info.run_id)}
+        # provenance, dataset input, logged model and system metrics, through the server
+        tags = child.data.tags
+        assert tags["fedcore.prefect_flow_run_id"] == runs[0]["id"]
+        assert len(tags["mlflow.source.git.commit"]) == 40 and tags["mlflow.user"]
+        assert tags["fedcore.version"] and tags["fedcore.torch_version"]
+        assert tags["device"] and tags["fedcore.git.dirty"] in ("true", "false")
+        (dataset,) = child.inputs.dataset_inputs
+        assert dataset.dataset.name == "digits" and len(dataset.dataset.digest) == 16
+        assert {"partition", "alpha", "seed", "clients"} <= {t.key for t in dataset.tags}
+        assert "system/cpu_utilization_percentage" in child.data.metrics
+        model = load_model(child.info.run_id, tracking_uri=stack["mlflow"])
+        assert sum(p.numel() for p in model.parameters()) > 0
+    # cells share the partition (same dataset, seed, alpha): one digest
+    assert len({c.inputs.dataset_inputs[0].dataset.digest for c in children}) == 1
     assert (stack["tmp"] / "mlartifacts").is_dir()

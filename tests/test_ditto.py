@@ -37,13 +37,63 @@ def test_personal_models_persist_for_clients_not_sampled():
         assert not torch.equal(sim.store[k]["ditto_personal"], kept[k])
 
 
-@pytest.mark.slow
-def test_huge_lambda_keeps_the_personal_model_at_the_global_model():
-    sim = _sim("method.client.lam=1e9")
-    theta = sim.params.clone()
-    sim.run_round(1)
-    for k in map(int, sim.sample_clients(1)):
-        torch.testing.assert_close(sim.store[k]["ditto_personal"], theta, atol=1e-6, rtol=0)
+def _personal_context(lam, momentum, steps=3):
+    """A one-client LocalContext on a 4-sample linear problem, with theta_t != v_k."""
+    from fedcore.clients import ClientData, LocalContext, LocalSchedule
+    from fedcore.layout import ParamLayout, flat_params
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    layout = ParamLayout.from_model(model)
+    theta = flat_params(model).clone()
+    x, y = torch.randn(4, 3), torch.tensor([0, 1, 1, 0])
+    data = ClientData(0, x, y, x[:0], y[:0])
+    sched = LocalSchedule(steps=steps, batch_size=4, lr=0.1, momentum=momentum)
+    algo = clients.build({"algorithm": "ditto", "lam": lam})
+    state = {"ditto_personal": theta + 0.5, "ditto_personal_buffers": {}}
+    ctx = LocalContext(model, theta, {}, layout, data, sched, state, torch.Generator(), 1)
+    return algo, ctx, model, x, y
+
+
+def _spec_personal_steps(model, v, theta, x, y, lam, lr, momentum, steps):
+    """SGD with momentum on grad F_k(v) + lam (v - theta) (ditto.md, as easyFL does)."""
+    from fedcore.layout import load_flat_params
+
+    buf = torch.zeros_like(v)
+    for _ in range(steps):
+        load_flat_params(model, v)
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        g = torch.cat([p.grad.reshape(-1) for p in model.parameters()]) + lam * (v - theta)
+        buf = momentum * buf + g
+        v = v - lr * buf
+    return v
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_personal_lambda_term_goes_through_the_optimiser_with_momentum(momentum):
+    lam = 2.0
+    algo, ctx, model, x, y = _personal_context(lam, momentum)
+    v0, theta = ctx.state["ditto_personal"].clone(), ctx.global_params.clone()
+    algo.train_personal(ctx)
+    expected = _spec_personal_steps(model, v0, theta, x, y, lam, 0.1, momentum, 3)
+    torch.testing.assert_close(ctx.state["ditto_personal"], expected, atol=1e-6, rtol=0)
+
+
+def test_personal_pull_toward_the_global_model_is_the_sgd_step():
+    # no data gradient (lr 0.1, lam 1, no momentum): v - theta shrinks by (1 - lr lam) a step
+    algo, ctx, model, x, y = _personal_context(1.0, 0.0, steps=1)
+    v0, theta = ctx.state["ditto_personal"].clone(), ctx.global_params.clone()
+    algo.train_personal(ctx)
+    from fedcore.layout import load_flat_params
+
+    load_flat_params(model, v0)
+    model.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    torch.testing.assert_close(
+        ctx.state["ditto_personal"], v0 - 0.1 * grad - 0.1 * (v0 - theta), atol=1e-6, rtol=0
+    )
 
 
 @pytest.mark.slow

@@ -119,10 +119,10 @@ def test_cser_resets_on_multiples_of_h():
     d, m = sim.layout.dim, 3
     k, k1 = int(0.01 * d), int(0.1 * d)
     assert [h["comm/bytes_up"] for h in result.history] == [
-        8 * k * m,
-        8 * (k + k1) * m,
-        8 * k * m,
-        8 * (k + k1) * m,
+        (8 * k + 4) * m,
+        (8 * (k + k1) + 4) * m,
+        (8 * k + 4) * m,
+        (8 * (k + k1) + 4) * m,
     ]
 
 
@@ -130,7 +130,10 @@ def test_topk_bytes_and_ef_metrics_are_reported():
     sim = Simulation(load_config(None, [*FAST, "method=sapef_topk", "eval_every=2"]))
     result = sim.run()
     k = int(0.01 * sim.layout.dim)
-    assert [h["comm/bytes_up_total"] for h in result.history] == [24 * k, 48 * k, 72 * k]
+    per_round = 3 * (8 * k + 4)  # 3 clients, k (index, value) pairs and n_k each
+    assert [h["comm/bytes_up_total"] for h in result.history] == [
+        per_round, 2 * per_round, 3 * per_round
+    ]
     assert "sapef/gradient_mismatch" not in result.history[0]  # only every eval_every rounds
     assert result.history[1]["sapef/gradient_mismatch"] > 0
     assert all(h["sapef/residual_norm_mean"] > 0 for h in result.history)
@@ -141,3 +144,16 @@ def test_error_feedback_composes_with_fedprox():
     over = [*FAST, "method=sapef_topk", "method.client={algorithm: fedprox, mu: 0.1}"]
     result = Simulation(load_config(None, over)).run()
     assert all(h["agg/rejected_clients"] == 0 for h in result.history)
+
+
+def test_uplink_bytes_count_batchnorm_statistics_and_sample_count():
+    # ResNet-20 with BatchNorm at Top-1 %: 8k bytes of (index, value) pairs, plus the running
+    # mean and var of its 19 BatchNorms (16 + 6 x 16 + 6 x 32 + 6 x 64 = 688 channels, so
+    # 1376 values) in fp16, plus n_k as an int32 (docs/methods/compression.md).
+    over = [*FAST, "rounds=1", "method=sapef_topk", "model.name=resnet20", "model.norm=batch",
+            "local.steps=1"]
+    sim = Simulation(load_config(None, over))
+    result = sim.run()
+    k = int(0.01 * sim.layout.dim)
+    per_client = 8 * k + 2 * 1376 + 4
+    assert result.history[0]["comm/bytes_up"] == sim.cfg.clients_per_round * per_client

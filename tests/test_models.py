@@ -145,6 +145,15 @@ def test_group_norm_layout_groups_conv_with_norm() -> None:
     assert len(layout.groups) == 1 + 18 + 1
 
 
+def test_batch_norm_layout_groups_conv_with_norm_like_group_norm() -> None:
+    from fedcore.layout import ParamLayout
+
+    bn = ParamLayout.from_model(build_model("resnet20", (3, 32, 32), 10, norm="batch"))
+    gn = ParamLayout.from_model(build_model("resnet20", (3, 32, 32), 10, norm="group"))
+    assert len(bn.groups) == 1 + 18 + 1  # 20 groups, not 39 (one 2C group per BatchNorm)
+    assert bn.groups == gn.groups and bn.group_names == gn.group_names
+
+
 def test_option_a_shortcut_is_parameter_free() -> None:
     model = build_model("resnet20", (3, 32, 32), 10)
     for stage, (cin, cout) in ((model.layer2, (16, 32)), (model.layer3, (32, 64))):
@@ -161,7 +170,7 @@ def test_option_a_shortcut_is_parameter_free() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"name": "resnet18"}, "allowed: mlp, cnn, resnet20, resnet56, resnet110"),
+        ({"name": "resnet18"}, "allowed: mlp, cnn, smallcnn, resnet20, resnet56, resnet110"),
         ({"name": "mlp", "norm": "layer"}, "allowed: batch, group"),
         ({"name": "resnet20", "norm": "instance"}, "allowed: batch, group"),
     ],
@@ -182,3 +191,20 @@ def test_deterministic_construction(name: str) -> None:
     torch.manual_seed(124)
     c = build_model(name, (3, 32, 32), 10, norm="group").state_dict()
     assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_smallcnn_is_fedouis_model() -> None:
+    # conv3x3(32) -> pool -> conv3x3(64) -> pool -> fc128 -> fc10, ReLU (FedOUI's SmallCNN)
+    from fedcore.config import load_config
+
+    model = build_model("smallcnn", (3, 32, 32), 10).eval()
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    assert shapes == [(32, 3, 3, 3), (32,), (64, 32, 3, 3), (64,), (128, 4096), (128,),
+                      (10, 128), (10,)]
+    assert n_params(model) == 896 + 18496 + 524416 + 1290
+    x = torch.randn(5, 3, 32, 32)
+    with torch.no_grad():
+        h = model.pool(F.relu(model.conv2(model.pool(F.relu(model.conv1(x)))))).flatten(1)
+        torch.testing.assert_close(model.preactivation(x), model.fc1(h))  # OUI's H, d = 128
+        torch.testing.assert_close(model(x), model.head(F.relu(model.fc1(h))))
+    assert load_config(None, ["model.name=smallcnn"]).model.name == "smallcnn"

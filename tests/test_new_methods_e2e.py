@@ -44,10 +44,12 @@ def test_bytes_both_directions():
     scaffold, _ = last("scaffold")
     rec, _ = last("scaffold", "method.client.uplink=reconstruct")
     scafcom, _ = last("scafcom_topk")
-    assert fedavg["comm/bytes_up"] == fedavg["comm/bytes_down"] == 4 * 4 * d
-    assert scaffold["comm/bytes_up"] == scaffold["comm/bytes_down"] == 4 * 8 * d
-    assert rec["comm/bytes_up"] == 4 * 4 * d and rec["comm/bytes_down"] == 4 * 8 * d
-    assert scafcom["comm/bytes_up"] == 4 * 8 * max(1, int(0.01 * d))  # one Top-k vector
+    side = 4  # n_k as an int32 (the MLP has no BatchNorm statistics)
+    assert fedavg["comm/bytes_up"] == 4 * (4 * d + side) and fedavg["comm/bytes_down"] == 4 * 4 * d
+    assert scaffold["comm/bytes_up"] == 4 * (8 * d + side)
+    assert scaffold["comm/bytes_down"] == 4 * 8 * d
+    assert rec["comm/bytes_up"] == 4 * (4 * d + side) and rec["comm/bytes_down"] == 4 * 8 * d
+    assert scafcom["comm/bytes_up"] == 4 * (8 * max(1, int(0.01 * d)) + side)  # one Top-k vector
     assert scafcom["comm/bytes_down"] == 4 * 8 * d
     assert scaffold["comm/bytes_down_total"] == scaffold["comm/bytes_down"]
 

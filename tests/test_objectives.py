@@ -11,7 +11,7 @@ from fedcore.clients._tuplets import quadruplet_loss, sample_tuplets, triplet_lo
 from fedcore.clients.moon import moon_contrastive
 from fedcore.clients.supconfl import supcon_loss
 from fedcore.config import load_config
-from fedcore.layout import ParamLayout, flat_params
+from fedcore.layout import ParamLayout, flat_params, load_flat_params
 from fedcore.metrics import client_stat_metrics, representation_stats
 from fedcore.models import build_model
 from fedcore.simulation import Simulation
@@ -240,13 +240,25 @@ def test_client_stats_with_slash_become_round_metrics():
 
 @pytest.mark.slow
 def test_fedquad_round_metrics_count_fallbacks():
-    res = Simulation(
+    sim = Simulation(
         load_config(
             None, ["method=fedquad", *TINY, "rounds=2", "dataset.alpha=0.01", "local.epochs=1"]
         )
-    ).run()
+    )
+    res = sim.run()
     for h in res.history:
-        assert 0 <= h["fedquad/fallback_clients"] <= 3
+        # docs/methods/fedquad.md: from each sampled client's labels: < 3 classes or no class
+        # with 2 samples is a fallback; exactly 2 classes (one with 2 samples) trains on
+        # triplets, else CE only.
+        triplet = ce_only = 0
+        for cid in map(int, sim.sample_clients(int(h["round"]))):
+            _, counts = torch.unique(sim.data.clients[cid].y_train, return_counts=True)
+            pairs = bool((counts >= 2).any())
+            triplet += int(len(counts) == 2 and pairs)
+            ce_only += int(len(counts) < 2 or not pairs)
+        assert h["fedquad/triplet_fallback_clients"] == triplet
+        assert h["fedquad/ce_only_clients"] == ce_only
+        assert h["fedquad/fallback_clients"] == triplet + ce_only
         assert "repr/intra_inter_ratio" in h
     assert max(h["fedquad/fallback_clients"] for h in res.history) >= 1  # alpha 0.01: few classes
 
@@ -262,3 +274,89 @@ def test_fedquad_round_metrics_count_fallbacks():
 def test_bad_hyperparameters_are_rejected(spec):
     with pytest.raises(ValueError):
         clients.build(spec)
+
+
+def test_tuplet_distances_are_at_most_two_on_the_embedding_used():
+    # The embeddings are L2-normalised post-ReLU features (non-negative), so
+    # D = ||z_i - z_j||^2 = 2 - 2 cos <= 2: a margin >= 2 can never be met.
+    from fedcore.clients._tuplets import sq_dist
+    from fedcore.models import build_model
+
+    torch.manual_seed(0)
+    for name in ("mlp", "cnn", "smallcnn", "resnet20"):
+        model = build_model(name, (1, 8, 8), 10).eval()
+        with torch.no_grad():
+            z = torch.nn.functional.normalize(model.embedding(torch.randn(64, 1, 8, 8)), dim=1)
+        assert bool((z >= 0).all())
+        d = sq_dist(z[:, None, :].expand(64, 64, -1).reshape(-1, z.shape[1]),
+                    z[None, :, :].expand(64, 64, -1).reshape(-1, z.shape[1]))
+        assert float(d.max()) <= 2.0 + 1e-6
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"algorithm": "fedquad", "m1": 2.0},
+        {"algorithm": "fedquad", "m2": 2.5},
+        {"algorithm": "quadrupletfl", "m1": 3.0},
+        {"algorithm": "tripletfl", "margin": 2.0},
+    ],
+)
+def test_margins_of_two_or_more_are_rejected(spec):
+    with pytest.raises(ValueError, match="less than 2"):
+        clients.build(spec)
+    ok = {k: (1.99 if k in ("m1", "m2", "margin") else v) for k, v in spec.items()}
+    clients.build(ok)
+
+
+def test_moon_positive_is_the_global_model_and_negative_the_previous_local_model():
+    torch.manual_seed(3)
+    model = build_model("mlp", (1, 8, 8), 10)
+    model.add_projection_head(8)
+    y = torch.tensor([0, 1, 2, 3, 0, 1])
+    prev = flat_params(model) + 0.3 * torch.randn(flat_params(model).numel())
+    ctx = _ctx(y, model, state={"moon_prev": prev, "moon_prev_buffers": {}})
+    ctx.global_params = flat_params(model) + 0.2 * torch.randn(prev.numel())
+    algo = clients.build({"algorithm": "moon", "mu": 2.0, "temperature": 0.5, "out_dim": 8})
+    algo.begin_training(model, ctx)
+    x = ctx.data.x_train
+    got = algo.loss(model, x, y, ctx)
+
+    def z_of(params):
+        twin = build_model("mlp", (1, 8, 8), 10)
+        twin.add_projection_head(8)
+        load_flat_params(twin, params)
+        with torch.no_grad():
+            return twin.embedding(x)
+
+    def cos(a, b):
+        return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1))
+
+    z = model.embedding(x)
+    pos, neg = cos(z, z_of(ctx.global_params)) / 0.5, cos(z, z_of(prev)) / 0.5
+    ce = torch.nn.functional.cross_entropy(model.head(z), y)
+    expected = ce + 2.0 * (-(pos.exp() / (pos.exp() + neg.exp())).log()).mean()
+    swapped = ce + 2.0 * (-(neg.exp() / (pos.exp() + neg.exp())).log()).mean()
+    torch.testing.assert_close(got, expected)
+    assert not torch.allclose(got, swapped)
+
+
+@pytest.mark.parametrize(("algorithm", "beta"), [("fedquad", 0.3), ("tripletfl", 2.5)])
+def test_tuplet_loss_weighs_the_hinges_by_beta(algorithm, beta):
+    model = _model()
+    y = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    ctx = _ctx(y, model)
+    algo = clients.build({"algorithm": algorithm, "beta": beta})
+    idx = next(iter(algo.batches(ctx)))  # role by role: [a..., p..., n1..., (n2...)]
+    x, yb = ctx.data.x_train[idx], y[idx]
+    got = algo.loss(model, x, yb, ctx)
+    h = model.embedding(x)
+    ce = torch.nn.functional.cross_entropy(model.head(h), yb)
+    z = torch.nn.functional.normalize(h, dim=1).view(algo.arity, -1, h.shape[1])
+    if algorithm == "fedquad":
+        hinge = quadruplet_loss(*z, 1.0, 0.5)
+    else:
+        hinge = triplet_loss(*z, 1.0)
+    assert float(hinge) > 0
+    torch.testing.assert_close(got, ce + beta * hinge)
+

@@ -72,9 +72,11 @@ def test_table_is_mean_and_std_over_seeds_of_the_recorded_runs(ran_sweep, tmp_pa
     assert "4 finished runs of 4 cells" in md
     csv = pd.read_csv(tmp_path / "out" / "table.csv")
     assert {"accuracy_mean", "auc_std", "rounds_to_target_mean"} <= set(csv.columns)
-    assert "<table" in (tmp_path / "out" / "table.html").read_text()
+    html = (tmp_path / "out" / "table.html").read_text(encoding="utf-8")
+    assert "<table" in html and '<meta charset="utf-8">' in html
     logged = {a.path for a in client.list_artifacts(parent, "report")}
     assert {f"report/{n}" for n in names} == logged
+    assert client.get_run(parent).data.tags["mlflow.note.content"] == md  # run description
 
 
 def test_missing_cells_are_counted_and_no_runs_is_an_error(ran_sweep, tmp_path):

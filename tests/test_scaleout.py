@@ -39,7 +39,8 @@ def _children(settings) -> dict[str, tuple[str, dict[str, float]]]:
     return {
         r.data.tags["method"]: (
             r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id,
-            {k: v for k, v in r.data.metrics.items() if not k.startswith("agg/seconds")},
+            {k: v for k, v in r.data.metrics.items()
+             if not k.startswith(("agg/seconds", "system/"))},  # timing and machine samples
         )
         for r in runs
         if r.info.run_id != parents[0].info.run_id

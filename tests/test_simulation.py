@@ -37,8 +37,8 @@ def test_round_metrics_and_summary():
     assert ROUND_METRICS <= set(result.history[1]) and ROUND_METRICS <= set(result.history[2])
     assert "test/accuracy" not in result.history[0]
     d = sim.layout.dim
-    assert result.history[0]["comm/bytes_up"] == 3 * 4 * d
-    assert result.history[2]["comm/bytes_up_total"] == 3 * 3 * 4 * d
+    assert result.history[0]["comm/bytes_up"] == 3 * (4 * d + 4)  # fp32 delta + int32 n_k
+    assert result.history[2]["comm/bytes_up_total"] == 3 * 3 * (4 * d + 4)
     s = result.summary
     assert s["final/accuracy"] == result.history[-1]["test/accuracy"]
     accs = [h["test/accuracy"] for h in result.history if "test/accuracy" in h]
@@ -86,3 +86,46 @@ def test_nan_updates_are_excluded_and_counted():
     rejected = [h["agg/rejected_clients"] for h in result.history]
     expected = [float(sum(c % 2 == 0 for c in sim.sample_clients(r))) for r in (1, 2, 3)]
     assert rejected == expected and sum(rejected) > 0
+
+
+
+class _PoisonedScalar(ClientAlgorithm):
+    """Even clients report a non-finite ``stat`` (or, with ``stat=None``, a NaN delta)."""
+
+    def __init__(self, stat: str | None, value: float) -> None:
+        super().__init__()
+        self.stat, self.value = stat, value
+
+    def local_update(self, ctx: LocalContext):
+        update = super().local_update(ctx)
+        if ctx.data.client_id % 2 == 0:
+            if self.stat is None:
+                update.delta[0] = float("nan")
+            else:
+                update.stats[self.stat] = self.value
+        return update
+
+
+@pytest.mark.parametrize(
+    ("method", "stat", "value"),
+    [
+        ("qfedavg", "loss_before", float("inf")),
+        ("fedlf", "loss_before", float("nan")),
+        ("fedfv", "loss_before", float("nan")),
+        ("fedoui", "oui", float("nan")),
+        ("fednova", "accumulation_norm", float("inf")),
+    ],
+)
+def test_a_non_finite_client_scalar_rejects_the_client_like_a_nan_delta(method, stat, value):
+    def run(poison):
+        sim = Simulation(load_config(None, [*TINY, f"method={method}", "local.steps=2"]))
+        sim.client_algo = poison
+        return sim, sim.run()
+
+    sim, result = run(_PoisonedScalar(stat, value))
+    ref_sim, ref = run(_PoisonedScalar(None, 0.0))
+    assert torch.isfinite(sim.params).all()
+    rejected = [h["agg/rejected_clients"] for h in result.history]
+    expected = [float(sum(c % 2 == 0 for c in sim.sample_clients(r))) for r in (1, 2, 3)]
+    assert rejected == expected and sum(rejected) > 0
+    assert torch.equal(sim.params, ref_sim.params)

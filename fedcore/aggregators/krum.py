@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.registry import HParams
+
+log = logging.getLogger(__name__)
 
 
 def effective_byzantine(m: int, f: int | None) -> int:
@@ -41,11 +45,17 @@ class Krum(Aggregator):
         return chosen, self._metrics(f, 1)
 
     def _metrics(self, f: int, selected: int) -> dict[str, float]:
+        reduced = self.hp.num_byzantine is not None and f < self.hp.num_byzantine
+        if reduced and not getattr(self, "_reduction_noted", False):
+            self._reduction_noted = True  # once per run, not once per round
+            log.warning(
+                "%s: num_byzantine=%d needs at least %d clients per round (m > 2f + 2); "
+                "using f=%d (metric krum/num_byzantine)",
+                self.name, self.hp.num_byzantine, 2 * self.hp.num_byzantine + 3, f,
+            )
         return {
             "krum/num_byzantine": float(f),
-            "krum/f_reduced": float(
-                self.hp.num_byzantine is not None and f < self.hp.num_byzantine
-            ),
+            "krum/f_reduced": float(reduced),
             "krum/selected": float(selected),
         }
 

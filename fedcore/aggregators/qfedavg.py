@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.registry import HParams
@@ -14,24 +14,35 @@ LOSS_OFFSET = 1e-8  # added to F_k, as in easyFL's qfedavg.py
 
 @register("qfedavg")
 class QFedAvg(Aggregator):
-    """theta <- theta - sum_k D_k / sum_k h_k with reweighted D_k, h_k (docs/methods/qfedavg.md).
+    """theta <- theta - sum_k D_k / sum_k h_k with the loss-reweighted D_k, h_k of
+    docs/methods/qfedavg.md.
 
-    ``F_k`` is the global model's train loss on client k (``extras.loss_before``). The
-    Lipschitz estimate L must be 1 / local.lr (the aggregator does not see the local lr);
-    the default 20 matches the default local lr 0.05.
+    ``F_k`` is the global model's train loss on client k (``extras.loss_before``); the
+    Lipschitz estimate is L = 1 / eta_l, the local lr of the round (``extras.local_lr``, so a
+    decayed lr gives a larger L). L is not a hyper-parameter.
     """
 
     class HParams(HParams):
         q: float = Field(1.0, ge=0.0, description="fairness exponent; 0 = uniform averaging")
-        lipschitz: float = Field(20.0, gt=0.0, description="L = 1 / local.lr")
 
-    needs: ClassVar[frozenset[str]] = frozenset({"loss_before"})
+        @model_validator(mode="before")
+        @classmethod
+        def _no_free_lipschitz(cls, data: Any) -> Any:
+            if isinstance(data, dict) and "lipschitz" in data:
+                raise ValueError(
+                    "lipschitz: not a hyper-parameter; q-FedAvg uses L = 1 / local lr of the "
+                    "round (set local.lr)"
+                )
+            return data
+
+    needs: ClassVar[frozenset[str]] = frozenset({"loss_before", "local_lr"})
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
-        q, lip, deltas = self.hp.q, self.hp.lipschitz, batch.deltas
+        q, deltas = self.hp.q, batch.deltas
         # The m scalars in float64 on the CPU: F_k^q can be large for big q.
         f = batch.stats["loss_before"].detach().cpu().double() + LOSS_OFFSET
-        # docs/methods/qfedavg.md: Delta W_k = L (theta_t - theta_k) = -L Delta_k
+        lip = 1.0 / batch.stats["local_lr"].detach().cpu().double()  # L = 1 / eta_l, per client
+        # Delta W_k = L (theta_t - theta_k) = -L Delta_k
         sq_norm = lip**2 * deltas.pow(2).sum(dim=1).detach().cpu().double()  # ||Delta W_k||^2
         fq = f.pow(q)
         # D_k = F_k^q Delta W_k;  h_k = q F_k^(q-1) ||Delta W_k||^2 + L F_k^q
@@ -41,5 +52,6 @@ class QFedAvg(Aggregator):
         metrics = {
             "qfedavg/loss_mean": float(f.mean()),
             "qfedavg/step_scale": float(coef.sum()),
+            "qfedavg/L": float(lip.mean()),
         }
         return Aggregate(coef @ deltas, metrics)

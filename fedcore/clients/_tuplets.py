@@ -132,6 +132,9 @@ def quadruplet_loss(
 class TupletClient(ClientAlgorithm):
     """CE over all images + beta * ``tuplet_loss`` on L2-normalised embeddings.
 
+    The embeddings are post-ReLU features (non-negative), so after normalisation
+    D(u, v) = 2 - 2 cos(u, v) lies in [0, 2] and every margin must be below 2.
+
     A client with fewer classes than ``arity - 1`` falls back to smaller tuplets (a quadruplet
     client with 2 classes trains on triplets), and to CE on plain minibatches when no tuplet
     can be formed (1 class, or no class with 2 samples). Fallbacks are reported per round as

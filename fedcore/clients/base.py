@@ -65,6 +65,7 @@ class LocalContext:
     needs: frozenset[str] = frozenset()
     start_params: torch.Tensor | None = None  # where SGD starts (step-ahead EF); None: global
     server_payload: Mapping[str, torch.Tensor] = field(default_factory=dict)  # the downlink
+    seed: int = 0  # the experiment seed (FedOUI's probe seed)
 
     def global_tensors(self) -> list[torch.Tensor]:
         """The global parameters as views shaped like ``model.parameters()``, in order."""
@@ -141,6 +142,7 @@ class ClientAlgorithm:
     name: ClassVar[str]
     HParams: ClassVar[type[HParams]] = HParams
     uplink: tuple[str, ...] = ("delta",)  # the vectors sent: "delta" and/or named extras
+    personalized: ClassVar[bool] = False  # keeps personal models (``personal_params``), Ditto
     # The vectorised engine vmaps ``loss`` (with a BatchMask) for objectives that set this; the
     # others give ``not_vectorised`` as the reason they train sequentially.
     vectorisable: ClassVar[bool] = False
@@ -195,6 +197,15 @@ class ClientAlgorithm:
     @classmethod
     def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
         """Why ``cfg`` cannot run this client (a one-line reason, checked at load); None: it can."""
+        return None
+
+    @property
+    def projection_dim(self) -> int | None:
+        """Width of a projection head the model gets in ``prepare_model`` (MOON); None: none."""
+        return None
+
+    def personal_params(self, state: dict[str, Any]) -> tuple[torch.Tensor, dict] | None:
+        """A personalised client's (flat params, buffers) from its state; None if not personal."""
         return None
 
     def prepare_model(self, model: nn.Module) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,12 @@ class DittoClient(ClientAlgorithm):
         super().__init__(hparams)
         self.inner = REGISTRY.build(self.hp.inner)
 
+    personalized = True
+
+    @property
+    def projection_dim(self) -> int | None:
+        return self.inner.projection_dim
+
     def prepare_model(self, model: nn.Module) -> None:
         self.inner.prepare_model(model)
 
@@ -86,13 +93,18 @@ class DittoClient(ClientAlgorithm):
             return None
         return state["ditto_personal"], state["ditto_personal_buffers"]
 
+    def batches(self, ctx: LocalContext) -> Iterator[torch.Tensor]:
+        """The global model's batches: the inner objective's."""
+        return self.inner.batches(ctx)
+
     def local_update(self, ctx: LocalContext) -> ClientUpdate:
         update = self.inner.local_update(ctx)
         self.train_personal(ctx)
         return update
 
     def train_personal(self, ctx: LocalContext) -> None:
-        """v_k <- v_k - eta_p (grad F_k(v_k) + lam (v_k - theta_t)), in proximal form."""
+        """v_k <- v_k - eta_p (grad F_k(v_k) + lam (v_k - theta_t)), the lam-term inside the
+        gradient so momentum and weight decay act on it as on grad F_k (easyFL's ditto)."""
         model, data, sched = ctx.model, ctx.data, ctx.schedule
         own = self.personal_params(ctx.state)
         params, buffers = own if own is not None else (ctx.global_params, ctx.global_buffers)
@@ -107,17 +119,14 @@ class DittoClient(ClientAlgorithm):
         opt = torch.optim.SGD(
             weights, lr=lr, momentum=sched.momentum, weight_decay=sched.weight_decay
         )
-        shrink = 1.0 / (1.0 + lr * self.hp.lam)
         anchors = ctx.global_tensors()
         for idx in minibatches(data.num_train, sched, ctx.generator):
             idx = idx.to(data.x_train.device)
             opt.zero_grad(set_to_none=True)
             nn.functional.cross_entropy(model(data.x_train[idx]), data.y_train[idx]).backward()
+            for p, anchor in zip(weights, anchors, strict=True):
+                p.grad.add_(p.detach() - anchor, alpha=self.hp.lam)
             opt.step()
-            # the lam-term as an exact proximal step: v <- theta + (v - theta) / (1 + eta lam)
-            with torch.no_grad():
-                for p, anchor in zip(weights, anchors, strict=True):
-                    p.sub_(anchor).mul_(shrink).add_(anchor)
         ctx.state["ditto_personal"] = flat_params(model).clone()
         ctx.state["ditto_personal_buffers"] = {
             k: v.detach().clone() for k, v in model.named_buffers() if v.dtype.is_floating_point

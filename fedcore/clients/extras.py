@@ -41,20 +41,26 @@ def accumulation_norm(model: nn.Module, ctx: LocalContext, num_steps: int, algo:
     return float(num_steps)
 
 
+def local_lr(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float:
+    """The round's local learning rate eta_l (q-FedAvg's L = 1 / eta_l)."""
+    return float(ctx.schedule.lr)
+
+
 @torch.no_grad()
 def oui(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float:
     """FedOUI's o_k: OUI of the local model on the client's fixed probe (docs/methods/fedoui.md).
 
-    The probe indices are drawn once (``probe_indices``) and kept in ``ctx.state``.
+    The probe indices are drawn once (``probe_indices``, seeded by the experiment seed) and
+    kept in ``ctx.state``; the units are those of ``model.oui_units``.
     """
     idx = ctx.state.get("oui_probe")
     if idx is None:
-        idx = probe_indices(ctx.data.num_train, ctx.data.client_id)
+        idx = probe_indices(ctx.data.num_train, ctx.data.client_id, seed=ctx.seed)
         ctx.state["oui_probe"] = idx
     was_training = model.training
     model.eval()
     x = ctx.data.x_train[idx.to(ctx.data.x_train.device)]
-    value = oui_from_preactivations(model.preactivation(x)) if len(idx) else 0.0
+    value = oui_from_preactivations(model.oui_units(x)) if len(idx) else 0.0
     model.train(was_training)
     return value
 
@@ -62,5 +68,6 @@ def oui(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float
 BEFORE_TRAINING: dict[str, Callable[..., float]] = {"loss_before": loss_before}
 AFTER_TRAINING: dict[str, Callable[..., float]] = {
     "accumulation_norm": accumulation_norm,
+    "local_lr": local_lr,
     "oui": oui,
 }

@@ -16,8 +16,9 @@ class FedQuadClient(TupletClient):
 
     class HParams(HParams):
         beta: float = Field(1.0, ge=0.0)
-        m1: float = Field(1.0, ge=0.0, le=4.0)  # D in [0, 4] on L2-normalised embeddings
-        m2: float = Field(0.5, ge=0.0, le=4.0)
+        # D = 2 - 2 cos in [0, 2] on L2-normalised post-ReLU (non-negative) embeddings
+        m1: float = Field(1.0, ge=0.0, lt=2.0)
+        m2: float = Field(0.5, ge=0.0, lt=2.0)
 
     def tuplet_loss(
         self, z: list[torch.Tensor], weights: torch.Tensor | None = None

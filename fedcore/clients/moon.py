@@ -48,6 +48,10 @@ class MoonClient(ClientAlgorithm):
         temperature: float = Field(0.5, gt=0.0)
         out_dim: int = Field(256, ge=1)
 
+    @property
+    def projection_dim(self) -> int:
+        return self.hp.out_dim
+
     def prepare_model(self, model: nn.Module) -> None:
         model.add_projection_head(self.hp.out_dim)  # the head is part of theta
 

@@ -16,7 +16,7 @@ class TripletFLClient(TupletClient):
 
     class HParams(HParams):
         beta: float = Field(1.0, ge=0.0)
-        margin: float = Field(1.0, ge=0.0, le=4.0)
+        margin: float = Field(1.0, ge=0.0, lt=2.0)  # D in [0, 2], see TupletClient
 
     def tuplet_loss(
         self, z: list[torch.Tensor], weights: torch.Tensor | None = None

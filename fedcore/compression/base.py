@@ -68,14 +68,27 @@ class Compressor:
         """C(x): (x as the server receives it, bytes put on the wire)."""
         raise NotImplementedError
 
+    @property
+    def moment_matched_bn(self) -> bool:
+        """True: the server moment-matches BatchNorm variances (the error-feedback methods of
+        docs/methods/sapef.md); False: running statistics are plain sample-weighted means."""
+        return self.feedback.active
+
     def begin_round(self, round: int, schedule: Any) -> None:
         self.feedback.begin_round(round, schedule)
 
+    @property
+    def needs_num_steps(self) -> bool:
+        """True when ``start_point`` needs the client's number of local steps (SA-PEF's
+        "theory" alpha schedule)."""
+        return self.feedback.per_client_alpha
+
     def start_point(
-        self, global_params: torch.Tensor, state: dict[str, Any]
+        self, global_params: torch.Tensor, state: dict[str, Any], num_steps: int | None = None
     ) -> torch.Tensor | None:
-        """Where local training starts (None: at the global model)."""
-        return self.feedback.start_point(global_params, state)
+        """Where local training starts (None: at the global model); ``num_steps`` is the
+        number of local steps the client will take (when ``needs_num_steps``)."""
+        return self.feedback.start_point(global_params, state, num_steps)
 
     def compress(
         self,
@@ -95,6 +108,12 @@ class Compressor:
     def end_round(self, client_ids: list[int], store: ClientStore) -> RoundEnd:
         """Close the round for the sampled clients: an extra server step or None, and metrics."""
         return self.feedback.end_round(client_ids, store)
+
+
+def side_bytes(buffers: dict[str, torch.Tensor]) -> int:
+    """What a client sends besides its delta: n_k as an int32 and its BatchNorm running
+    statistics (the floating buffers) in fp16, as SA-PEF's repo puts them on the wire."""
+    return 4 + 2 * sum(b.numel() for b in buffers.values())
 
 
 def sparse_bytes(k: int) -> int:

@@ -17,6 +17,7 @@ from fedcore.compression.base import RoundEnd
 from fedcore.compression.topk import num_kept
 
 RESIDUAL = "ef_residual"
+ALPHA = "ef_alpha"  # the client's alpha of the current round (alpha_schedule "theory")
 DIGEST = "cser_digest"
 DIGEST_ROUND = "cser_digest_round"
 
@@ -37,32 +38,46 @@ class ErrorFeedback:
         self.variant: str = hp.error_feedback
         self.round = 0
         self.alpha = 0.0
+        self.schedule: Any = None
 
     @property
     def active(self) -> bool:
         return self.variant != "none"
 
+    @property
+    def per_client_alpha(self) -> bool:
+        """alpha_schedule "theory": alpha depends on the local steps T each client takes."""
+        return self.variant == "sapef" and self.hp.alpha_schedule == "theory"
+
     def begin_round(self, round: int, schedule: Any) -> None:
         self.round = round
-        self.alpha = self.alpha_for(schedule)
+        self.schedule = schedule
+        self.alpha = self.alpha_for(schedule, schedule.steps)
 
-    def alpha_for(self, schedule: Any) -> float:
+    def alpha_for(self, schedule: Any, num_steps: int | None) -> float:
+        """The round's alpha; "theory" needs T = ``num_steps``, the local steps taken."""
         if self.variant in ("none", "ef", "cser"):
             return 0.0
         if self.variant == "saef":
             return 1.0
         if self.hp.alpha_schedule == "theory":
-            local_work = schedule.steps if schedule.steps is not None else schedule.epochs
-            return alpha_star(schedule.lr, self.hp.L, local_work)
+            return alpha_star(schedule.lr, self.hp.L, num_steps) if num_steps else 0.0
         return self.hp.alpha_r
 
+    def client_alpha(self, state: dict[str, Any]) -> float:
+        return state.get(ALPHA, self.alpha) if self.per_client_alpha else self.alpha
+
     def start_point(
-        self, global_params: torch.Tensor, state: dict[str, Any]
+        self, global_params: torch.Tensor, state: dict[str, Any], num_steps: int | None = None
     ) -> torch.Tensor | None:
-        residual = state.get(RESIDUAL)
-        if not self.active or residual is None or self.alpha == 0.0:
+        """The step-ahead start w_r - alpha e; ``num_steps`` (T of this client) sets alpha
+        under the "theory" schedule."""
+        if self.per_client_alpha and num_steps is not None:
+            state[ALPHA] = self.alpha_for(self.schedule, num_steps)
+        alpha, residual = self.client_alpha(state), state.get(RESIDUAL)
+        if not self.active or residual is None or alpha == 0.0:
             return None
-        return global_params + self.alpha * residual  # preview w_r - alpha e (compression.md)
+        return global_params + alpha * residual  # preview w_r - alpha e (compression.md)
 
     def compress(
         self,
@@ -73,8 +88,8 @@ class ErrorFeedback:
     ) -> tuple[torch.Tensor, int]:
         if not self.active:
             return op(delta, generator)
-        residual = state.get(RESIDUAL)
-        u = delta if residual is None else delta + (1.0 - self.alpha) * residual  # compression.md
+        residual, alpha = state.get(RESIDUAL), self.client_alpha(state)
+        u = delta if residual is None else delta + (1.0 - alpha) * residual  # compression.md
         sent, nbytes = op(u, generator)  # step 6
         if not torch.isfinite(u).all():
             return sent, nbytes  # dropped by the loop; the residual stays as it was
@@ -99,9 +114,10 @@ class ErrorFeedback:
             return RoundEnd()
         states = [store[k] for k in client_ids]
         norms = [float(s[RESIDUAL].norm()) for s in states if RESIDUAL in s]
+        alphas = [self.client_alpha(s) for s in states]
         metrics = {
             "sapef/residual_norm_mean": float(sum(norms) / max(len(norms), 1)),
-            "sapef/alpha": self.alpha,
+            "sapef/alpha": float(sum(alphas) / max(len(alphas), 1)),
         }
         if self.variant != "cser":
             return RoundEnd(None, metrics)

@@ -10,17 +10,16 @@ to put which files.
 
 from __future__ import annotations
 
-import gzip
-import pickle
-import shutil
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import torch
-from torchvision import datasets as tvd
-from torchvision.datasets.utils import check_integrity
+
+from fedcore.data.cifar import read_cifar_batches
+from fedcore.data.idx import DataFileError, read_mnist_split
 
 DATASET_NAMES = (
     "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
@@ -57,41 +56,39 @@ class DatasetUnavailableError(RuntimeError):
     """The dataset's files are missing, corrupt or could not be downloaded."""
 
 
-class _UncheckedCIFAR10(tvd.CIFAR10):
-    """CIFAR-10 that only checks that its files exist, not their md5 checksums."""
-
-    def _check_integrity(self) -> bool:
-        folder = Path(self.root, self.base_folder)
-        return all((folder / f).is_file() for f, _ in self.train_list + self.test_list)
-
-    def _load_meta(self) -> None:  # torchvision md5-checks the meta file separately
-        with open(Path(self.root, self.base_folder, self.meta["filename"]), "rb") as f:
-            self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
-        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-
-
-class _UncheckedCIFAR100(_UncheckedCIFAR10, tvd.CIFAR100):
-    """CIFAR-100 without md5 checks."""
-
-
 class _Spec(NamedTuple):
-    cls: type  # torchvision class (md5-checked where torchvision checks)
-    unchecked: type  # the same without md5 checks (verify=False)
+    cls: type  # torchvision class: its file list, md5 sums and download
     num_classes: int
     mean: tuple[float, ...]  # standard per-channel normalisation constants
     std: tuple[float, ...]
 
 
-_TORCHVISION = {
-    "mnist": _Spec(tvd.MNIST, tvd.MNIST, 10, (0.1307,), (0.3081,)),
-    "fashion_mnist": _Spec(tvd.FashionMNIST, tvd.FashionMNIST, 10, (0.2860,), (0.3530,)),
-    "cifar10": _Spec(
-        tvd.CIFAR10, _UncheckedCIFAR10, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
-    ),
-    "cifar100": _Spec(
-        tvd.CIFAR100, _UncheckedCIFAR100, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
-    ),
-}
+TORCHVISION_NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100")
+
+
+@functools.cache
+def _torchvision_specs() -> dict[str, _Spec]:
+    """The torchvision-backed datasets (torchvision is imported on first use only)."""
+    from torchvision import datasets as tvd
+
+    return {
+        "mnist": _Spec(tvd.MNIST, 10, (0.1307,), (0.3081,)),
+        "fashion_mnist": _Spec(tvd.FashionMNIST, 10, (0.2860,), (0.3530,)),
+        "cifar10": _Spec(tvd.CIFAR10, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+        "cifar100": _Spec(tvd.CIFAR100, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    }
+
+
+def _is_mnist(cls: type) -> bool:
+    from torchvision import datasets as tvd
+
+    return issubclass(cls, tvd.MNIST)
+
+
+def _is_cifar(cls: type) -> bool:
+    from torchvision import datasets as tvd
+
+    return issubclass(cls, tvd.CIFAR10)
 
 
 def load_dataset(
@@ -105,8 +102,9 @@ def load_dataset(
     """Load ``name`` (one of :data:`DATASET_NAMES`) as normalised tensors.
 
     ``seed`` and ``global_test_fraction`` only matter where there is no official test split
-    (``digits``, FEMNIST's ``all_data`` files); ``verify=False`` skips torchvision's md5 checks
-    (CIFAR), so repacked files load.
+    (``digits``, FEMNIST's ``all_data`` files); ``verify=False`` skips the md5 checks of CIFAR's
+    files, so repacked files load. Files are read by fedcore's own checked readers (IDX, and CIFAR
+    pickles through a restricted unpickler); torchvision only downloads.
     """
     if name == "digits":
         return _load_digits(seed, global_test_fraction)
@@ -118,27 +116,89 @@ def load_dataset(
         from fedcore.data.tiny_imagenet import load_tiny_imagenet
 
         return load_tiny_imagenet(root, download)
-    if name not in _TORCHVISION:
+    if name not in TORCHVISION_NAMES:
         raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASET_NAMES)}")
-    spec = _TORCHVISION[name]
+    spec = _torchvision_specs()[name]
     root = Path(root).expanduser().resolve()
     folder, files = _expected_files(spec.cls, root)
-    ds_cls = spec.cls if verify else spec.unchecked
     try:
-        if issubclass(spec.cls, tvd.MNIST):
-            _gunzip_missing(folder, files)
-        train = ds_cls(str(root), train=True, download=download)
-        test = ds_cls(str(root), train=False, download=False)
-    except Exception as e:  # URLError/OSError/RuntimeError, or parse errors of corrupt files
+        if download:
+            _download(spec.cls, root)
+        if _missing(spec.cls, folder, files):
+            raise FileNotFoundError(folder)
+        if _is_mnist(spec.cls):
+            (x_tr, y_tr), (x_te, y_te) = (read_mnist_split(folder, t, spec.num_classes)
+                                          for t in (True, False))
+        else:
+            if verify and _bad_checksums(spec.cls, folder, files):
+                raise ValueError("md5")
+            (x_tr, y_tr), (x_te, y_te) = (
+                read_cifar_batches([folder / f for f, _ in part], spec.num_classes)
+                for part in (spec.cls.train_list, spec.cls.test_list)
+            )
+    except DataFileError as e:  # a corrupt or inconsistent file: named, with the cause
+        raise DatasetUnavailableError(f"dataset {name!r}: {e}") from e
+    except Exception as e:  # URLError/OSError/RuntimeError, missing files, failed checksums
         raise DatasetUnavailableError(_why(name, folder, files, download, verify, e)) from e
     return DatasetArrays(
-        _to_images(train.data, spec.mean, spec.std),
-        _to_labels(train.targets),
-        _to_images(test.data, spec.mean, spec.std),
-        _to_labels(test.targets),
+        _to_images(torch.from_numpy(np.array(x_tr)), spec.mean, spec.std),
+        _to_labels(np.array(y_tr)),
+        _to_images(torch.from_numpy(np.array(x_te)), spec.mean, spec.std),
+        _to_labels(np.array(y_te)),
         spec.num_classes,
         name,
     )
+
+
+def _download(cls: type, root: Path) -> None:
+    """Fetch ``cls``'s files into ``root`` with torchvision's downloader (no-op when present)."""
+    fetcher = cls.__new__(cls)
+    fetcher.root = str(root)
+    fetcher.download()
+
+
+def _missing(cls: type, folder: Path, files: list[str]) -> list[str]:
+    """The expected files that are not there (MNIST's may be there as ``.gz`` only)."""
+    gz = _is_mnist(cls)
+    return [
+        f for f in files
+        if not (folder / f).is_file() and not (gz and (folder / f"{f}.gz").is_file())
+    ]
+
+
+def _bad_checksums(cls: type, folder: Path, files: list[str]) -> list[str]:
+    """CIFAR files whose md5 differs from the original's."""
+    sums = dict(cls.train_list + cls.test_list) | {cls.meta["filename"]: cls.meta["md5"]}
+    from torchvision.datasets.utils import check_integrity
+
+    return [f for f in files if not check_integrity(str(folder / f), sums[f])]
+
+
+def check_files_present(name: str, root: str | Path = "data", download: bool = False) -> None:
+    """Raise :class:`DatasetUnavailableError` (the same one-line hint as :func:`load_dataset`)
+    when ``name``'s files are not on disk and will not be downloaded; reads nothing.
+
+    Sweeps and studies call it for every cell before Prefect starts.
+    """
+    if name == "digits" or download:
+        return
+    root = Path(root).expanduser().resolve()
+    if name == "femnist":
+        from fedcore.data.leaf import femnist_files_present
+
+        femnist_files_present(root)
+        return
+    if name == "tiny_imagenet":
+        from fedcore.data.tiny_imagenet import tiny_imagenet_files_present
+
+        tiny_imagenet_files_present(root)
+        return
+    cls = _torchvision_specs()[name].cls
+    folder, files = _expected_files(cls, root)
+    if _missing(cls, folder, files):
+        raise DatasetUnavailableError(
+            _why(name, folder, files, False, False, FileNotFoundError(folder))
+        )
 
 
 def _load_digits(seed: int, global_test_fraction: float) -> DatasetArrays:
@@ -179,32 +239,20 @@ def _to_labels(targets: torch.Tensor | list[int]) -> torch.Tensor:
 
 def _expected_files(cls: type, root: Path) -> tuple[Path, list[str]]:
     """The folder torchvision reads ``cls`` from, and the file names it needs there."""
-    if issubclass(cls, tvd.MNIST):
+    if _is_mnist(cls):
         return root / cls.__name__ / "raw", [Path(url).stem for url, _ in cls.resources]
     names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
     return root / cls.base_folder, names
-
-
-def _gunzip_missing(folder: Path, files: list[str]) -> None:
-    """Extract ``X.gz`` to ``X`` where only the gzip is there (torchvision only does so on
-    download)."""
-    for f in files:
-        gz, out = folder / f"{f}.gz", folder / f
-        if gz.is_file() and not out.exists():
-            tmp = out.with_name(out.name + ".part")
-            with gzip.open(gz, "rb") as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            tmp.replace(out)
 
 
 def _why(
     name: str, folder: Path, files: list[str], download: bool, verify: bool, err: Exception
 ) -> str:
     """One-line explanation of why ``name`` could not be loaded, with where to put which files."""
-    cls = _TORCHVISION[name].cls
-    gz = ", optionally .gz" if issubclass(cls, tvd.MNIST) else ""
+    cls = _torchvision_specs()[name].cls
+    gz = ", optionally .gz" if _is_mnist(cls) else ""
     expected = f"expected {', '.join(files)}{gz}"
-    if any(not (folder / f).is_file() for f in files):
+    if _missing(cls, folder, files):
         if download:
             return (
                 f"dataset {name!r}: download failed (no network?); put the files in {folder} "
@@ -214,9 +262,8 @@ def _why(
             f"dataset {name!r}: files not found in {folder} ({expected}); "
             "put them there or set dataset.download=true with network access"
         )
-    if verify and issubclass(cls, tvd.CIFAR10):
-        sums = dict(cls.train_list + cls.test_list) | {cls.meta["filename"]: cls.meta["md5"]}
-        bad = [f for f in files if not check_integrity(str(folder / f), sums[f])]
+    if verify and _is_cifar(cls):
+        bad = _bad_checksums(cls, folder, files)
         return (
             f"dataset {name!r}: md5 checksum failed for {', '.join(bad) or 'some files'} in "
             f"{folder}; put the original files there, or set dataset.verify=false to accept "

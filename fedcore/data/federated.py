@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,10 +34,33 @@ class FederatedData:
     num_classes: int
     in_shape: tuple[int, int, int]
     noisy_clients: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    # per client: (indices of its train samples, indices of its local test samples) in the
+    # dataset's train split (natural FEMNIST clients: local test indices into the test split)
+    partition: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
     @property
     def num_clients(self) -> int:
         return len(self.clients)
+
+
+def partition_digest(data: FederatedData) -> str:
+    """A short hash of which samples each client holds (same partition, same digest).
+
+    Hashes the partition indices; data built without them (hand-made in tests) hashes each
+    client's labels instead.
+    """
+    h = hashlib.sha256()
+    if data.partition:
+        for k, (train, test) in enumerate(data.partition):
+            h.update(f"client {k} {len(train)} {len(test)}|".encode())
+            h.update(np.asarray(train, dtype=np.int64).tobytes())
+            h.update(np.asarray(test, dtype=np.int64).tobytes())
+    else:
+        for c in data.clients:
+            h.update(f"client {c.client_id}|".encode())
+            h.update(c.y_train.cpu().numpy().astype(np.int64).tobytes())
+            h.update(c.y_test.cpu().numpy().astype(np.int64).tobytes())
+    return h.hexdigest()[:16]
 
 
 def partition_indices(
@@ -153,4 +180,35 @@ def build_federated_data(
         arrays.num_classes,
         arrays.in_shape,
         noisy,
+        [(np.asarray(tr), np.asarray(te)) for tr, te in zip(trains, tests, strict=True)],
     )
+
+
+_SHARED: OrderedDict[str, FederatedData] = OrderedDict()
+_SHARED_LOCK = threading.Lock()
+SHARED_KEEP = 4  # datasets kept by :func:`shared_federated_data` (least recently used go)
+
+
+def shared_federated_data(
+    cfg: DatasetConfig,
+    seed: int,
+    device: torch.device | str = "cpu",
+    behaviour: ClientsConfig | None = None,
+) -> FederatedData:
+    """:func:`build_federated_data`, built once per process for the same arguments.
+
+    The cells of a sweep that differ only in method share one loaded, partitioned dataset (the
+    simulation never writes into it). The last ``SHARED_KEEP`` are kept.
+    """
+    key = json.dumps([cfg.model_dump(mode="json"), seed, str(device),
+                      behaviour.model_dump(mode="json") if behaviour is not None else None],
+                     sort_keys=True)
+    with _SHARED_LOCK:
+        if key in _SHARED:
+            _SHARED.move_to_end(key)
+            return _SHARED[key]
+        data = build_federated_data(cfg, seed, device, behaviour)
+        _SHARED[key] = data
+        while len(_SHARED) > SHARED_KEEP:
+            _SHARED.popitem(last=False)
+        return data

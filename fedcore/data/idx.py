@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +30,76 @@ def write_idx(path: Path, arr: np.ndarray, gz: bool = False) -> None:
         path.write_bytes(data)
 
 
-def read_idx(path: Path) -> np.ndarray:
-    """Read a (possibly gzipped) uint8 IDX file."""
-    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    ndim = raw[3]
-    dims = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
-    return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
+class DataFileError(ValueError):
+    """A dataset file that is corrupt or inconsistent; the message names the file and the cause."""
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes, gunzipped in memory when it ends in ``.gz`` (nothing written to disk)."""
+    raw = path.read_bytes()
+    if path.suffix != ".gz":
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataFileError(f"{path}: corrupt gzip file ({exc})") from None
+
+
+def read_idx(path: Path, ndim: int | None = None) -> np.ndarray:
+    """Read a (possibly gzipped) uint8 IDX file, checking its header against its size.
+
+    ``ndim`` (1 for labels, 3 for images) is checked when given; any mismatch raises
+    :class:`DataFileError` naming the file and what is wrong.
+    """
+    raw = read_bytes(path)
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        magic = raw[:4].hex() or "empty file"
+        raise DataFileError(f"{path}: not an IDX file (bad magic number {magic})")
+    if raw[2] != 0x08:
+        raise DataFileError(f"{path}: IDX element type 0x{raw[2]:02x}, expected 0x08 (uint8)")
+    n = raw[3]
+    if n == 0 or (ndim is not None and n != ndim):
+        raise DataFileError(f"{path}: IDX file of {n} dimensions, expected {ndim or '>= 1'}")
+    if len(raw) < 4 + 4 * n:
+        raise DataFileError(f"{path}: truncated IDX header ({len(raw)} bytes)")
+    dims = struct.unpack(f">{n}I", raw[4 : 4 + 4 * n])
+    expected = 4 + 4 * n + int(np.prod(dims, dtype=np.int64))
+    if len(raw) != expected:
+        raise DataFileError(
+            f"{path}: IDX header says shape {tuple(dims)} ({expected} bytes), the file has "
+            f"{len(raw)} bytes (truncated or padded)"
+        )
+    return np.frombuffer(raw, np.uint8, offset=4 + 4 * n).reshape(dims)
+
+
+def idx_path(folder: Path, stem: str) -> Path:
+    """``folder/stem``, else ``folder/stem.gz`` (read as is, never extracted next to it)."""
+    plain, gz = folder / stem, folder / f"{stem}.gz"
+    return plain if plain.is_file() or not gz.is_file() else gz
+
+
+def read_mnist_split(
+    folder: Path, train: bool, num_classes: int = 10
+) -> tuple[np.ndarray, np.ndarray]:
+    """Images (N x 28 x 28) and labels (N) of MNIST's train or t10k files in ``folder``, checked:
+    as many labels as images, 28 x 28 images, labels in 0..num_classes-1."""
+    prefix = "train" if train else "t10k"
+    images_path = idx_path(folder, f"{prefix}-images-idx3-ubyte")
+    labels_path = idx_path(folder, f"{prefix}-labels-idx1-ubyte")
+    images = read_idx(images_path, ndim=3)
+    labels = read_idx(labels_path, ndim=1)
+    if images.shape[1:] != (28, 28):
+        raise DataFileError(f"{images_path}: images of {images.shape[1:]}, expected (28, 28)")
+    if len(labels) != len(images):
+        raise DataFileError(
+            f"{labels_path}: {len(labels)} labels for the {len(images)} images of "
+            f"{images_path.name}"
+        )
+    if len(labels) and labels.max() >= num_classes:
+        raise DataFileError(
+            f"{labels_path}: label {int(labels.max())} outside 0..{num_classes - 1}"
+        )
+    return images, labels
 
 
 def write_mnist_like(raw: Path, x_tr, y_tr, x_te, y_te, gz: bool = False) -> None:

@@ -49,10 +49,9 @@ def _default_loads() -> Callable[[bytes], Any]:
 loads = _default_loads()  # bytes -> parsed JSON
 
 
-def load_femnist(
-    root: str | Path, seed: int = 0, global_test_fraction: float = 0.2
-) -> DatasetArrays:
-    """FEMNIST from ``<root>/femnist`` with per-sample writer ids (``owner_train/test``)."""
+def femnist_files_present(root: str | Path) -> tuple[Path, list[Path], list[Path], list[Path]]:
+    """``<root>/femnist`` and its train, test and all_data JSON files; DatasetUnavailableError
+    unless train and test, or all_data, are there."""
     folder = Path(root).expanduser().resolve() / "femnist"
     train_files, test_files = _json_files(folder / "train"), _json_files(folder / "test")
     all_files = _json_files(folder / "all_data")
@@ -65,6 +64,14 @@ def load_femnist(
             f"dataset 'femnist': files not found in {folder} ({_EXPECTED}{partial}); fedcore "
             "cannot download FEMNIST, see README 'Datasets'"
         )
+    return folder, train_files, test_files, all_files
+
+
+def load_femnist(
+    root: str | Path, seed: int = 0, global_test_fraction: float = 0.2
+) -> DatasetArrays:
+    """FEMNIST from ``<root>/femnist`` with per-sample writer ids (``owner_train/test``)."""
+    folder, train_files, test_files, all_files = femnist_files_present(root)
     names: dict[str, int] = {}
     try:
         if train_files and test_files:

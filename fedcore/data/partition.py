@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedcore.config import ConfigError  # a ValueError: the config asks for more than the data has
+
 
 def iid_partition(num_samples: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Shuffle and cut into ``num_clients`` near-equal parts."""
+    if num_clients > num_samples:
+        raise ConfigError(
+            f"dataset.num_clients={num_clients} exceeds the {num_samples} samples available; "
+            f"allowed: 1..{num_samples}"
+        )
     return [np.sort(p) for p in np.array_split(rng.permutation(num_samples), num_clients)]
 
 
@@ -27,7 +34,7 @@ def dirichlet_partition(
     """
     labels = np.asarray(labels)
     if num_clients * min_samples > len(labels):
-        raise ValueError(
+        raise ConfigError(
             f"dataset.min_samples={min_samples} x dataset.num_clients={num_clients} "
             f"exceeds the {len(labels)} samples available"
         )
@@ -73,7 +80,7 @@ def shard_partition(
     order = np.argsort(labels, kind="stable")
     num_shards = num_clients * shards_per_client
     if num_shards > len(labels):
-        raise ValueError(
+        raise ConfigError(
             f"dataset.num_clients x dataset.shards_per_client = {num_shards} shards "
             f"exceeds the {len(labels)} samples available"
         )
@@ -114,7 +121,7 @@ def natural_partition(
     pool = np.array(sorted(groups), dtype=np.int64) if eligible is None else np.asarray(eligible)
     pool = np.intersect1d(pool, np.fromiter(groups, dtype=np.int64, count=len(groups)))
     if num_clients > len(pool):
-        raise ValueError(
+        raise ConfigError(
             f"dataset.num_clients={num_clients} exceeds the {len(pool)} owners (writers) "
             f"available for the natural partition; allowed: 1..{len(pool)}"
         )

@@ -35,6 +35,18 @@ _EXPECTED = (
 )
 
 
+def tiny_imagenet_files_present(root: Path) -> None:
+    """DatasetUnavailableError unless ``<root>/tiny-imagenet-200`` has its required entries."""
+    folder = root / "tiny-imagenet-200"
+    missing = [f for f in _REQUIRED if not (folder / f).exists()]
+    if missing:
+        raise DatasetUnavailableError(
+            f"dataset 'tiny_imagenet': files not found in {folder} (missing {', '.join(missing)}; "
+            f"{_EXPECTED}); unzip {TINY_URL} in {root} or set dataset.download=true with network "
+            "access"
+        )
+
+
 def load_tiny_imagenet(root: str | Path, download: bool = False) -> DatasetArrays:
     """Tiny-ImageNet train (all classes of ``wnids.txt``) and val (global test) as tensors."""
     root = Path(root).expanduser().resolve()
@@ -47,13 +59,7 @@ def load_tiny_imagenet(root: str | Path, download: bool = False) -> DatasetArray
                 f"dataset 'tiny_imagenet': download failed (no network?); unzip {TINY_URL} in "
                 f"{root} so that {folder} exists ({_EXPECTED})"
             ) from e
-    missing = [f for f in _REQUIRED if not (folder / f).exists()]
-    if missing:
-        raise DatasetUnavailableError(
-            f"dataset 'tiny_imagenet': files not found in {folder} (missing {', '.join(missing)}; "
-            f"{_EXPECTED}); unzip {TINY_URL} in {root} or set dataset.download=true with network "
-            "access"
-        )
+    tiny_imagenet_files_present(root)
     try:
         wnids = _read_wnids(folder / "wnids.txt")
         train, y_train = _train_files(folder / "train", wnids)

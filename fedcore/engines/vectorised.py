@@ -27,7 +27,13 @@ from fedcore.clients.base import BatchMask, ClientAlgorithm
 from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
 from fedcore.clients.sgd import sgd_step
 from fedcore.engines import sequential
-from fedcore.engines.sequential import attack, client_seed, local_context, rng_devices
+from fedcore.engines.sequential import (
+    attack,
+    client_seed,
+    local_context,
+    rng_devices,
+    seed_global_rng,
+)
 from fedcore.layout import ParamLayout, load_flat_params
 from fedcore.round_context import RoundContext
 from fedcore.seeding import GLOBAL_RNG_LOCK
@@ -311,7 +317,7 @@ class VectorisedEngine:
             for i, c in enumerate(chunk):
                 seed = client_seed(rc, c.ctx.data.client_id)
                 with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=rng_devices(rc)):
-                    torch.manual_seed(seed)
+                    seed_global_rng(rc, seed)
                     for t, rows in enumerate(rows_of[i]):
                         rows = rows.to(device)
                         for k, d in enumerate(self.dropouts):

@@ -1,11 +1,11 @@
-"""Models: MLP, CNN, CIFAR-style ResNets."""
+"""Models: MLP, CNN, FedOUI's SmallCNN, CIFAR-style ResNets."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-MODEL_NAMES = ("mlp", "cnn", "resnet20", "resnet56", "resnet110")
+MODEL_NAMES = ("mlp", "cnn", "smallcnn", "resnet20", "resnet56", "resnet110")
 NORMS = ("batch", "group")
 
 
@@ -22,6 +22,11 @@ class FedModel(nn.Module):
     def preactivation(self, x: torch.Tensor) -> torch.Tensor:
         """Input of the last ReLU before the classifier, shape (B, embed_dim)."""
         raise NotImplementedError
+
+    def oui_units(self, x: torch.Tensor) -> torch.Tensor:
+        """Inputs of the last ReLU before the classifier, one column per unit (FedOUI's OUI,
+        docs/methods/fedoui.md); the same as ``preactivation`` unless a model overrides it."""
+        return self.preactivation(x)
 
     def add_projection_head(self, out_dim: int) -> None:
         """MOON's 2-layer MLP projection (embed_dim -> embed_dim -> out_dim) before the classifier.
@@ -49,6 +54,7 @@ class FedModel(nn.Module):
 from fedcore.models.cnn import CNN  # noqa: E402
 from fedcore.models.mlp import MLP  # noqa: E402
 from fedcore.models.resnet import ResNet  # noqa: E402
+from fedcore.models.smallcnn import SmallCNN  # noqa: E402
 
 _RESNET_DEPTHS = {"resnet20": 3, "resnet56": 9, "resnet110": 18}
 
@@ -68,7 +74,9 @@ def build_model(
         return MLP(shape, num_classes)
     if name == "cnn":
         return CNN(shape, num_classes)
+    if name == "smallcnn":
+        return SmallCNN(shape, num_classes)
     return ResNet(_RESNET_DEPTHS[name], shape, num_classes, norm)
 
 
-__all__ = ["CNN", "MLP", "MODEL_NAMES", "NORMS", "FedModel", "ResNet", "build_model"]
+__all__ = ["CNN", "MLP", "MODEL_NAMES", "NORMS", "FedModel", "ResNet", "SmallCNN", "build_model"]

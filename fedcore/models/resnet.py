@@ -87,6 +87,11 @@ class ResNet(FedModel):
         """
         return self._last_preact(x).mean(dim=(2, 3))
 
+    def oui_units(self, x: torch.Tensor) -> torch.Tensor:
+        """The last ReLU's input per channel and position, shape (B, 64 h w): the units of
+        FedOUI's OUI (one per entry of the map the ReLU acts on, before pooling)."""
+        return self._last_preact(x).flatten(1)
+
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Global average of relu(layer3 output), shape (B, 64)."""
         return F.relu(self._last_preact(x)).mean(dim=(2, 3))

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import os
 import shutil
 import socket
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from fedcore import checkpoint
 from fedcore.env import configure_environment
-from fedcore.tracking.plots import curves_png, fairness_png
+from fedcore.hparams import hparams_tags
+from fedcore.tracking.provenance import device_tags, provenance_tags
 from fedcore.tracking.retry import RetryingClient
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
@@ -26,7 +32,11 @@ from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from fedcore.simulation import Simulation
+
+log = logging.getLogger("fedcore")
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -48,10 +58,87 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+_CLIENTS: dict[str, MlflowClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
 def mlflow_client(settings: TrackingSettings | None = None) -> RetryingClient:
-    """An MlflowClient whose calls retry while a shared SQLite store is locked."""
+    """An MlflowClient whose calls retry while a shared SQLite store is locked.
+
+    Constructing the client creates or migrates the store's schema; for a SQLite store that
+    happens under :func:`store_lock`, so processes starting together on a new store do not race.
+    One client per tracking URI and process: the runs of a sweep share it (and its store).
+    """
     settings = settings or load_settings()
-    return RetryingClient(MlflowClient(tracking_uri=settings.tracking_uri))
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(settings.tracking_uri)
+        if client is None:
+            with store_lock(settings.tracking_uri):
+                client = MlflowClient(tracking_uri=settings.tracking_uri)
+            _CLIENTS[settings.tracking_uri] = client
+    return RetryingClient(client)
+
+
+_OPENED: set[str] = set()  # SQLite stores this process has opened (their schema is ready)
+
+
+@contextmanager
+def store_lock(tracking_uri: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<database>.lock`` while this process first opens a SQLite
+    store: one process creates or migrates the schema, the others wait and then find it ready.
+    The kernel releases the lock if its holder dies."""
+    if not tracking_uri.startswith("sqlite:///") or tracking_uri in _OPENED:
+        yield
+        return
+    db = Path(tracking_uri.removeprefix("sqlite:///"))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(f"{db}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+        _OPENED.add(tracking_uri)
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+class _Writers:
+    """The process's two background MLflow writers, started on first use.
+
+    ``metrics``: every tracker's metric batches, in order (one thread). ``finish``: the end of
+    a run (summary metrics, per-client table, figures, FINISHED) when the caller does not wait
+    for it. Both finish their queued work before the interpreter exits.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._finishing: set[Future] = set()
+
+    def submit(self, pool: str, fn: Any, *args: Any) -> Future:
+        with self._lock:
+            if pool not in self._pools:
+                self._pools[pool] = ThreadPoolExecutor(1, thread_name_prefix=f"fedcore-{pool}")
+            future = self._pools[pool].submit(fn, *args)
+            if pool == "finish":
+                self._finishing.add(future)
+                future.add_done_callback(self._finishing.discard)
+        return future
+
+    def wait_finishing(self) -> None:
+        """Block until every run handed to the ``finish`` writer is finished."""
+        with self._lock:
+            pending = list(self._finishing)
+        for future in pending:
+            future.exception()
+
+
+WRITERS = _Writers()
+
+
+def wait_for_runs() -> None:
+    """Wait until the runs whose end was left to the background (``finish_in_background``)
+    are FINISHED, with their artifacts."""
+    WRITERS.wait_finishing()
 
 
 def owner_tags() -> dict[str, str]:
@@ -64,8 +151,9 @@ def get_experiment_id(client: MlflowClient, settings: TrackingSettings) -> str:
     if exp is not None:
         return exp.experiment_id
     try:
-        return client.create_experiment(
-            settings.experiment, artifact_location=settings.artifact_location
+        return client.create_experiment(  # experimentKind: the UI opens its training view
+            settings.experiment, artifact_location=settings.artifact_location,
+            tags={"mlflow.experimentKind": "custom_model_development"},
         )
     except Exception:
         exp = client.get_experiment_by_name(settings.experiment)
@@ -96,6 +184,7 @@ def run_tags(resolved: dict[str, Any], config_hash: str) -> dict[str, str]:
         "partition": str(resolved["dataset"]["partition"]),
         "seed": str(resolved["seed"]),
         "config_hash": config_hash,
+        **hparams_tags(resolved["method"]),
     }
 
 
@@ -104,6 +193,14 @@ class MLflowTracker:
 
     Uses explicit run ids (no thread-local active run), so it works from worker threads and
     Dask workers; ``parent_run_id`` nests the run under a sweep or a study.
+
+    Writes stay off the training path: params and each round's metrics go to a background
+    writer thread, one round in flight at most (a round waits for the previous round's write
+    before handing over its own), so a killed process loses at most the round that ended last
+    and every earlier round is in the store; an exception, Ctrl-C or the run's end wait for the
+    writer first. With ``finish_in_background`` the run's end (summary metrics, per-client table,
+    figures, FINISHED) is written by a second thread while the caller goes on (a sweep's next
+    cell); :func:`wait_for_runs` waits for it.
     """
 
     def __init__(
@@ -112,18 +209,28 @@ class MLflowTracker:
         parent_run_id: str | None = None,
         run_name: str | None = None,
         tags: dict[str, str] | None = None,
+        finish_in_background: bool = False,
     ) -> None:
         self.settings = settings or load_settings()
+        self.finish_in_background = finish_in_background
+        self.finished: Future | None = None  # the background end of the run, if any
+        self._pending: Future | None = None  # the last write handed to the metrics writer
         self.client = mlflow_client(self.settings)
         self.parent_run_id = parent_run_id
         self.run_name = run_name
         self.extra_tags = dict(tags or {})
         self.run_id: str | None = None
         self._logged: set[tuple[str, int]] = set()  # (metric, step) already in the run
+        self._system_metrics: Any = None  # RunSystemMetrics while the run trains
+        self._sim: Simulation | None = None  # the simulation, for its final models
+        self._resumed = False
 
     def start(self, resolved: dict[str, Any], config_hash: str) -> str:
         exp_id = get_experiment_id(self.client, self.settings)
-        tags = {**run_tags(resolved, config_hash), **self.extra_tags, **owner_tags()}
+        tags = {
+            **provenance_tags(), **run_tags(resolved, config_hash), **self.extra_tags,
+            **owner_tags(),
+        }
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
         name = (
@@ -131,22 +238,37 @@ class MLflowTracker:
         )
         run = self.client.create_run(exp_id, run_name=name, tags=tags)
         self.run_id = run.info.run_id
+        self._write(self._log_params, resolved)
+        return self.run_id
+
+    def _log_params(self, resolved: dict[str, Any]) -> None:
         params = [Param(k, v[:6000]) for k, v in sorted(flatten(resolved).items())]
         for i in range(0, len(params), 100):
             self.client.log_batch(self.run_id, params=params[i : i + 100])
         self.client.log_text(self.run_id, yaml.safe_dump(resolved, sort_keys=False), "config.yaml")
-        return self.run_id
+
+    def _write(self, fn: Any, *args: Any) -> None:
+        """Hand ``fn(*args)`` to the metrics writer once the previous write is done."""
+        self.flush()
+        self._pending = WRITERS.submit("metrics", fn, *args)
+
+    def flush(self) -> None:
+        """Wait for the last handed-over write; its error, if any, is raised here."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def resume(self, run_id: str) -> None:
         """Continue an unfinished run: RUNNING again, and no (metric, step) is logged twice."""
         run = self.client.get_run(run_id)
         self.run_id = run_id
+        self._resumed = True
         self._logged = {
             (m.key, m.step)
             for key in run.data.metrics
             for m in self.client.get_metric_history(run_id, key)
         }
-        tags = {**self.extra_tags, **owner_tags()}
+        tags = {**provenance_tags(), **self.extra_tags, **owner_tags()}
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
@@ -157,16 +279,22 @@ class MLflowTracker:
     def on_run_start(self, sim: Simulation) -> None:
         if self.run_id is None:
             self.start(sim.cfg.resolved(), sim.cfg.config_hash())
-        self.client.set_tag(self.run_id, "device", str(sim.device))
+        tags = dict(device_tags(sim.device))
+        self._log_dataset(sim)
+        self._start_system_metrics(sim.device)
+        self._sim = sim
         if getattr(sim, "engine_name", None):  # the client-training engine used, and why
-            self.client.set_tag(self.run_id, "engine", sim.engine_name)
-            self.client.set_tag(self.run_id, "engine_reason", sim.engine_reason[:5000])
+            tags.update(engine=sim.engine_name, engine_reason=sim.engine_reason[:5000])
         if sim.round:
-            self.client.set_tag(self.run_id, "fedcore.resumed_from_round", str(sim.round))
+            tags["fedcore.resumed_from_round"] = str(sim.round)
+        self._write(self._set_tags, tags)
         tables = {t.round: t for t in sim.client_tables}
         for h in sim.history:  # rounds restored from a checkpoint, if the run lacks them
             r = int(h["round"])
             self.on_round_end(r, {k: v for k, v in h.items() if k != "round"}, tables.get(r))
+
+    def _set_tags(self, tags: dict[str, str]) -> None:
+        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def _log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Log the metrics this run does not have at ``step`` yet."""
@@ -178,7 +306,7 @@ class MLflowTracker:
         self._logged.update((m.key, step) for m in batch)
 
     def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:
-        self._log_metrics(metrics, round)
+        self._write(self._log_metrics, dict(metrics), round)
 
     def on_checkpoint(self, path: Path) -> None:
         """Upload the newest checkpoint as ``checkpoint/checkpoint.pt`` (replacing the last)."""
@@ -196,13 +324,57 @@ class MLflowTracker:
                 return None
             return checkpoint.load(Path(local))
 
+    def _log_dataset(self, sim: Simulation) -> None:
+        """The federated dataset as the run's dataset input (name, partition, digest)."""
+        from fedcore.tracking.inputs import dataset_input
+
+        self.client.log_inputs(self.run_id, datasets=[dataset_input(sim)])
+
+    def _start_system_metrics(self, device: Any) -> None:
+        if not self.settings.system_metrics or self._system_metrics is not None:
+            return
+        from fedcore.tracking.system_metrics import RunSystemMetrics
+
+        self._system_metrics = RunSystemMetrics(
+            self.run_id, self.settings.tracking_uri, self.settings.system_metrics_interval, device,
+            resume=self._resumed,
+        )
+
+    def _stop_system_metrics(self) -> None:
+        if self._system_metrics is not None:
+            self._system_metrics.stop()
+            self._system_metrics = None
+
     def on_run_end(self, result: Any) -> None:
+        self.flush()
+        if self.finish_in_background:
+            self.finished = WRITERS.submit("finish", self._finish_or_fail, result)
+        else:
+            self._finish(result)
+
+    def _finish_or_fail(self, result: Any) -> None:
+        try:
+            self._finish(result)
+        except Exception as exc:
+            log.exception("run %s: recording its end failed", self.run_id)
+            self.fail(f"{type(exc).__name__}: {exc}")
+            raise
+
+    def _finish(self, result: Any) -> None:
+        """Summary metrics, the per-client table and the figures; then FINISHED."""
+        from fedcore.tracking.plots import curves_png, fairness_png
+
         self._log_metrics(result.summary, result.history[-1]["round"])
+        self._stop_system_metrics()
+        if self._sim is not None:
+            from fedcore.tracking.models import log_models
+
+            log_models(self.client, self.run_id, self._sim)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
-            per_client_frame(result.client_tables).to_parquet(
-                out / "per_client.parquet", index=False
-            )
+            table = per_client_frame(result.client_tables)
+            table.to_parquet(out / "per_client.parquet", index=False)
+            table.to_csv(out / "per_client.csv", index=False)
             curves_png(result.history, out / "curves.png")
             final = result.client_tables[-1]
             fairness_png(final.accuracy, final.round, out / "fairness.png")
@@ -216,12 +388,19 @@ class MLflowTracker:
         """
         if self.run_id is None:
             return
+        self._stop_system_metrics()
+        try:
+            self.flush()
+        except Exception:  # noqa: BLE001  (the failure being recorded matters more)
+            log.exception("run %s: a metric write failed", self.run_id)
         self.client.set_tag(self.run_id, "failure_reason", reason[:5000])
         self.client.set_terminated(self.run_id, status)
 
 
 def per_client_frame(tables: list[Any]) -> pd.DataFrame:
     """One row per (evaluated round, client); aggregator stats are NaN where not reported."""
+    import pandas as pd
+
     columns = {
         "round": np.concatenate([np.full(len(t.client_id), t.round) for t in tables]),
         "client_id": np.concatenate([t.client_id for t in tables]),

@@ -16,6 +16,13 @@ def _pyplot():
     return plt
 
 
+def integer_ticks(ax) -> None:
+    """Whole-number ticks on the x axis (rounds are integers: no 2.5, 7.5)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def curves_png(history: list[dict[str, float]], path: Path) -> None:
     plt = _pyplot()
     evals = [h for h in history if "test/accuracy" in h]
@@ -37,6 +44,8 @@ def curves_png(history: list[dict[str, float]], path: Path) -> None:
     ax_loss.plot([h["round"] for h in evals], [h["test/loss"] for h in evals], label="test")
     ax_loss.set(xlabel="round", ylabel="loss", title="Loss")
     ax_loss.legend()
+    integer_ticks(ax_acc)
+    integer_ticks(ax_loss)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -10,13 +10,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedcore.hparams import hparams_label
 from fedcore.sweep import SweepSpec
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
-from fedcore.tracking.plots import _pyplot
+from fedcore.tracking.parents import html_page, set_description
+from fedcore.tracking.plots import _pyplot, integer_ticks
 from fedcore.tracking.runner import finished_run
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
-GROUP = ["method", "dataset", "alpha"]
+GROUP = ["method", "hparams", "dataset", "alpha"]
 COLUMNS = [
     ("accuracy", "final/accuracy", "final accuracy"),
     ("worst10", "final/accuracy_worst10", "worst-10 %"),
@@ -25,7 +27,13 @@ COLUMNS = [
     ("auc", "auc/accuracy", "AUC"),
     ("rounds_to_target", "rounds_to_target", "rounds to target"),
     ("gb_sent", "comm/bytes_up_total", "GB sent"),
+    # personalised methods (Ditto): their personal models; blank for every other method
+    ("personal_accuracy", "final/personal_accuracy_mean", "personal accuracy"),
+    ("personal_worst10", "final/personal_accuracy_worst10", "personal worst-10 %"),
+    ("personal_std", "final/personal_accuracy_std", "personal std"),
+    ("personal_jain", "final/personal_jain", "personal Jain"),
 ]
+PERSONAL = {key for key, metric, _ in COLUMNS if metric.startswith("final/personal_")}
 
 
 @dataclass
@@ -55,6 +63,7 @@ def sweep_runs(spec: SweepSpec, settings: TrackingSettings | None = None) -> pd.
             "run_id": run.info.run_id,
             "config_hash": h,
             "method": cfg.method.name,
+            "hparams": run.data.tags.get("hparams") or hparams_label(cfg.resolved()["method"]),
             "dataset": cfg.dataset.name,
             "alpha": cfg.dataset.alpha,
             "seed": cfg.seed,
@@ -92,13 +101,18 @@ def _group_keys(frame: pd.DataFrame) -> list[str]:
 def _formatted(table: pd.DataFrame) -> pd.DataFrame:
     keys = _group_keys(table)
     out = table[keys].copy()
+    for key in keys:  # a key only some grids vary is blank where a cell does not set it
+        if key.startswith("grid:"):
+            out[key] = ["" if v is None or (isinstance(v, float) and np.isnan(v)) else v
+                        for v in out[key]]
     out["seeds"] = table["seeds"]
     fmt = {"rounds_to_target": ".1f", "gb_sent": ".4g"}
     for key, _, label in COLUMNS:
         f = fmt.get(key, ".4f")
         mean, std = table[f"{key}_mean"], table[f"{key}_std"]
         out[label] = [
-            "—" if np.isnan(m) else f"{m:{f}}" + (f" ± {s:{f}}" if n > 1 else "")
+            ("" if key in PERSONAL else "—") if np.isnan(m)
+            else f"{m:{f}}" + (f" ± {s:{f}}" if n > 1 else "")
             for m, s, n in zip(mean, std, table["seeds"], strict=True)
         ]
     return out.rename(columns=lambda c: c.removeprefix("grid:"))
@@ -121,6 +135,11 @@ def _histories(client: Any, run_ids: list[str], metric: str) -> dict[str, pd.Ser
     return out
 
 
+def _label(method: str, hparams: str) -> str:
+    """A plot label: the method, marked when it runs at tuned hyperparameters."""
+    return f"{method} (tuned)" if hparams == "tuned" else method
+
+
 def convergence_png(runs: pd.DataFrame, acc: dict[str, pd.Series], path: Path) -> None:
     """Test accuracy per round, one line per method (mean over seeds, band min..max), per alpha."""
     plt = _pyplot()
@@ -128,17 +147,19 @@ def convergence_png(runs: pd.DataFrame, acc: dict[str, pd.Series], path: Path) -
     fig, axes = plt.subplots(1, len(alphas), figsize=(6 * len(alphas), 4.5), squeeze=False)
     for ax, alpha in zip(axes[0], alphas, strict=True):
         sub = runs[runs["alpha"] == alpha]
-        groups = sub.groupby(["method", "dataset"], sort=False)
-        for i, ((method, dataset), group) in enumerate(groups):
+        groups = sub.groupby(["method", "hparams", "dataset"], sort=False)
+        for i, ((method, hparams, dataset), group) in enumerate(groups):
             curves = pd.concat([acc[r] for r in group["run_id"]], axis=1)
             mean = curves.mean(axis=1)
-            label = method if sub["dataset"].nunique() == 1 else f"{method} ({dataset})"
+            label = _label(method, hparams)
+            label = label if sub["dataset"].nunique() == 1 else f"{label} ({dataset})"
             style = ("-", "--", ":", "-.")[i // 10 % 4]
             (line,) = ax.plot(mean.index, mean.values, style, label=label)
             if curves.shape[1] > 1:
                 ax.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1),
                                 color=line.get_color(), alpha=0.2)
         ax.set(xlabel="round", ylabel="test accuracy", title=f"Dirichlet alpha = {alpha}")
+        integer_ticks(ax)
         ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -154,8 +175,8 @@ def client_accuracy_png(runs: pd.DataFrame, finals: dict[str, np.ndarray], path:
     for ax, alpha in zip(axes[:, 0], alphas, strict=True):
         sub = runs[runs["alpha"] == alpha]
         labels, data = [], []
-        for method, group in sub.groupby("method", sort=False):
-            labels.append(method)
+        for (method, hparams), group in sub.groupby(["method", "hparams"], sort=False):
+            labels.append(_label(method, hparams))
             data.append(np.concatenate([finals[r] for r in group["run_id"]]))
         ax.boxplot(data, showmeans=True)
         ax.set_xticks(range(1, len(labels) + 1), labels, rotation=60, ha="right", fontsize=7)
@@ -171,12 +192,13 @@ def accuracy_vs_gb_png(
     """Test accuracy against cumulative uplink GB for compressed methods and their baselines."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (method, alpha), group in runs.groupby(["method", "alpha"], sort=False):
+    for (method, hparams, alpha), group in runs.groupby(["method", "hparams", "alpha"],
+                                                        sort=False):
         curves = [pd.concat([sent[r] / 1e9, acc[r]], axis=1, join="inner")
                   for r in group["run_id"]]
         mean = sum(c.to_numpy() for c in curves) / len(curves)
         style = "-" if (group["compressor"] != "none").any() else ":"
-        ax.plot(mean[:, 0], mean[:, 1], style, label=f"{method} (alpha {alpha})")
+        ax.plot(mean[:, 0], mean[:, 1], style, label=f"{_label(method, hparams)} (alpha {alpha})")
     ax.set(xscale="log", xlabel="uplink GB (cumulative)", ylabel="test accuracy",
            title="Accuracy vs communication (dotted: uncompressed)")
     ax.legend(fontsize=7)
@@ -213,9 +235,12 @@ def build_report(
     missing = len(spec.cells) - len(runs)
     header = (f"# Sweep `{spec.name}`: {len(runs)} finished runs of {len(spec.cells)} cells"
               + (f" ({missing} missing)" if missing else "") + "\n\n"
-              "Mean ± std over seeds of the final round; `—`: no seed reached the target.\n\n")
+              "Mean ± std over seeds of the final round; `—`: no seed reached the target. "
+              "`hparams`: `paper` (the method's shipped paper defaults) or `tuned` (see the "
+              "run's `hparams_changed` tag). Personal columns: the personal models of "
+              "personalised methods (blank for the others).\n\n")
     files[0].write_text(header + markdown_table(pretty) + "\n")
-    files[1].write_text(pretty.to_html(index=False, border=0))
+    files[1].write_text(html_page(pretty.to_html(index=False, border=0), f"Sweep {spec.name}"))
     table.to_csv(files[2], index=False)
     runs.to_csv(files[3], index=False)
     ids = list(runs["run_id"])
@@ -236,6 +261,7 @@ def build_report(
     if parent_run_id is not None:
         for f in files:
             client.log_artifact(parent_run_id, str(f), "report")
+        set_description(client, parent_run_id, files[0].read_text())
     return Report(runs, table, files)
 
 

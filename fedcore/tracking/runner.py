@@ -9,6 +9,7 @@ from typing import Any
 
 from fedcore import checkpoint
 from fedcore.config import ExperimentConfig
+from fedcore.data.federated import FederatedData
 from fedcore.simulation import Callback, Result, Simulation
 from fedcore.tracking.mlflow_tracker import MLflowTracker, get_experiment_id, mlflow_client
 from fedcore.tracking.settings import TrackingSettings, load_settings
@@ -22,14 +23,25 @@ def run_tracked(
     settings: TrackingSettings | None = None,
     device: str | None = None,
     resume: bool = True,
+    run_name: str | None = None,
+    data: FederatedData | None = None,
+    wait: bool = True,
 ) -> tuple[str, Result]:
     """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason.
 
     ``device`` pins the run to one device (a GPU slot) without changing its config hash.
-    ``resume=False`` always starts a new run (an Optuna trial owns its run).
+    ``resume=False`` always starts a new run (an Optuna trial owns its run); ``run_name``
+    replaces the default ``<method>-<dataset>-a<alpha>-s<seed>``. ``data`` is the
+    already-built federated data of ``cfg`` (a sweep shares it between cells of the same data).
+    ``wait=False`` returns once the last round is recorded, leaving the run's end (summary
+    metrics, per-client table, figures, FINISHED) to a background writer: a sweep's next cell
+    trains meanwhile, and :func:`~fedcore.tracking.mlflow_tracker.wait_for_runs` waits for it.
     """
-    sim = Simulation(cfg, device=device)
-    tracker = MLflowTracker(settings, parent_run_id=parent_run_id, tags=tags)
+    sim = Simulation(cfg, device=device, data=data)
+    tracker = MLflowTracker(
+        settings, parent_run_id=parent_run_id, run_name=run_name, tags=tags,
+        finish_in_background=not wait,
+    )
     with _CLAIM:
         previous = unfinished_run(cfg.config_hash(), tracker.settings) if resume else None
         if previous is not None:
@@ -47,10 +59,25 @@ def run_tracked(
         result = sim.run()
     except BaseException as exc:  # an exception's ``run_status`` (e.g. KILLED) wins over FAILED
         tracker.fail(f"{type(exc).__name__}: {exc}", getattr(exc, "run_status", "FAILED"))
-        raise
-    finally:
+        _label(exc, tracker.run_id, sim.round)
         _ACTIVE.discard(tracker.run_id)
+        raise
+    if tracker.finished is None:
+        _ACTIVE.discard(tracker.run_id)
+    else:  # still this process's run until its end is written
+        run_id = tracker.run_id
+        tracker.finished.add_done_callback(lambda _: _ACTIVE.discard(run_id))
     return tracker.run_id, result
+
+
+def _label(exc: BaseException, run_id: str | None, round: int) -> None:
+    """Note on the exception which run failed and its last completed round (the CLI's one-line
+    message; 0 = before the first round completed)."""
+    try:
+        exc.fedcore_run_id = run_id  # type: ignore[attr-defined]
+        exc.fedcore_round = round  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type with __slots__
+        pass
 
 
 _CLAIM = threading.Lock()

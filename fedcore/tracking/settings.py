@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from fedcore.config import project_root
+from fedcore.config import ConfigError, project_root
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,9 @@ class TrackingSettings:
     tracking_uri: str
     artifact_location: str
     experiment: str
+    system_metrics: bool = True  # sample CPU, memory (and GPU) into system/* while a run trains
+    system_metrics_interval: float = 10.0  # seconds between samples
+    ui_url: str = "http://127.0.0.1:5000"  # the MLflow UI (`fedcore ui`) for links to runs
 
 
 def load_settings(path: Path | None = None) -> TrackingSettings:
@@ -31,4 +34,13 @@ def load_settings(path: Path | None = None) -> TrackingSettings:
     if "://" not in artifacts and not artifacts.startswith("mlflow-artifacts:"):
         artifacts = (base / artifacts).resolve().as_uri()
     experiment = os.environ.get("FEDCORE_EXPERIMENT") or raw.get("experiment", "fedcore")
-    return TrackingSettings(uri, artifacts, experiment)
+    system = raw.get("system_metrics", True)
+    interval = raw.get("system_metrics_interval", 10.0)
+    if not isinstance(system, bool):
+        raise ConfigError(f"mlflow.yml system_metrics: expected true or false (got {system!r})")
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+        raise ConfigError(
+            f"mlflow.yml system_metrics_interval: expected seconds > 0 (got {interval!r})"
+        )
+    ui_url = os.environ.get("FEDCORE_MLFLOW_UI_URL") or raw.get("ui_url", "http://127.0.0.1:5000")
+    return TrackingSettings(uri, artifacts, experiment, system, float(interval), str(ui_url))

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
-from fedcore.config import ConfigError, parse_overrides
+from fedcore.config import ConfigError, ExperimentConfig, parse_overrides
 from fedcore.tuning.spec import find_study_file, load_study
 
 
@@ -17,12 +18,17 @@ def tune_command(
     spec = load_study(study_file, parse_overrides(overrides))
     if best:
         return _best(spec, out)
+    from fedcore.sweep import check_resources
+
+    check_resources(_bound_configs(spec))  # data files and devices, before any trial
     from fedcore.tuning.results import describe
 
     if workers > 1:
+        from flows.server import prefect_api
         from flows.tune import tune
 
-        rows = tune(str(find_study_file(study_file).resolve()), overrides, workers)
+        with prefect_api():  # a temporary server dies with this process
+            rows = tune(str(find_study_file(study_file).resolve()), overrides, workers)
     else:
         from fedcore.tuning.study import tune
 
@@ -34,6 +40,15 @@ def tune_command(
     print(f"\n{len(rows)} trial(s) of study {spec.study_name!r} in {spec.storage_label()}; "
           f"best: fedcore tune --best {study_file}" + _study_keys(overrides))
     return 0
+
+
+def _bound_configs(spec) -> Iterator[ExperimentConfig]:
+    """The configs at every bound / choice of the search space (what load_study validated)."""
+    anchor = {p.key: p.candidates()[0] for p in spec.params}
+    yield spec.config_for(anchor)
+    for p in spec.params:
+        for value in p.candidates()[1:]:
+            yield spec.config_for({**anchor, p.key: value})
 
 
 def _best(spec, out: str | None) -> int:
@@ -52,7 +67,9 @@ def _best(spec, out: str | None) -> int:
           + ", ".join(f"{n} {s.lower()}" for s, n in counts.items() if n) + "):")
     for trial, method_path, experiment_path in written:
         print(describe(spec, trial.number, trial.state.name, trial.values, trial.params))
-        print(f"  method: {_rel(method_path)} (method={method_path.stem})")
+        select = (f"method={method_path.stem}" if out is None
+                  else f'method="$(cat {_rel(method_path)})"')
+        print(f"  method: {_rel(method_path)} (select with {select})")
         print(f"  experiment: {_rel(experiment_path)} (fedcore run {_rel(experiment_path)})")
     return 0
 

@@ -13,8 +13,9 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from fedcore.config import config_dir
+from fedcore.config import ExperimentConfig, build_config, config_dir
 from fedcore.tracking import load_settings, mlflow_client
+from fedcore.tracking.parents import markdown_rows, set_description
 from fedcore.tracking.plots import _pyplot
 from fedcore.tuning.spec import StudySpec
 
@@ -34,17 +35,42 @@ def result_name(spec: StudySpec, trial: FrozenTrial, study: optuna.Study) -> str
     return f"{stem}_best" if len(study.directions) == 1 else f"{stem}_pareto_t{trial.number}"
 
 
+def trial_config(spec: StudySpec, trial: FrozenTrial) -> tuple[ExperimentConfig, str]:
+    """The resolved config the trial ran, and where it came from.
+
+    First the trial's user attribute ``config`` (stored when the trial started), then its
+    MLflow run's ``config.yaml``; only a trial with neither (older studies) is rebuilt from the
+    study file and the overrides given now.
+    """
+    stored = trial.user_attrs.get("config")
+    if isinstance(stored, dict):
+        return build_config(stored), "the trial's stored config"
+    run_id = trial.user_attrs.get("mlflow_run_id")
+    if run_id:
+        try:
+            client = mlflow_client(load_settings())
+            with tempfile.TemporaryDirectory() as tmp:
+                local = client.download_artifacts(run_id, "config.yaml", tmp)
+                return build_config(yaml.safe_load(Path(local).read_text())), (
+                    f"MLflow run {run_id}")
+        except Exception:  # noqa: BLE001  (run or artifact gone: rebuild below)
+            pass
+    cfg = spec.config_for(spec.values_from_params(trial.params))
+    return cfg, "the study file and the overrides given to --best"
+
+
 def trial_files(
     spec: StudySpec, trial: FrozenTrial, name: str, experiment_path: str
 ) -> tuple[str, str]:
     """(method YAML, experiment YAML) text of one trial; the experiment reproduces the trial."""
-    cfg = spec.config_for(spec.values_from_params(trial.params))
+    cfg, origin = trial_config(spec, trial)
     resolved = cfg.resolved()
     method = {**resolved["method"], "name": name}
     score = ", ".join(f"{m}={v:.4f}" for m, v in zip(spec.metrics, trial.values, strict=True))
     header = (
         f"# Trial {trial.number} of study {spec.study_name!r} ({score}), seed {cfg.seed}.\n"
         f"# Tuned: {', '.join(f'{k}={v}' for k, v in trial.params.items())}\n"
+        f"# Config: {origin}.\n"
         "# Written by `fedcore tune --best`.\n"
     )
     experiment = {**resolved, "method": method}
@@ -146,8 +172,31 @@ def finish_parent(study: optuna.Study, spec: StudySpec, parent_run_id: str) -> l
     if len(spec.metrics) > 1:
         pareto = ",".join(str(t.number) for t, _, _ in written)
         client.set_tag(parent_run_id, "pareto_trials", pareto)
+    set_description(client, parent_run_id, trials_markdown(study, spec))
     client.set_terminated(parent_run_id, "FINISHED")
     return made
+
+
+def trial_rows(study: optuna.Study, spec: StudySpec) -> list[dict[str, Any]]:
+    """One row per trial: number, state, objective values, tuned params, MLflow run id."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        row: dict[str, Any] = {"trial": t.number, "state": t.state.name}
+        for i, metric in enumerate(spec.metrics):
+            row[metric] = float(t.values[i]) if t.values else None
+        row.update(t.params)
+        row["run_id"] = t.user_attrs.get("mlflow_run_id")
+        rows.append(row)
+    return rows
+
+
+def trials_markdown(study: optuna.Study, spec: StudySpec) -> str:
+    """The study's trials as a Markdown table with a header line (the parent's description)."""
+    rows = trial_rows(study, spec)
+    columns = ["trial", "state", *spec.metrics, *(p.key for p in spec.params), "run_id"]
+    counts = ", ".join(f"{n} {s.lower()}" for s, n in state_counts(study).items() if n)
+    return (f"### Study `{spec.study_name}`: {len(rows)} trials ({counts})\n\n"
+            + markdown_rows(rows, columns))
 
 
 def describe(spec: StudySpec, number: int, state: str, values: Any, params: dict[str, Any]) -> str:

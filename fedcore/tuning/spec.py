@@ -24,6 +24,13 @@ from fedcore.config import (
 )
 from fedcore.sweep import read_base
 
+# A personalised method's personal models (fedcore.simulation.personal_summary).
+PERSONAL_METRICS = (
+    "final/personal_accuracy_mean",
+    "final/personal_accuracy_worst10",
+    "final/personal_accuracy_std",
+    "final/personal_jain",
+)
 # What a trial can be scored on: the keys of the run's summary (fedcore.simulation.summarize).
 SUMMARY_METRICS = (
     "final/accuracy",
@@ -32,6 +39,7 @@ SUMMARY_METRICS = (
     "final/accuracy_std",
     "final/loss",
     "auc/accuracy",
+    *PERSONAL_METRICS,
 )
 DIRECTIONS = ("maximize", "minimize")
 # Per-round metrics a pruner may watch, with the direction in which they improve.
@@ -103,6 +111,7 @@ class StudySpec:
     storage: str
     path: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)  # as given on the command line
 
     @property
     def multi_objective(self) -> bool:
@@ -228,6 +237,7 @@ def load_study(path: str | Path, overrides: dict[str, Any] | None = None) -> Stu
         pruner=_pruner(raw.get("pruner"), directions),
         storage=resolve_storage(raw.get("storage")),
         path=path.resolve(),
+        overrides=dict(overrides or {}),
     )
     if spec.n_trials is None and spec.timeout is None:
         raise ConfigError("study: set n_trials and/or timeout (seconds), e.g. n_trials=20")
@@ -278,7 +288,8 @@ def _param(key: str, raw: Any) -> Param:
     if log and low <= 0:
         raise ConfigError(f"{where}: log=true needs low > 0 (got low={low})")
     step = raw.get("step")
-    if step is not None and (not isinstance(step, number) or step <= 0 or log):
+    if step is not None and (not isinstance(step, number) or step <= 0 or log
+                             or not math.isfinite(step)):
         raise ConfigError(f"{where}.step: expected a positive number, and no log (got {step!r})")
     return Param(key, kind, low=low, high=high, log=log, step=step)
 
@@ -310,8 +321,13 @@ def _objectives(metric: Any, direction: Any) -> tuple[tuple[str, ...], tuple[str
 def _budget(value: Any, key: str, cast: type) -> Any:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(f"study.{key}: expected a positive number or null (got {value!r})")
+    if (
+        isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+        or not math.isfinite(value)
+    ):
+        raise ConfigError(
+            f"study.{key}: expected a positive finite number or null (got {value!r})"
+        )
     return cast(value)
 
 
@@ -375,8 +391,9 @@ def _pruner(raw: Any, directions: tuple[str, ...]) -> dict[str, Any]:
     for key, value in spec.items():
         if key not in ("type", "metric", "max_resource") and (
             isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value)
         ):
-            raise ConfigError(f"study.pruner.{key}: expected a number (got {value!r})")
+            raise ConfigError(f"study.pruner.{key}: expected a finite number (got {value!r})")
     if kind == "percentile" and not 0 < spec.get("percentile", -1) < 100:
         got = spec.get("percentile")
         raise ConfigError(f"study.pruner.percentile: expected a number in (0, 100) (got {got!r})")
@@ -387,12 +404,28 @@ def _check_space(spec: StudySpec) -> None:
     """Build a config at each bound / choice of every key (others at their first candidate)."""
     anchor = {p.key: p.candidates()[0] for p in spec.params}
     try:
-        spec.config_for(anchor)
+        _check_personal(spec, spec.config_for(anchor))
     except ConfigError as exc:
         raise ConfigError(f"study: {exc}") from None
     for p in spec.params:
         for value in p.candidates()[1:]:
             try:
-                spec.config_for({**anchor, p.key: value})
+                _check_personal(spec, spec.config_for({**anchor, p.key: value}))
             except ConfigError as exc:
                 raise ConfigError(f"study.search.{p.key}={choice_label(value)}: {exc}") from None
+
+
+def _check_personal(spec: StudySpec, cfg: ExperimentConfig) -> None:
+    """A final/personal_* objective needs a method with personal models (e.g. Ditto)."""
+    personal = [m for m in spec.metrics if m in PERSONAL_METRICS]
+    if not personal:
+        return
+    from fedcore.clients.base import REGISTRY
+
+    algorithm = cfg.method.client["algorithm"]
+    if not REGISTRY.get(algorithm).personalized:
+        allowed = ", ".join(n for n in REGISTRY.names() if REGISTRY.get(n).personalized)
+        raise ConfigError(
+            f"study.metric: {personal[0]} needs a personalised client algorithm, "
+            f"method.client.algorithm={algorithm!r} has no personal models; allowed: {allowed}"
+        )

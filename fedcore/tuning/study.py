@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,8 @@ from sqlalchemy.exc import OperationalError
 
 from fedcore.config import ConfigError
 from fedcore.tracking import get_experiment_id, load_settings, mlflow_client
+from fedcore.tracking.links import run_url
+from fedcore.tracking.parents import log_source
 from fedcore.tracking.runner import run_tracked
 from fedcore.tuning.spec import Param, StudySpec
 
@@ -90,6 +93,9 @@ def open_study(spec: StudySpec) -> optuna.Study:
             f"{list(spec.directions)}; allowed: a new study_name"
         )
     study.set_user_attr("metrics", list(spec.metrics))
+    with warnings.catch_warnings():  # set_metric_names is marked experimental
+        warnings.simplefilter("ignore")
+        study.set_metric_names(list(spec.metrics))  # the dashboard's axis names
     return study
 
 
@@ -161,6 +167,8 @@ def study_parent_run(spec: StudySpec) -> str:
         client.log_param(run.info.run_id, "metrics", ",".join(spec.metrics))
         client.log_param(run.info.run_id, "directions", ",".join(spec.directions))
         client.log_param(run.info.run_id, "search", ",".join(p.key for p in spec.params))
+        log_source(client, run.info.run_id, spec.path,
+                   [f"{k}={v}" for k, v in spec.overrides.items()], "study.yaml")
         found = client.search_runs([exp_id], filter_string=query)
         keep = min(found, key=lambda r: (r.info.start_time, r.info.run_id))
         if keep.info.run_id != run.info.run_id:  # another process created it first
@@ -179,13 +187,15 @@ def run_trial(study: optuna.Study, spec: StudySpec, parent_run_id: str) -> Trial
     try:
         config_values = {p.key: suggest(trial, p) for p in spec.params}
         cfg = spec.config_for(config_values)
+        trial.set_user_attr("config", cfg.resolved())  # what `tune --best` writes back
         callbacks = []
         if spec.pruner["type"] != "none":
             callbacks.append(PruningReporter(trial, spec.pruner["metric"]))
         tags = {"fedcore.role": "trial", "study": spec.study_name,
                 "trial_number": str(trial.number), "trial_state": "RUNNING"}
         run_id, result = run_tracked(cfg, parent_run_id=parent_run_id, callbacks=callbacks,
-                                     tags=tags, resume=False)
+                                     tags=tags, resume=False,
+                                     run_name=f"{spec.study_name}-trial-{trial.number}")
         values = [float(result.summary[m]) for m in spec.metrics]
         state = "COMPLETE"
     except optuna.TrialPruned:
@@ -199,12 +209,20 @@ def run_trial(study: optuna.Study, spec: StudySpec, parent_run_id: str) -> Trial
     run_id = run_id or _trial_run_id(parent_run_id, trial.number)
     if run_id is not None:
         trial.set_user_attr("mlflow_run_id", run_id)
+        trial.set_user_attr("mlflow_run_url", _run_url(run_id))
         mlflow_client(load_settings()).set_tag(run_id, "trial_state", state)
     if state == "COMPLETE":
         study.tell(trial, values if spec.multi_objective else values[0])
     else:
         study.tell(trial, state=TrialState.PRUNED if state == "PRUNED" else TrialState.FAIL)
     return TrialOutcome(trial.number, state, values, run_id, dict(trial.params))
+
+
+def _run_url(run_id: str) -> str:
+    """The trial's MLflow run in the UI (a link in optuna-dashboard's user attributes)."""
+    settings = load_settings()
+    exp_id = mlflow_client(settings).get_run(run_id).info.experiment_id
+    return run_url(settings, exp_id, run_id)
 
 
 def _trial_run_id(parent_run_id: str, number: int) -> str | None:

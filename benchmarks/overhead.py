@@ -1,0 +1,156 @@
+"""Speed of the whole run, as ratios measured in one process (issue 15's targets).
+
+The task: digits, the 2-conv CNN, 20 clients, 5 per round, 1 local epoch of batch 32, lr 0.05,
+20 rounds, evaluation every round, one torch thread. Printed, in one run:
+
+- floor: a bare PyTorch loop running the same SGD steps (same clients, same batches) and the same
+  global test-set evaluations on one model;
+- untracked: ``Simulation(cfg).run()``, over the floor (target <= 1.15);
+- tracked: ``run_tracked`` into a fresh SQLite MLflow store, over untracked (target <= 1.25),
+  waiting for the run's end (figures, FINISHED), and as a sweep cell runs it (``wait=False``:
+  the run's end is written in the background while the next cell trains);
+- fixed cost: the whole process ``fedcore run rounds=1 model.name=mlp`` minus
+  ``python -c "import torch"`` (target <= 1.5 s);
+- ``fedcore --help`` and a config error, as whole processes (target < 0.5 s each).
+
+In-process figures are the best of ``--repeats`` (default 3), the measures alternating;
+processes the best of 2.
+
+    .venv/bin/python -m benchmarks.overhead [--rounds 20] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks._common import ROOT, print_table
+from fedcore.clients.base import minibatches
+from fedcore.config import load_config
+from fedcore.seeding import derive_seed
+from fedcore.simulation import Simulation
+
+TASK = ["model.name=cnn", "dataset.num_clients=20", "clients_per_round=5", "local.epochs=1",
+        "local.batch_size=32", "local.lr=0.05", "eval_every=1", "seed=0", "device=cpu"]
+
+
+def bare_loop(sim: Simulation, rounds: int, client_splits: bool = False) -> None:
+    """The same clients, batches and SGD steps on one model, and one test-set pass per round
+    (with ``client_splits``, one more over the clients' local test splits, as the simulation's
+    per-client metrics need)."""
+    model = sim.model
+    opt = torch.optim.SGD(model.parameters(), lr=sim.cfg.local.lr)
+    x_test, y_test = sim.data.x_test, sim.data.y_test
+    for r in range(1, rounds + 1):
+        model.train()
+        for cid in sim.sample_clients(r):
+            data = sim.data.clients[int(cid)]
+            gen = torch.Generator().manual_seed(derive_seed(sim.cfg.seed, "client", r, int(cid)))
+            for idx in minibatches(data.num_train, sim.schedule(r), gen):
+                opt.zero_grad(set_to_none=True)
+                loss = torch.nn.functional.cross_entropy(model(data.x_train[idx]),
+                                                         data.y_train[idx])
+                loss.backward()
+                opt.step()
+        model.eval()
+        with torch.no_grad():
+            logits = model(x_test)
+            float((logits.argmax(1) == y_test).float().mean())
+            float(torch.nn.functional.cross_entropy(logits, y_test))
+            if client_splits:
+                float((model(sim._eval_x).argmax(1) == sim._eval_y).float().mean())
+
+
+def process_seconds(argv: list[str], env: dict[str, str], repeats: int = 2) -> float:
+    """Best wall time of a whole process (start-up included)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def in_process(rounds: int, repeats: int, store: Path) -> dict[str, float]:
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{store / 'mlflow.db'}"
+    os.environ["FEDCORE_ARTIFACT_LOCATION"] = str(store / "artifacts")
+    from fedcore.tracking.mlflow_tracker import wait_for_runs
+    from fedcore.tracking.runner import run_tracked
+
+    cfg = load_config(None, [*TASK, f"rounds={rounds}"])
+    data = Simulation(cfg).data
+
+    def background() -> None:  # a sweep cell's path: the run's end is written meanwhile
+        run_tracked(cfg, data=data, wait=False)
+
+    measures = {
+        "floor": lambda: bare_loop(Simulation(cfg, data=data), rounds),
+        "floor_clients": lambda: bare_loop(Simulation(cfg, data=data), rounds, True),
+        "untracked": lambda: Simulation(cfg, data=data).run(),
+        "tracked": lambda: run_tracked(cfg, data=data),
+        "background": background,
+    }
+    best = dict.fromkeys(measures, float("inf"))
+    for _ in range(repeats):  # alternating, so a burst of load hits every measure alike
+        for name, fn in measures.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+            wait_for_runs()
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="fedcore-overhead-") as tmp:
+        store = Path(tmp)
+        times = in_process(args.rounds, args.repeats, store)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+               "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'cli.db'}",
+               "FEDCORE_ARTIFACT_LOCATION": str(store / "cli-artifacts")}
+        py = sys.executable
+        fedcore = [py, "-m", "fedcore.cli"]
+        torch_s = process_seconds([py, "-c", "import torch"], env)
+        run_s = process_seconds([*fedcore, "run", "rounds=1", "model.name=mlp"], env)
+        help_s = process_seconds([*fedcore, "--help"], env)
+        error_s = process_seconds([*fedcore, "run", "rounds=zero"], env)
+    rows = [
+        {"measure": "floor (bare loop)", "seconds": times["floor"], "ratio": 1.0,
+         "target": ""},
+        {"measure": "floor + clients' test splits", "seconds": times["floor_clients"],
+         "ratio": times["floor_clients"] / times["floor"], "target": ""},
+        {"measure": "untracked / floor", "seconds": times["untracked"],
+         "ratio": times["untracked"] / times["floor"], "target": "<= 1.15"},
+        {"measure": "untracked / (floor + client splits)", "seconds": times["untracked"],
+         "ratio": times["untracked"] / times["floor_clients"], "target": ""},
+        {"measure": "tracked / untracked", "seconds": times["tracked"],
+         "ratio": times["tracked"] / times["untracked"], "target": "<= 1.25"},
+        {"measure": "tracked, run end in background / untracked",
+         "seconds": times["background"], "ratio": times["background"] / times["untracked"],
+         "target": "<= 1.25"},
+        {"measure": "python -c 'import torch'", "seconds": torch_s, "ratio": "", "target": ""},
+        {"measure": "fedcore run rounds=1 (mlp) - import torch", "seconds": run_s - torch_s,
+         "ratio": run_s / torch_s, "target": "<= 1.5 s"},
+        {"measure": "fedcore --help", "seconds": help_s, "ratio": help_s / torch_s,
+         "target": "< 0.5 s"},
+        {"measure": "config error (rounds=zero)", "seconds": error_s, "ratio": error_s / torch_s,
+         "target": "< 0.5 s"},
+    ]
+    print(f"{args.rounds} rounds, best of {args.repeats}; ratio of a process: over import torch")
+    print_table(rows, ["measure", "seconds", "ratio", "target"])
+
+
+if __name__ == "__main__":
+    main()

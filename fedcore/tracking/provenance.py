@@ -1,0 +1,112 @@
+"""What produced a run: code (git commit, dirty flag, version), libraries, host, user, Prefect.
+
+The tags use MLflow's standard names where there is one (``mlflow.source.*``, ``mlflow.user``),
+so the UI's "Source", "Version" and "Created by" columns are filled.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import fedcore
+
+SOURCE_TREE = Path(fedcore.__file__).resolve().parent.parent  # the checkout fedcore runs from
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(SOURCE_TREE), *args], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@functools.lru_cache(maxsize=1)
+def git_state() -> dict[str, str]:
+    """Commit, branch and dirty flag of the fedcore source tree (empty outside a git checkout).
+
+    Read once per process; "dirty" counts modified tracked files, not untracked ones.
+    """
+    commit = _git("rev-parse", "HEAD")
+    if not commit:
+        return {}
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", "fedcore", "flows",
+                  "configs", "pyproject.toml")
+    state = {"mlflow.source.git.commit": commit,
+             "fedcore.git.dirty": "unknown" if status is None else str(bool(status)).lower()}
+    branch = _git("rev-parse", "--abbrev-ref", "HEAD")
+    if branch and branch != "HEAD":
+        state["mlflow.source.git.branch"] = branch
+    return state
+
+
+def fedcore_version() -> str:
+    return fedcore.__version__
+
+
+def prefect_flow_run_id() -> str | None:
+    """The Prefect flow run this code runs in (flow, task or Dask worker), else None.
+
+    Looked up only when Prefect is already imported: a plain ``fedcore run`` never loads it.
+    """
+    if "prefect" not in sys.modules:
+        return None
+    try:
+        from prefect.runtime import flow_run
+
+        run_id = flow_run.id
+    except Exception:  # noqa: BLE001  (no Prefect context)
+        return None
+    return str(run_id) if run_id else None
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def _static_tags() -> dict[str, str]:
+    import torch
+
+    tags = {
+        **git_state(),
+        "mlflow.source.name": str(SOURCE_TREE),
+        "mlflow.source.type": "LOCAL",
+        "mlflow.user": _user(),
+        "fedcore.version": fedcore_version(),
+        "fedcore.torch_version": torch.__version__,
+        "fedcore.cuda_version": torch.version.cuda or "none",
+        "fedcore.python_version": sys.version.split()[0],
+        "fedcore.host": socket.gethostname(),
+    }
+    return tags
+
+
+def provenance_tags() -> dict[str, str]:
+    """Tags recording the code, libraries, host, user and Prefect flow run behind a run."""
+    tags = dict(_static_tags())
+    flow_run_id = prefect_flow_run_id()
+    if flow_run_id:
+        tags["fedcore.prefect_flow_run_id"] = flow_run_id
+        tags["mlflow.source.type"] = "JOB"
+    return tags
+
+
+def device_tags(device: object) -> dict[str, str]:
+    """The device a run trained on, with the GPU's name when it is one."""
+    tags = {"device": str(device)}
+    if str(device).startswith("cuda"):
+        import torch
+
+        tags["fedcore.device_name"] = torch.cuda.get_device_name(torch.device(str(device)))
+    return tags

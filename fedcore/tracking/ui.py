@@ -1,0 +1,51 @@
+"""``fedcore ui``: the MLflow UI on 127.0.0.1 over this project's store, opened in the training
+view."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from fedcore.tracking.links import TRAINING_VIEW
+from fedcore.tracking.settings import TrackingSettings, load_settings
+
+
+def ui_link(host: str, port: int, experiment_id: str | None) -> str:
+    """The page to open: the project's experiment in MLflow 3's training (not GenAI) view."""
+    base = f"http://{host}:{port}"
+    if experiment_id is None:
+        return f"{base}/#/experiments?{TRAINING_VIEW}"
+    return f"{base}/#/experiments/{experiment_id}/runs?{TRAINING_VIEW}"
+
+
+def _experiment_id(settings: TrackingSettings) -> str | None:
+    from fedcore.tracking.mlflow_tracker import mlflow_client
+
+    client = mlflow_client(settings)
+    exp = client.get_experiment_by_name(settings.experiment)
+    if exp is None:
+        return None
+    if exp.tags.get("mlflow.experimentKind") is None:  # stores created before this tag
+        client.set_experiment_tag(exp.experiment_id, "mlflow.experimentKind",
+                                  "custom_model_development")
+    return exp.experiment_id
+
+
+def ui_command(host: str = "127.0.0.1", port: int = 5000) -> int:
+    """Serve the project's MLflow store (mlflow.yml / MLFLOW_TRACKING_URI) until Ctrl-C."""
+    settings = load_settings()
+    if settings.tracking_uri.startswith(("http://", "https://")):
+        exp_id = _experiment_id(settings)
+        print(f"MLflow tracking server: {settings.tracking_uri}\n"
+              f"open {settings.tracking_uri.rstrip('/')}/#/experiments"
+              + (f"/{exp_id}/runs" if exp_id else "") + f"?{TRAINING_VIEW}", flush=True)
+        return 0
+    exp_id = _experiment_id(settings)
+    print(f"MLflow UI for {settings.tracking_uri} (experiment {settings.experiment!r})\n"
+          f"open {ui_link(host, port, exp_id)}\n(Ctrl-C stops it)", flush=True)
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", settings.tracking_uri,
+           "--host", host, "--port", str(port), "--workers", "1"]
+    try:
+        return subprocess.run(cmd).returncode
+    except KeyboardInterrupt:
+        return 0

@@ -1,0 +1,88 @@
+"""`fedcore --version`, `python -m fedcore`, the help texts and `fedcore ui`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import fedcore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _python(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fedcore", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def test_version_and_python_m_fedcore():
+    done = _python("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"fedcore {fedcore.__version__}"
+
+
+def test_help_lists_every_command_and_run_lists_keys_and_methods():
+    from fedcore.cli import config_keys
+    from fedcore.config import method_names
+
+    top = _python("--help").stdout
+    for command in ("run", "sweep", "report", "tune", "ui"):
+        assert f"\n    {command} " in top, command
+    run_help = " ".join(_python("run", "--help").stdout.split())
+    for key in config_keys():
+        assert key in run_help, key
+    for method in method_names():
+        assert method in run_help, method
+    assert {"dataset.alpha", "local.lr", "method.client.*", "engine.backend"} <= set(config_keys())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ui_serves_the_project_store_and_prints_the_training_view_link(tracking, tmp_path):
+    from fedcore.config import load_config
+    from fedcore.tracking.runner import run_tracked
+
+    run_tracked(load_config(None, ["rounds=1", "model.name=mlp", "dataset.num_clients=6",
+                                   "clients_per_round=2"]))
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedcore", "ui", "--port", str(port)], cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    try:
+        lines = [proc.stdout.readline() for _ in range(2)]
+        from mlflow.tracking import MlflowClient
+
+        exp = MlflowClient(tracking.tracking_uri).get_experiment_by_name(tracking.experiment)
+        link = (f"http://127.0.0.1:{port}/#/experiments/{exp.experiment_id}/runs"
+                "?workflowType=machine_learning")
+        assert lines[1].strip() == f"open {link}", lines
+        assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.5)
+        # the server reads this project's store: the run is there
+        body = urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search",
+            data=f'{{"experiment_ids": ["{exp.experiment_id}"]}}'.encode(),
+            headers={"Content-Type": "application/json"}), timeout=30).read().decode()
+        assert '"method"' in body and "fedavg" in body
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)

@@ -1,0 +1,134 @@
+"""Prefect and MLflow point at each other: cell-named task runs, a markdown artifact with the
+result table and MLflow links, the flow-run id on every MLflow run, parent-run descriptions,
+and typed deployment parameters that the server refuses when bad."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+
+def _sweep_file(tmp_path: Path) -> Path:
+    path = tmp_path / "linked.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "linked",
+        "grid": {"method": ["fedavg", "fedavgm"]},
+        "set": {"rounds": 2, "model.name": "mlp", "dataset.num_clients": 6,
+                "clients_per_round": 2},
+    }))
+    return path
+
+
+def test_sweep_flow_names_tasks_publishes_artifact_and_links_runs(prefect_harness, tracking,
+                                                                    tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
+
+    from flows.sweep import sweep
+
+    path = _sweep_file(tmp_path)
+    state = sweep(str(path), ["rounds=2"], return_state=True)
+    rows = state.result()
+    flow_run_id = state.state_details.flow_run_id
+    assert [r["status"] for r in rows] == ["finished", "finished"]
+
+    with get_client(sync_client=True) as client:
+        tasks = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    assert sorted(t.name for t in tasks) == ["method=fedavg", "method=fedavgm"]
+    assert len(artifacts) == 1 and artifacts[0].type == "markdown"
+    assert artifacts[0].key == "sweep-linked"
+
+    mlflow = MlflowClient(tracking.tracking_uri)
+    exp = mlflow.get_experiment_by_name(tracking.experiment).experiment_id
+    parent = mlflow.search_runs([exp], "tags.`fedcore.role` = 'sweep'")[0]
+    markdown = artifacts[0].data
+    assert f"#/experiments/{exp}/runs/{parent.info.run_id}" in markdown
+    assert "workflowType=machine_learning" in markdown
+    for row in rows:
+        assert f"#/experiments/{exp}/runs/{row['run_id']}" in markdown
+        assert row["cell"] in markdown
+        child = mlflow.get_run(row["run_id"])
+        assert child.data.tags["fedcore.prefect_flow_run_id"] == str(flow_run_id)
+        assert child.data.tags["mlflow.source.type"] == "JOB"
+
+    # the parent: sweep YAML + overrides, summary metrics, the cell table as description
+    tags = parent.data.tags
+    assert tags["fedcore.overrides"] == "rounds=2"
+    assert tags["fedcore.prefect_flow_run_id"] == str(flow_run_id)
+    assert "| method=fedavg | finished |" in tags["mlflow.note.content"]
+    assert parent.data.metrics["cells/finished"] == 2.0
+    assert parent.data.metrics["best/final_accuracy"] == max(r["final/accuracy"] for r in rows)
+    text = mlflow.download_artifacts(parent.info.run_id, "sweep.yaml", str(tmp_path / "dl"))
+    assert Path(text).read_text().startswith(path.read_text())
+    assert "# overrides: rounds=2" in Path(text).read_text()
+
+
+def _schemas() -> dict:
+    from prefect.utilities.callables import parameter_schema
+
+    from flows.report import report
+    from flows.simulate import simulate
+    from flows.sweep import sweep
+    from flows.tune import tune
+
+    return {f.name: parameter_schema(f.fn).model_dump_for_openapi()
+            for f in (simulate, sweep, tune, report)}
+
+
+def test_every_flow_parameter_is_described_and_typed():
+    schemas = _schemas()
+    for name, schema in schemas.items():
+        for param, prop in schema["properties"].items():
+            assert prop.get("description"), f"{name}.{param} has no description"
+    sweep = schemas["sweep"]["properties"]
+    assert sweep["runner"]["enum"] == ["thread", "dask"]
+    assert sweep["max_workers"]["minimum"] == 1 and sweep["cells_per_gpu"]["minimum"] == 1
+    assert schemas["tune"]["properties"]["max_workers"]["minimum"] == 1
+
+
+@pytest.mark.parametrize("bad", [{"runner": "dsak"}, {"max_workers": 0}])
+def test_bad_deployment_parameters_are_refused_at_creation(prefect_harness, bad):
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    from flows.sweep import sweep
+
+    schema = _schemas()["sweep"]
+
+    async def create():
+        async with get_client() as client:
+            flow_id = await client.create_flow_from_name("sweep")
+            dep_id = await client.create_deployment(
+                flow_id=flow_id, name=f"typed-{next(iter(bad))}",
+                parameter_openapi_schema=schema, enforce_parameter_schema=True,
+                entrypoint="flows/sweep.py:sweep",
+            )
+            good = await client.create_flow_run_from_deployment(
+                dep_id, parameters={"sweep_file": "configs/sweeps/main.yaml"}
+            )
+            assert good.parameters == {"sweep_file": "configs/sweeps/main.yaml"}
+            await client.delete_flow_run(good.id)
+            with pytest.raises(PrefectHTTPStatusError) as info:
+                await client.create_flow_run_from_deployment(
+                    dep_id, parameters={"sweep_file": "configs/sweeps/main.yaml", **bad}
+                )
+            return info.value.response.status_code, info.value.response.text
+
+    assert sweep.name == "sweep"
+    status, text = asyncio.run(create())
+    assert status in (409, 422), text
+    assert next(iter(bad)) in text

@@ -1,0 +1,136 @@
+"""Personalised methods summarised by their personal models; paper vs tuned hyperparameters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from fedcore.config import ConfigError, config_dir, load_config
+from fedcore.hparams import hparams_changes, hparams_label, hparams_tags
+from fedcore.metrics import jain_index
+from fedcore.simulation import Simulation
+
+from .conftest import TINY
+
+SMALL = [*TINY, "local.epochs=1", "local.steps=3"]
+
+
+def test_ditto_summary_is_its_personal_models_at_the_last_round():
+    sim = Simulation(load_config(None, ["method=ditto", *SMALL, "method.client.personal_steps=3"]))
+    result = sim.run()
+    personal = result.client_tables[-1].extra["personal_accuracy"]
+    s = result.summary
+    assert s["final/personal_accuracy_mean"] == pytest.approx(float(np.mean(personal)))
+    assert s["final/personal_accuracy_std"] == pytest.approx(float(np.std(personal)))
+    assert s["final/personal_accuracy_worst10"] == pytest.approx(float(np.min(personal)))
+    assert s["final/personal_jain"] == pytest.approx(jain_index(personal))
+    # the global model's summary is a different quantity: the personal models differ from it
+    assert not np.allclose(personal, result.client_tables[-1].accuracy)
+
+
+def test_methods_without_personal_models_have_no_personal_summary():
+    result = Simulation(load_config(None, ["method=fedavg", *SMALL])).run()
+    assert not any(k.startswith("final/personal") for k in result.summary)
+
+
+def _study(tmp_path, method, metric):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "base": str(config_dir() / "experiment.yaml"),
+        "set": {"method": method, "model.name": "mlp", "rounds": 2},
+        "search": {"local.lr": {"type": "float", "low": 0.01, "high": 0.1}},
+        "metric": metric, "n_trials": 1, "storage": f"sqlite:///{tmp_path / 'o.db'}",
+    }))
+    return path
+
+
+def test_a_study_can_maximise_personal_accuracy_of_ditto_only(tmp_path):
+    from fedcore.tuning.spec import load_study
+
+    spec = load_study(_study(tmp_path, "ditto", "final/personal_accuracy_worst10"))
+    assert spec.metrics == ("final/personal_accuracy_worst10",)
+    with pytest.raises(ConfigError, match="study.metric: final/personal_jain needs a personal"):
+        load_study(_study(tmp_path, "fedavg", "final/personal_jain"))
+
+
+def test_shipped_method_is_paper_and_any_change_is_tuned():
+    paper = load_config(None, ["method=craft", "model.name=mlp"]).resolved()["method"]
+    assert hparams_label(paper) == "paper" and hparams_changes(paper) == {}
+    assert hparams_tags(paper) == {"hparams": "paper"}
+    tuned = load_config(
+        None, ["method=craft", "model.name=mlp", "method.aggregator.server_lr=0.7"]
+    ).resolved()["method"]
+    assert hparams_label(tuned) == "tuned"
+    assert hparams_changes(tuned) == {"aggregator.server_lr": 0.7}
+    assert hparams_tags(tuned) == {"hparams": "tuned",
+                                   "hparams_changed": "aggregator.server_lr=0.7"}
+    unknown = {**paper, "name": "my_craft"}
+    assert hparams_label(unknown) == "tuned"
+
+
+def test_a_tune_best_method_file_is_tuned(tmp_path, monkeypatch):
+    (tmp_path / "configs" / "methods").mkdir(parents=True)
+    text = (config_dir() / "methods" / "fedavg.yaml").read_text()
+    (tmp_path / "configs" / "methods" / "fedavg.yaml").write_text(text)
+    (tmp_path / "configs" / "methods" / "fedavg_best.yaml").write_text(
+        "# Written by `fedcore tune --best`.\n" + text.replace("name: fedavg", "name: fedavg_best"))
+    monkeypatch.setenv("FEDCORE_HOME", str(tmp_path))
+    method = load_config(None, ["method=fedavg_best", "model.name=mlp"]).resolved()["method"]
+    assert hparams_label(method) == "tuned"
+    method = load_config(None, ["method=fedavg", "model.name=mlp"]).resolved()["method"]
+    assert hparams_label(method) == "paper"
+
+
+def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(tracking, tmp_path):
+    from fedcore.sweep import load_sweep
+    from fedcore.tracking import load_settings, mlflow_client
+    from fedcore.tracking.report import build_report
+    from fedcore.tracking.runner import run_tracked
+
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "small",
+        "base": str(config_dir() / "experiment.yaml"),
+        "grid": [{"method": ["fedavg", "ditto"]},
+                 {"method": ["craft"], "method.aggregator.server_lr": [0.7]}],
+        "set": {"rounds": 2, "model.name": "mlp", "dataset.num_clients": 6,
+                "clients_per_round": 3, "local.epochs": 1, "local.steps": 2},
+    }))
+    spec = load_sweep(path)
+    ids = [run_tracked(cell.config)[0] for cell in spec.cells]
+    client = mlflow_client(load_settings())
+    tags = [client.get_run(i).data.tags for i in ids]
+    assert [t["hparams"] for t in tags] == ["paper", "paper", "tuned"]
+    assert tags[2]["hparams_changed"] == "aggregator.server_lr=0.7"
+    report = build_report(spec, tmp_path / "out")
+    table = report.table.set_index("method")
+    assert list(table["hparams"]) == ["paper", "paper", "tuned"]
+    ditto = client.get_run(ids[1]).data.metrics
+    assert table.loc["ditto", "personal_accuracy_mean"] == pytest.approx(
+        ditto["final/personal_accuracy_mean"])
+    assert table.loc["ditto", "personal_jain_mean"] == pytest.approx(ditto["final/personal_jain"])
+    assert np.isnan(table.loc["fedavg", "personal_accuracy_mean"])
+    md = (tmp_path / "out" / "table.md").read_text().splitlines()
+    header = [c.strip() for c in md[4].split("|")]
+    fedavg = [c.strip() for c in next(r for r in md if r.startswith("| fedavg")).split("|")]
+    row = dict(zip(header, fedavg, strict=True))
+    assert row["hparams"] == "paper" and row["personal accuracy"] == ""
+    assert "| craft | tuned |" in "\n".join(md)
+    assert row["method.aggregator.server_lr"] == ""  # only the craft grid sets it
+
+
+def test_main_job_runs_every_method_at_paper_but_the_craft_rows_it_marks_tuned():
+    from fedcore.sweep import load_sweep
+
+    cells = load_sweep(config_dir() / "sweeps" / "main.yaml").cells
+    labels = {}
+    for cell in cells:
+        method = cell.config.resolved()["method"]
+        labels.setdefault(method["name"], set()).add(
+            (hparams_label(method), hparams_changes(method).get("aggregator.server_lr")))
+    tuned = {name for name, seen in labels.items() if ("tuned", 0.7) in seen}
+    assert tuned == {"craft", "ditto_craft", "craft_model"}
+    assert ("paper", None) in labels["craft"]  # the paper default stays as a second row
+    assert all(seen <= {("paper", None)} for name, seen in labels.items() if name not in tuned)
+    assert "ditto" in labels
