@@ -58,7 +58,7 @@ def test_failed_run_is_marked_failed_with_reason(tracking, monkeypatch):
     def boom(self, round, order=None):
         raise FloatingPointError("diverged")
 
-    monkeypatch.setattr(simulation.Simulation, "run_round", boom)
+    monkeypatch.setattr(simulation.Simulation, "play_round", boom)
     with pytest.raises(FloatingPointError):
         run_tracked(load_config(None, TINY))
     client = MlflowClient(tracking.tracking_uri)
