@@ -19,6 +19,7 @@ from fedcore.clients.base import (
     minibatches,
     register,
 )
+from fedcore.clients.sgd import sgd_step
 from fedcore.layout import flat_params, load_flat_params
 from fedcore.metrics import per_sample_eval
 from fedcore.registry import HParams
@@ -113,20 +114,19 @@ class DittoClient(ClientAlgorithm):
             model.load_state_dict(buffers, strict=False)
         model.train()
         lr = self.hp.personal_lr if self.hp.personal_lr is not None else sched.lr
+        sched = replace(sched, lr=lr)
         if self.hp.personal_steps is not None:
             sched = replace(sched, steps=self.hp.personal_steps)
         weights = [p for p in model.parameters() if p.requires_grad]
-        opt = torch.optim.SGD(
-            weights, lr=lr, momentum=sched.momentum, weight_decay=sched.weight_decay
-        )
+        buffers_m: list[torch.Tensor | None] = [None] * len(weights)
         anchors = ctx.global_tensors()
         for idx in minibatches(data.num_train, sched, ctx.generator):
             idx = idx.to(data.x_train.device)
-            opt.zero_grad(set_to_none=True)
+            for p in weights:
+                p.grad = None
             nn.functional.cross_entropy(model(data.x_train[idx]), data.y_train[idx]).backward()
-            for p, anchor in zip(weights, anchors, strict=True):
-                p.grad.add_(p.detach() - anchor, alpha=self.hp.lam)
-            opt.step()
+            # the shared SGD with the lam-term as its proximal term (fedcore/clients/sgd.py)
+            sgd_step(weights, [p.grad for p in weights], buffers_m, sched, self.hp.lam, anchors)
         ctx.state["ditto_personal"] = flat_params(model).clone()
         ctx.state["ditto_personal_buffers"] = {
             k: v.detach().clone() for k, v in model.named_buffers() if v.dtype.is_floating_point
