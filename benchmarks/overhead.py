@@ -32,9 +32,8 @@ from pathlib import Path
 import torch
 
 from benchmarks._common import ROOT, print_table
-from fedcore.clients.base import minibatches
+from benchmarks.round_overhead import bare_round
 from fedcore.config import load_config
-from fedcore.seeding import derive_seed
 from fedcore.simulation import Simulation
 
 TASK = ["model.name=cnn", "dataset.num_clients=20", "clients_per_round=5", "local.epochs=1",
@@ -49,16 +48,7 @@ def bare_loop(sim: Simulation, rounds: int, client_splits: bool = False) -> None
     opt = torch.optim.SGD(model.parameters(), lr=sim.cfg.local.lr)
     x_test, y_test = sim.data.x_test, sim.data.y_test
     for r in range(1, rounds + 1):
-        model.train()
-        for cid in sim.sample_clients(r):
-            data = sim.data.clients[int(cid)]
-            gen = torch.Generator().manual_seed(derive_seed(sim.cfg.seed, "client", r, int(cid)))
-            for idx in minibatches(data.num_train, sim.schedule(r), gen):
-                opt.zero_grad(set_to_none=True)
-                loss = torch.nn.functional.cross_entropy(model(data.x_train[idx]),
-                                                         data.y_train[idx])
-                loss.backward()
-                opt.step()
+        bare_round(sim, r, model, opt)
         model.eval()
         with torch.no_grad():
             logits = model(x_test)

@@ -17,21 +17,24 @@ from fedcore.seeding import derive_seed
 from fedcore.simulation import Simulation
 
 
+def bare_round(sim: Simulation, r: int, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+    """Round ``r``'s clients, batches and SGD steps, all on one model (the floor's training)."""
+    model.train()
+    for cid in sim.sample_clients(r):
+        data = sim.data.clients[int(cid)]
+        gen = torch.Generator().manual_seed(derive_seed(sim.cfg.seed, "client", r, int(cid)))
+        for idx in minibatches(data.num_train, sim.schedule(r), gen):
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+            loss.backward()
+            opt.step()
+
+
 def bare_loop(sim: Simulation, rounds: int) -> None:
     """The same clients, batches and SGD steps, on one model: no flattening, no aggregation."""
-    model = sim.model
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=sim.cfg.local.lr)
+    opt = torch.optim.SGD(sim.model.parameters(), lr=sim.cfg.local.lr)
     for r in range(1, rounds + 1):
-        for cid in sim.sample_clients(r):
-            data = sim.data.clients[int(cid)]
-            gen = torch.Generator().manual_seed(derive_seed(sim.cfg.seed, "client", r, int(cid)))
-            for idx in minibatches(data.num_train, sim.schedule(r), gen):
-                opt.zero_grad(set_to_none=True)
-                loss = torch.nn.functional.cross_entropy(model(data.x_train[idx]),
-                                                         data.y_train[idx])
-                loss.backward()
-                opt.step()
+        bare_round(sim, r, sim.model, opt)
 
 
 def measure(name: str, overrides: list[str], rounds: int) -> dict:
