@@ -29,13 +29,20 @@ def make_batch(layout: ParamLayout, m: int, seed: int = 0) -> UpdateBatch:
         "num_steps": torch.randint(5, 20, (m,), generator=g).double(),
     }
     stats["accumulation_norm"] = stats["num_steps"].clone()
+    stats["local_lr"] = torch.full((m,), 0.05, dtype=torch.float64)
     num_samples = torch.randint(20, 200, (m,), generator=g).double()
-    return UpdateBatch(deltas, num_samples, layout, stats, torch.arange(m), round=1)
+    extras = {  # SCAFFOLD's and SCAFCOM's second uplink vector
+        name: 0.1 * torch.randn(m, layout.dim, generator=g) for name in ("delta_c", "cv_increment")
+    }
+    return UpdateBatch(deltas, num_samples, layout, stats, torch.arange(m), round=1,
+                       extras=extras, num_steps=stats["num_steps"])
 
 
 def time_rule(rule: str, batch: UpdateBatch, repeats: int) -> float:
     def once():
-        aggregators.build({"rule": rule}).aggregate(batch)
+        agg = aggregators.build({"rule": rule})
+        agg.setup(len(batch.deltas), batch.layout)  # N = m: every client takes part
+        agg.aggregate(batch)
 
     return best_of(once, repeats)
 
