@@ -7,7 +7,7 @@ from fedcore.clients.scaffold import CONTROL
 from fedcore.config import load_config
 from fedcore.simulation import Simulation
 
-from .test_checkpoint import StopAt, _cfg, _numbers, _same_tables
+from .test_checkpoint import assert_resume_is_bit_identical
 
 pytestmark = pytest.mark.slow
 
@@ -59,16 +59,7 @@ def test_bytes_both_directions():
     ("afl", ["method.aggregator.eval_model=average"]), ("fedalign_fedoui", []),
 ])
 def test_resume_is_bit_identical(tmp_path, method, extra):
-    full = Simulation(_cfg(tmp_path, method, "rounds=4", *extra)).run()
-    cfg = _cfg(tmp_path, method, "rounds=4", "checkpoint_every=2", *extra)
-    with pytest.raises(KeyboardInterrupt):
-        Simulation(cfg, [StopAt(3)]).run()
-    resumed = Simulation(cfg)
-    assert resumed.resume() and resumed.round == 2
-    result = resumed.run()
-    assert _numbers(result.history) == _numbers(full.history)
-    assert result.summary == full.summary
-    _same_tables(result.client_tables, full.client_tables)
+    assert_resume_is_bit_identical(tmp_path, method, *extra)
 
 
 def test_a_non_finite_extra_vector_rejects_the_client_and_skips_its_commit():
