@@ -59,7 +59,7 @@ prefect_ui=http://127.0.0.1:$prefect_port
 dashboard=http://127.0.0.1:$dashboard_port/dashboard/studies/$study
 shot() { .venv/bin/python scripts/ui_shot.py "$@"; }
 shot docs/ui/prefect_sweep.png "$prefect_ui/runs/flow-run/$flow_run" --click "Task Runs" --size 1400x1000
-shot docs/ui/prefect_artifact.png "$prefect_ui/artifacts/artifact/$artifact" --size 1600x900
+shot docs/ui/prefect_artifact.png "$prefect_ui/artifacts/artifact/$artifact" --size 1800x720
 shot docs/ui/optuna_history.png "$dashboard" --size 1400x900
-shot docs/ui/optuna_trials.png "$dashboard/trials" --size 1400x900
+shot docs/ui/optuna_trials.png "$dashboard/trials" --click "Trial 2" --size 1400x760
 echo "wrote docs/ui/prefect_sweep.png prefect_artifact.png optuna_history.png optuna_trials.png"
