@@ -3,6 +3,7 @@ partition digest, the final (and personal) models, system metrics; parent-run de
 
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -61,6 +62,7 @@ def test_dataset_input_on_the_run(tracking):
     assert all(len(x) == 1 for x in inputs)
     first = inputs[0][0]
     assert first.dataset.name == "digits"
+    assert "fedcore/data/digits.npz" in json.loads(first.dataset.source)["uri"]
     assert first.dataset.digest == partition_digest(_data())
     tags = {t.key: t.value for t in first.tags}
     assert tags == {"mlflow.data.context": "train", "partition": "dirichlet", "alpha": "0.1",

@@ -1,9 +1,10 @@
 """Load image-classification datasets as normalised in-memory tensors.
 
-``digits`` is embedded in scikit-learn and always available; MNIST, Fashion-MNIST and CIFAR go
-through torchvision's own dataset classes and read their on-disk files (``download=True`` fetches
-them when there is network access); ``femnist`` reads LEAF's JSON files (:mod:`fedcore.data.leaf`)
-and ``tiny_imagenet`` the ``tiny-imagenet-200`` folder (:mod:`fedcore.data.tiny_imagenet`).
+``digits`` ships with fedcore (``fedcore/data/digits.npz``, :mod:`fedcore.data.digits`) and is
+always available; MNIST, Fashion-MNIST and CIFAR go through torchvision's own dataset classes and
+read their on-disk files (``download=True`` fetches them when there is network access); ``femnist``
+reads LEAF's JSON files (:mod:`fedcore.data.leaf`) and ``tiny_imagenet`` the ``tiny-imagenet-200``
+folder (:mod:`fedcore.data.tiny_imagenet`).
 Missing or corrupt files raise :class:`DatasetUnavailableError` with a one-line hint saying where
 to put which files.
 """
@@ -202,19 +203,16 @@ def check_files_present(name: str, root: str | Path = "data", download: bool = F
 
 
 def _load_digits(seed: int, global_test_fraction: float) -> DatasetArrays:
-    """scikit-learn's 8x8 digits, split stratified and seeded into train and global test."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    """The embedded 8x8 digits (:mod:`fedcore.data.digits`), split stratified and seeded into
+    train and global test."""
+    from fedcore.data.digits import digits_arrays, stratified_split
 
-    if not 0.0 < global_test_fraction < 1.0:
-        raise ValueError(f"global_test_fraction must be in (0, 1), got {global_test_fraction}")
-    bunch = load_digits()
-    x = (bunch.images.astype(np.float32) / 16.0)[:, None]  # N x 1 x 8 x 8 in [0, 1]
-    y = bunch.target.astype(np.int64)
+    images, labels = digits_arrays()
+    x = (images.astype(np.float32) / 16.0)[:, None]  # N x 1 x 8 x 8 in [0, 1]
+    y = labels.astype(np.int64)
     state = int(np.random.SeedSequence([seed, 1234]).generate_state(1)[0])
-    x_tr, x_te, y_tr, y_te = train_test_split(
-        x, y, test_size=global_test_fraction, stratify=y, random_state=state
-    )
+    train, test = stratified_split(y, global_test_fraction, state)
+    x_tr, x_te, y_tr, y_te = x[train], x[test], y[train], y[test]
     mean, std = float(x_tr.mean()), float(x_tr.std())  # statistics of the train part only
     x_tr, x_te = ((torch.from_numpy(a) - mean) / std for a in (x_tr, x_te))
     return DatasetArrays(x_tr, torch.from_numpy(y_tr), x_te, torch.from_numpy(y_te), 10, "digits")

@@ -15,9 +15,11 @@ if TYPE_CHECKING:
 
 
 def dataset_source(cfg: Any) -> str:
-    """Where the dataset's files are read from (digits: scikit-learn's embedded copy)."""
+    """Where the dataset's files are read from (digits: the copy shipped in the package)."""
     if cfg.name == "digits":
-        return "sklearn.datasets.load_digits"
+        from fedcore.data.digits import DIGITS_SOURCE
+
+        return DIGITS_SOURCE
     return str(Path(cfg.root).resolve())
 
 

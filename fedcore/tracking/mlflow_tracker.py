@@ -279,22 +279,26 @@ class MLflowTracker:
     def on_run_start(self, sim: Simulation) -> None:
         if self.run_id is None:
             self.start(sim.cfg.resolved(), sim.cfg.config_hash())
+        from fedcore.tracking.inputs import dataset_input
+
         tags = dict(device_tags(sim.device))
-        self._log_dataset(sim)
         self._start_system_metrics(sim.device)
         self._sim = sim
         if getattr(sim, "engine_name", None):  # the client-training engine used, and why
             tags.update(engine=sim.engine_name, engine_reason=sim.engine_reason[:5000])
         if sim.round:
             tags["fedcore.resumed_from_round"] = str(sim.round)
-        self._write(self._set_tags, tags)
+        self._write(self._log_start, tags, dataset_input(sim))
         tables = {t.round: t for t in sim.client_tables}
         for h in sim.history:  # rounds restored from a checkpoint, if the run lacks them
             r = int(h["round"])
             self.on_round_end(r, {k: v for k, v in h.items() if k != "round"}, tables.get(r))
 
-    def _set_tags(self, tags: dict[str, str]) -> None:
+    def _log_start(self, tags: dict[str, str], dataset: Any) -> None:
+        """The run's start tags and its federated dataset as the run's dataset input (name,
+        partition, digest), written by the metrics writer."""
         self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        self.client.log_inputs(self.run_id, datasets=[dataset])
 
     def _log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Log the metrics this run does not have at ``step`` yet."""
@@ -323,12 +327,6 @@ class MLflowTracker:
             except Exception:  # noqa: BLE001  (no checkpoint was uploaded)
                 return None
             return checkpoint.load(Path(local))
-
-    def _log_dataset(self, sim: Simulation) -> None:
-        """The federated dataset as the run's dataset input (name, partition, digest)."""
-        from fedcore.tracking.inputs import dataset_input
-
-        self.client.log_inputs(self.run_id, datasets=[dataset_input(sim)])
 
     def _start_system_metrics(self, device: Any) -> None:
         if not self.settings.system_metrics or self._system_metrics is not None:

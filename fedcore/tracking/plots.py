@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 
 def _pyplot():
+    """pyplot on the Agg backend (reports and studies; a run's figures use :func:`_figure`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _figure(figsize: tuple[float, float]) -> Any:
+    """A standalone figure (no pyplot: cheaper to import, no global state shared between the
+    threads that end runs in the background); saved with Agg like pyplot's."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize)
 
 
 def integer_ticks(ax) -> None:
@@ -24,9 +34,9 @@ def integer_ticks(ax) -> None:
 
 
 def curves_png(history: list[dict[str, float]], path: Path) -> None:
-    plt = _pyplot()
     evals = [h for h in history if "test/accuracy" in h]
-    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
+    fig = _figure((10, 4))
+    ax_acc, ax_loss = fig.subplots(1, 2)
     ax_acc.plot([h["round"] for h in evals], [h["test/accuracy"] for h in evals], label="test")
     ax_acc.plot(
         [h["round"] for h in evals],
@@ -48,12 +58,11 @@ def curves_png(history: list[dict[str, float]], path: Path) -> None:
     integer_ticks(ax_loss)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def fairness_png(accuracy: np.ndarray, round: int, path: Path) -> None:
-    plt = _pyplot()
-    fig, (ax_hist, ax_sorted) = plt.subplots(1, 2, figsize=(10, 4))
+    fig = _figure((10, 4))
+    ax_hist, ax_sorted = fig.subplots(1, 2)
     ax_hist.hist(accuracy, bins=min(20, max(len(accuracy), 1)), range=(0, 1))
     ax_hist.set(
         xlabel="local test accuracy", ylabel="clients", title=f"Per-client accuracy, round {round}"
@@ -62,4 +71,3 @@ def fairness_png(accuracy: np.ndarray, round: int, path: Path) -> None:
     ax_sorted.set(xlabel="client (sorted)", ylabel="accuracy", ylim=(0, 1), title="Sorted")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
