@@ -7,6 +7,11 @@ dropout masks and SGD steps of the sequential engine: batches come from its own 
 (``algo.batches``), dropout masks are drawn up front from its own seeded RNG stream in the order
 the sequential forward passes draw them, and a client that has run out of steps (or a row past
 a partial batch) is masked. The deltas are the rows of the m x d update matrix.
+
+Frozen models an objective evaluates beside the trained one (``ClientAlgorithm.frozen_models``,
+MOON's global and previous local model) are functional views in eval mode: the round's global
+parameters are shared by the chunk (not vmapped), every other frozen model is stacked per client
+and vmapped with the client.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +28,7 @@ from torch.func import functional_call, grad, vmap
 
 from fedcore.clients import ClientUpdate, LocalContext
 from fedcore.clients._tuplets import TupletClient
-from fedcore.clients.base import BatchMask, ClientAlgorithm
+from fedcore.clients.base import BatchMask, ClientAlgorithm, FrozenParams
 from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
 from fedcore.clients.sgd import sgd_step
 from fedcore.engines import sequential
@@ -78,7 +83,7 @@ class _MaskedDropout(nn.Module):
         return x * self.feed.masks[self.slot]
 
 
-_HOOKS = ("local_update", "loss", "after_backward", "batches", "begin_training")
+_HOOKS = ("local_update", "loss", "batches", "frozen_models")
 
 
 def algo_blocker(algo: ClientAlgorithm) -> str | None:
@@ -179,13 +184,20 @@ def _probe(model: nn.Module, in_shape: tuple[int, ...], device, hooks: list, bat
 
 @dataclass
 class _Client:
-    """One client's plan for the round: context, index batches, tuplet size, stats so far."""
+    """One client's plan for the round: context, index batches, tuplet size, stats so far,
+    the frozen models its loss evaluates."""
 
     ctx: LocalContext
     batches: list[torch.Tensor]
     arity: int
     start: torch.Tensor
     stats: dict[str, float]
+    frozen: dict[str, FrozenParams]
+
+    @property
+    def group(self) -> tuple[int, tuple[str, ...]]:
+        """Clients of one chunk share the tuplet size and the frozen models' names."""
+        return self.arity, tuple(sorted(self.frozen))
 
 
 class VectorisedEngine:
@@ -215,6 +227,7 @@ class VectorisedEngine:
         self.act_numel = _activation_numel(model, in_shape, device)
         self.in_numel = int(torch.Size(in_shape).numel())
         self.max_chunk = max_chunk
+        self._frozen_parts: _Parts | None = None  # an eval-mode copy for frozen models
         self.last_chunks: list[int] = []
         self.fallback_logged: str | None = None
 
@@ -232,7 +245,7 @@ class VectorisedEngine:
                 stats[key] = BEFORE_TRAINING[key](rc.model, ctx)
         batches = [idx.to(torch.long) for idx in algo.batches(ctx)]
         arity = algo._current if isinstance(algo, TupletClient) else 0
-        return _Client(ctx, batches, arity, start, stats)
+        return _Client(ctx, batches, arity, start, stats, algo.frozen_models(ctx))
 
     def chunk_size(self, rc: RoundContext, clients: list[_Client]) -> int:
         """Clients per chunk: the configured cap, else what fits the memory budget."""
@@ -241,9 +254,10 @@ class VectorisedEngine:
         steps = max(len(c.batches) for c in clients)
         width = max((len(b) for c in clients for b in c.batches), default=1)
         drop = sum(int(torch.Size(d.shape).numel()) for d in self.dropouts)
+        frozen = len(clients[0].frozen)  # stacked params and forward activations of each
         per_client = 4 * (
-            6 * rc.layout.dim
-            + width * (3 * self.act_numel + 2 * self.in_numel)
+            (6 + frozen) * rc.layout.dim
+            + width * ((3 + frozen) * self.act_numel + 2 * self.in_numel)
             + steps * width * (drop + 3)
         )
         return max(1, int(_memory_budget(rc.device) // per_client))
@@ -265,12 +279,12 @@ class VectorisedEngine:
                 self.fallback_logged = blocker
             return sequential.train_round(rc, sampled, order)
         plans = [self._plan(rc, int(cid)) for cid in sampled]
-        groups: dict[int, list[_Client]] = {}
+        groups: dict[tuple[int, tuple[str, ...]], list[_Client]] = {}
         for plan in plans:
-            groups.setdefault(plan.arity, []).append(plan)
+            groups.setdefault(plan.group, []).append(plan)
         updates: dict[int, ClientUpdate] = {}
         self.last_chunks = []
-        for arity, members in groups.items():
+        for (arity, _), members in groups.items():
             members.sort(key=lambda c: -len(c.batches))  # finished clients drop off the end
             size = self.chunk_size(rc, members)
             for lo in range(0, len(members), size):
@@ -338,10 +352,18 @@ class VectorisedEngine:
         if isinstance(algo, TupletClient):
             algo._current = arity
         feed, view = self.feed, self.view
+        shared, stacked = self._frozen_params(rc, chunk)
+        views = {name: FunctionalModel(self._frozen_view(rc)) for name in chunk[0].frozen}
+        for name, tensors in shared.items():
+            views[name].params = tensors
+        if views:
+            ctx = replace(ctx, frozen=views)
 
-        def one_client(params, x, y, img_mask, tup_mask, masks):
+        def one_client(params, x, y, img_mask, tup_mask, masks, frozen):
             feed.masks = masks
             view.params = params
+            for name, tensors in frozen.items():  # this client's row of each stacked model
+                views[name].params = tensors
             mask = BatchMask(img_mask, tup_mask if arity else None)
             loss = algo.loss(view, x, y, ctx, mask)  # type: ignore[arg-type]
             return loss, loss.detach()
@@ -358,10 +380,11 @@ class VectorisedEngine:
         for t in range(int(index.shape[0])):
             k = sum(n > t for n in counts)  # clients still training: a prefix (sorted)
             p, idx = params[:k], index[t, :k]
-            tensors = {f"m.{s.name}": p[:, s.start : s.stop].view(k, *s.shape) for s in self.slots}
+            tensors = self._views(p)
+            frozen = {name: self._views(f[:k]) for name, f in stacked.items()}
             grads, loss = step_grad(
                 tensors, x_all[idx], y_all[idx], image_mask[t, :k], tuplet_mask[t, :k],
-                tuple(n[t, :k] for n in noise),
+                tuple(n[t, :k] for n in noise), frozen,
             )
             g = torch.cat([grads[f"m.{s.name}"].reshape(k, -1) for s in self.slots], dim=1)
             bufs = [None if buf is None else buf[:k]]  # views: updated in place
@@ -372,7 +395,39 @@ class VectorisedEngine:
             loss_sum[:k] += loss * n
             seen[:k] += n
         feed.masks = ()
+        for v in views.values():
+            v.params = {}
         return params, loss_sum / seen.clamp_min(1.0), counts
+
+    def _views(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """functional_call's parameter dict of stacked flat params (k x d -> k x shape each)."""
+        k = rows.shape[0]
+        return {f"m.{s.name}": rows[:, s.start : s.stop].view(k, *s.shape) for s in self.slots}
+
+    def _frozen_view(self, rc: RoundContext) -> _Parts:
+        """The eval-mode, gradient-free model copy that frozen views call (made once)."""
+        if self._frozen_parts is None:
+            twin = copy.deepcopy(rc.model).requires_grad_(False).eval()
+            self._frozen_parts = _Parts(twin)
+        return self._frozen_parts
+
+    def _frozen_params(self, rc: RoundContext, chunk: list[_Client]):
+        """The chunk's frozen models: (shared parameter dicts, stacked m x d tensors) by name.
+
+        A frozen model whose params are the round's global params for every client is shared
+        (one copy, not vmapped); any other is stacked with one row per client.
+        """
+        shared: dict[str, dict[str, torch.Tensor]] = {}
+        stacked: dict[str, torch.Tensor] = {}
+        for name in chunk[0].frozen:
+            rows = [c.frozen[name][0] for c in chunk]
+            if all(r is rc.params for r in rows):
+                shared[name] = {
+                    f"m.{s.name}": rc.params[s.start : s.stop].view(s.shape) for s in self.slots
+                }
+            else:
+                stacked[name] = torch.stack(rows).to(rc.device)
+        return shared, stacked
 
     def _finish(
         self,
@@ -386,13 +441,11 @@ class VectorisedEngine:
         """Stats of the trained client (hooks and extras on its local model), then the attack."""
         ctx, algo, stats = plan.ctx, rc.client_algo, plan.stats
         stats["num_steps"] = float(steps)
-        after = [k for k in AFTER_TRAINING if k in ctx.needs]
-        if after:
-            load_flat_params(rc.model, final)
+        load_flat_params(rc.model, final)  # end_training and the extras see the local model
         if isinstance(algo, TupletClient):
             algo._current = plan.arity
         algo.end_training(rc.model, ctx, stats)
-        for key in after:
+        for key in (k for k in AFTER_TRAINING if k in ctx.needs):
             stats[key] = AFTER_TRAINING[key](rc.model, ctx, steps, algo)
         update = ClientUpdate(
             client_id=ctx.data.client_id,
