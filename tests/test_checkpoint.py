@@ -95,7 +95,7 @@ def test_checkpoint_round_trip_with_weights_only(tmp_path):
 
 @pytest.mark.parametrize(("method", "engine"), [
     ("fedavgm", "sequential"), ("ef_topk", "sequential"), ("ditto", "sequential"),
-    ("fedprox", "vectorised"),
+    ("fedprox", "vectorised"), ("moon", "vectorised"), ("ditto", "vectorised"),
 ])
 @pytest.mark.slow
 def test_resume_after_interruption_is_bit_identical(tmp_path, method, engine):

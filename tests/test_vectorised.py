@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -170,7 +171,8 @@ def test_explicit_vectorised_with_unsupported_setting_is_a_one_line_config_error
 
 
 def test_auto_falls_back_with_a_reason_and_picks_vectorised_where_supported(monkeypatch):
-    assert choose_engine(load_config(None, ["method=moon"]))[0] == "vectorised"
+    for method in ("moon", "ditto"):
+        assert choose_engine(load_config(None, [f"method={method}"]))[0] == "vectorised"
     name, reason = choose_engine(load_config(None, ["model.name=resnet20", "model.norm=batch"]))
     assert name == "sequential" and "BatchNorm" in reason
     assert choose_engine(load_config(None, ["model.name=resnet20", "model.norm=group"]))[0] == (
@@ -294,7 +296,7 @@ def _float64_sims(over: list[str], engines=("sequential", "vectorised")) -> dict
         sim = Simulation(load_config(None, [*over, f"engine={name}"]))
         assert sim.engine_name == name
         for c in sim.data.clients:
-            c.x_train = c.x_train.double()
+            c.x_train, c.x_test = c.x_train.double(), c.x_test.double()
         sims[name] = sim
     return sims
 
@@ -330,3 +332,38 @@ def test_moon_vectorises_exactly_over_rounds(model, caplog):
         if "moon_prev" in seq.store[k]:
             want = seq.store[k]["moon_prev"]
             assert torch.allclose(vec.store[k]["moon_prev"], want, rtol=0, atol=1e-12), k
+
+
+@pytest.mark.parametrize("model", [
+    "mlp", pytest.param("cnn", marks=pytest.mark.slow),  # the CNN has dropout
+])
+def test_ditto_vectorises_exactly_with_its_personal_models(model, caplog):
+    """Ditto's personal models, stacked per client and pulled to theta_t through the shared
+    SGD (momentum, weight decay): three rounds equal the sequential engine in float64, the
+    global model, every personal model and the personal accuracies."""
+    over = [o for o in SKEWED if o != "engine=sequential"]
+    over += [f"model.name={model}", "method=ditto", "method.client.lam=0.5",
+             "method.client.personal_lr=0.03", "method.client.personal_steps=5", "local.steps=4"]
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        sims = _float64_sims(over)
+        seq, vec = sims["sequential"], sims["vectorised"]
+        with caplog.at_level("INFO", logger="fedcore"):
+            for r in (1, 2, 3):
+                seq.run_round(r)
+                vec.run_round(r)
+                assert vec.engine.last_chunks == [4, 4]  # global models, then personal ones
+                assert torch.allclose(vec.params, seq.params, rtol=0, atol=1e-12), r
+        personal = {name: s.client_algo.evaluate_clients(s.round_context(3))["personal_accuracy"]
+                    for name, s in sims.items()}
+    finally:
+        torch.set_default_dtype(default)
+    assert "training sequentially" not in caplog.text
+    trained = [k for k in range(6) if "ditto_personal" in seq.store[k]]
+    assert len(trained) == 6
+    for k in trained:
+        want = seq.store[k]["ditto_personal"]
+        assert not torch.allclose(want, seq.params, atol=1e-3)
+        assert torch.allclose(vec.store[k]["ditto_personal"], want, rtol=0, atol=1e-12), k
+    assert np.array_equal(personal["vectorised"], personal["sequential"], equal_nan=True)

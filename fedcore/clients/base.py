@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -108,6 +108,22 @@ def cross_entropy(
 
 
 @dataclass
+class PersonalTraining:
+    """A client's second model, trained after its global update (Ditto's v_k): the one
+    definition both engines execute. SGD from ``start`` over ``batches`` with ``schedule`` on
+    ``loss``, pulled to the round's global model by the shared SGD's proximal term
+    ``mu (v - theta_t)``; ``keep(state, params, buffers)`` stores the result."""
+
+    start: torch.Tensor
+    buffers: dict[str, torch.Tensor]
+    schedule: LocalSchedule
+    batches: list[torch.Tensor]
+    mu: float
+    loss: Callable[..., torch.Tensor]  # (model, x, y, ctx, mask=None), as ClientAlgorithm.loss
+    keep: Callable[[dict[str, Any], torch.Tensor, dict[str, torch.Tensor]], None]
+
+
+@dataclass
 class ClientUpdate:
     """What a client sends back (before compression)."""
 
@@ -157,6 +173,21 @@ class ClientAlgorithm:
 
     def __init__(self, hparams: HParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()
+
+    def not_vectorised_reason(self) -> str | None:
+        """Why this objective (with its hparams) trains sequentially; None: it vectorises."""
+        return None if self.vectorisable else self.not_vectorised
+
+    @property
+    def global_objective(self) -> ClientAlgorithm:
+        """The objective whose local training gives the global update (Ditto: its ``inner``);
+        the vectorised engine runs its loss, batches and hooks."""
+        return self
+
+    def personal_training(self, ctx: LocalContext) -> PersonalTraining | None:
+        """This client's personal-model training after the global update (drawing its batches
+        from ``ctx.generator``); None: no personal model (every objective but Ditto)."""
+        return None
 
     def loss(
         self,
@@ -309,3 +340,25 @@ def _extras():
     from fedcore.clients import extras
 
     return extras
+
+
+def train_personal(ctx: LocalContext, plan: PersonalTraining) -> None:
+    """Run ``plan`` on ``ctx.model`` (the sequential engine) and keep the personal model."""
+    model, data = ctx.model, ctx.data
+    load_flat_params(model, plan.start)
+    if plan.buffers:
+        model.load_state_dict(plan.buffers, strict=False)
+    model.train()
+    weights = [p for p in model.parameters() if p.requires_grad]
+    momentum: list[torch.Tensor | None] = [None] * len(weights)
+    anchors = ctx.global_tensors() if plan.mu else None
+    for idx in plan.batches:
+        idx = idx.to(data.x_train.device)
+        for p in weights:
+            p.grad = None
+        plan.loss(model, data.x_train[idx], data.y_train[idx], ctx).backward()
+        sgd_step(weights, [p.grad for p in weights], momentum, plan.schedule, plan.mu, anchors)
+    buffers = {
+        k: v.detach().clone() for k, v in model.named_buffers() if v.dtype.is_floating_point
+    }
+    plan.keep(ctx.state, flat_params(model).clone(), buffers)

@@ -19,7 +19,8 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +29,13 @@ from torch.func import functional_call, grad, vmap
 
 from fedcore.clients import ClientUpdate, LocalContext
 from fedcore.clients._tuplets import TupletClient
-from fedcore.clients.base import BatchMask, ClientAlgorithm, FrozenParams
+from fedcore.clients.base import (
+    BatchMask,
+    ClientAlgorithm,
+    FrozenParams,
+    LocalSchedule,
+    PersonalTraining,
+)
 from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
 from fedcore.clients.sgd import sgd_step
 from fedcore.engines import sequential
@@ -88,9 +95,12 @@ _HOOKS = ("local_update", "loss", "batches", "frozen_models")
 
 def algo_blocker(algo: ClientAlgorithm) -> str | None:
     """Why ``algo`` (the object the loop holds) cannot be vectorised; None when it can."""
-    if not algo.vectorisable:
-        return f"client objective {type(algo).__name__} is not vectorised: {algo.not_vectorised}"
-    patched = [h for h in _HOOKS if h in vars(algo)]
+    reason = algo.not_vectorised_reason()
+    if reason is not None:
+        return f"client objective {type(algo).__name__} is not vectorised: {reason}"
+    patched = [h for h in _HOOKS for a in {algo, algo.global_objective} if h in vars(a)]
+    if "personal_training" in vars(algo):
+        patched.append("personal_training")
     if patched:
         return f"client objective has instance overrides of {', '.join(patched)}"
     return None
@@ -182,10 +192,23 @@ def _probe(model: nn.Module, in_shape: tuple[int, ...], device, hooks: list, bat
         model.train(was_training)
 
 
+@dataclass(frozen=True)
+class _Objective:
+    """What a chunk trains on: the loss, the SGD schedule, the pull mu to theta_t, the tuplet
+    size (the global model's objective, or a personal model's training)."""
+
+    loss: Callable[..., torch.Tensor]
+    schedule: LocalSchedule
+    mu: float
+    arity: int = 0
+
+
 @dataclass
 class _Client:
-    """One client's plan for the round: context, index batches, tuplet size, stats so far,
-    the frozen models its loss evaluates."""
+    """One client's training in the round: context, index batches, tuplet size, start, stats
+    so far, the frozen models its loss evaluates, its gradient shift, the batches whose dropout
+    draws come first (the global model's, before a personal model's) and its personal
+    training."""
 
     ctx: LocalContext
     batches: list[torch.Tensor]
@@ -193,6 +216,9 @@ class _Client:
     start: torch.Tensor
     stats: dict[str, float]
     frozen: dict[str, FrozenParams]
+    shift: torch.Tensor | None = None
+    drawn_before: list[torch.Tensor] = field(default_factory=list)
+    personal: PersonalTraining | None = None
 
     @property
     def group(self) -> tuple[int, tuple[str, ...]]:
@@ -234,7 +260,9 @@ class VectorisedEngine:
     # -- planning ---------------------------------------------------------------------------
 
     def _plan(self, rc: RoundContext, cid: int) -> _Client:
-        algo = rc.client_algo
+        """The client's global-model training (its objective's), then its personal one's
+        batches, drawn from its generator in the sequential engine's order."""
+        algo = rc.client_algo.global_objective
         ctx = local_context(rc, cid)
         start = ctx.start_params if ctx.start_params is not None else ctx.global_params
         stats: dict[str, float] = {}
@@ -245,7 +273,9 @@ class VectorisedEngine:
                 stats[key] = BEFORE_TRAINING[key](rc.model, ctx)
         batches = [idx.to(torch.long) for idx in algo.batches(ctx)]
         arity = algo._current if isinstance(algo, TupletClient) else 0
-        return _Client(ctx, batches, arity, start, stats, algo.frozen_models(ctx))
+        frozen, shift = algo.frozen_models(ctx), algo.gradient_shift(ctx)
+        personal = rc.client_algo.personal_training(ctx)
+        return _Client(ctx, batches, arity, start, stats, frozen, shift, personal=personal)
 
     def chunk_size(self, rc: RoundContext, clients: list[_Client]) -> int:
         """Clients per chunk: the configured cap, else what fits the memory budget."""
@@ -284,19 +314,46 @@ class VectorisedEngine:
             groups.setdefault(plan.group, []).append(plan)
         updates: dict[int, ClientUpdate] = {}
         self.last_chunks = []
+        obj = rc.client_algo.global_objective
         for (arity, _), members in groups.items():
-            members.sort(key=lambda c: -len(c.batches))  # finished clients drop off the end
-            size = self.chunk_size(rc, members)
-            for lo in range(0, len(members), size):
-                chunk = members[lo : lo + size]
-                self.last_chunks.append(len(chunk))
-                final, losses, steps = self._train_chunk(rc, chunk, arity)
+            for chunk in self._chunks(rc, members):
+                objective = _Objective(obj.loss, rc.schedule, obj.proximal_mu, arity)
+                final, losses, steps = self._train_chunk(rc, chunk, objective)
                 deltas = final - rc.params  # the rows of the m x d update matrix
                 for i, plan in enumerate(chunk):
                     updates[plan.ctx.data.client_id] = self._finish(
                         rc, plan, final[i], deltas[i], losses[i], steps[i]
                     )
+        self._train_personal(rc, [p for p in plans if p.personal is not None])
         return updates
+
+    def _chunks(self, rc: RoundContext, members: list[_Client]) -> list[list[_Client]]:
+        """``members`` longest first (finished clients drop off the end), in chunks that fit."""
+        members = sorted(members, key=lambda c: -len(c.batches))
+        size = self.chunk_size(rc, members)
+        chunks = [members[lo : lo + size] for lo in range(0, len(members), size)]
+        self.last_chunks.extend(len(c) for c in chunks)
+        return chunks
+
+    def _train_personal(self, rc: RoundContext, plans: list[_Client]) -> None:
+        """Personal models (Ditto's v_k), stacked per client, after every global update: each
+        client's own start, batches and pull to theta_t; dropout draws follow its global
+        model's, as in the sequential engine."""
+        if not plans:
+            return
+        steps = [
+            _Client(p.ctx, p.personal.batches, 0, p.personal.start, {}, {},
+                    drawn_before=p.batches, personal=p.personal)
+            for p in plans
+            if p.personal is not None
+        ]
+        for chunk in self._chunks(rc, steps):
+            how = chunk[0].personal
+            assert how is not None
+            final, _, _ = self._train_chunk(rc, chunk, _Objective(how.loss, how.schedule, how.mu))
+            for i, plan in enumerate(chunk):
+                assert plan.personal is not None
+                plan.personal.keep(plan.ctx.state, final[i].clone(), {})
 
     def _tensors(self, rc: RoundContext, chunk: list[_Client], arity: int):
         """Padded per-step index, masks and dropout noise of a chunk, on the device."""
@@ -332,6 +389,9 @@ class VectorisedEngine:
                 seed = client_seed(rc, c.ctx.data.client_id)
                 with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=rng_devices(rc)):
                     seed_global_rng(rc, seed)
+                    for idx in c.drawn_before:  # the draws an earlier phase made
+                        for d in self.dropouts:
+                            F.dropout(torch.ones(len(idx), *d.shape, device=device), d.p, True)
                     for t, rows in enumerate(rows_of[i]):
                         rows = rows.to(device)
                         for k, d in enumerate(self.dropouts):
@@ -341,14 +401,16 @@ class VectorisedEngine:
         y = torch.cat([c.ctx.data.y_train for c in chunk])
         return (x, y, index.to(device), image_mask.to(device), tuplet_mask.to(device), noise)
 
-    def _train_chunk(self, rc: RoundContext, chunk: list[_Client], arity: int):
+    def _train_chunk(self, rc: RoundContext, chunk: list[_Client], objective: _Objective):
+        """Train ``chunk`` with ``objective``: (final params m x d, mean train losses, steps)."""
         device, m = rc.device, len(chunk)
-        sched = chunk[0].ctx.schedule
+        sched, arity = objective.schedule, objective.arity
         x_all, y_all, index, image_mask, tuplet_mask, noise = self._tensors(rc, chunk, arity)
         counts = [len(c.batches) for c in chunk]
         if counts != sorted(counts, reverse=True):
             raise ValueError("vectorised chunk: clients must come longest first (step count)")
-        algo, ctx = rc.client_algo, chunk[0].ctx  # vectorisable losses read no per-client ctx
+        algo = rc.client_algo.global_objective
+        ctx = chunk[0].ctx  # vectorisable losses read no per-client ctx
         if isinstance(algo, TupletClient):
             algo._current = arity
         feed, view = self.feed, self.view
@@ -365,13 +427,13 @@ class VectorisedEngine:
             for name, tensors in frozen.items():  # this client's row of each stacked model
                 views[name].params = tensors
             mask = BatchMask(img_mask, tup_mask if arity else None)
-            loss = algo.loss(view, x, y, ctx, mask)  # type: ignore[arg-type]
+            loss = objective.loss(view, x, y, ctx, mask)
             return loss, loss.detach()
 
         step_grad = vmap(grad(one_client, has_aux=True))
-        mu = algo.proximal_mu
+        mu = objective.mu
         anchors = [rc.params] if mu else None
-        shift_rows = [algo.gradient_shift(c.ctx) for c in chunk]
+        shift_rows = [c.shift for c in chunk]
         shift = None if shift_rows[0] is None else torch.stack(shift_rows).to(device)
         params = torch.stack([c.start for c in chunk]).to(device)
         buf: torch.Tensor | None = None  # momentum, rows = clients still training
@@ -439,7 +501,7 @@ class VectorisedEngine:
         steps: int,
     ) -> ClientUpdate:
         """Stats of the trained client (hooks and extras on its local model), then the attack."""
-        ctx, algo, stats = plan.ctx, rc.client_algo, plan.stats
+        ctx, algo, stats = plan.ctx, rc.client_algo.global_objective, plan.stats
         stats["num_steps"] = float(steps)
         load_flat_params(rc.model, final)  # end_training and the extras see the local model
         if isinstance(algo, TupletClient):
