@@ -334,16 +334,20 @@ def test_moon_vectorises_exactly_over_rounds(model, caplog):
             assert torch.allclose(vec.store[k]["moon_prev"], want, rtol=0, atol=1e-12), k
 
 
-@pytest.mark.parametrize("model", [
-    "mlp", pytest.param("cnn", marks=pytest.mark.slow),  # the CNN has dropout
+@pytest.mark.parametrize("model, inner", [
+    ("mlp", []),
+    pytest.param("cnn", [], marks=pytest.mark.slow),  # the CNN has dropout
+    pytest.param("mlp", ["method.client.inner={algorithm: moon, out_dim: 16}"],
+                 marks=pytest.mark.slow),  # MOON's frozen models inside Ditto
 ])
-def test_ditto_vectorises_exactly_with_its_personal_models(model, caplog):
+def test_ditto_vectorises_exactly_with_its_personal_models(model, inner, caplog):
     """Ditto's personal models, stacked per client and pulled to theta_t through the shared
     SGD (momentum, weight decay): three rounds equal the sequential engine in float64, the
     global model, every personal model and the personal accuracies."""
     over = [o for o in SKEWED if o != "engine=sequential"]
     over += [f"model.name={model}", "method=ditto", "method.client.lam=0.5",
-             "method.client.personal_lr=0.03", "method.client.personal_steps=5", "local.steps=4"]
+             "method.client.personal_lr=0.03", "method.client.personal_steps=5", "local.steps=4",
+             *inner]
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
@@ -353,7 +357,7 @@ def test_ditto_vectorises_exactly_with_its_personal_models(model, caplog):
             for r in (1, 2, 3):
                 seq.run_round(r)
                 vec.run_round(r)
-                assert vec.engine.last_chunks == [4, 4]  # global models, then personal ones
+                assert sum(vec.engine.last_chunks) == 8  # global models, then personal ones
                 assert torch.allclose(vec.params, seq.params, rtol=0, atol=1e-12), r
         personal = {name: s.client_algo.evaluate_clients(s.round_context(3))["personal_accuracy"]
                     for name, s in sims.items()}

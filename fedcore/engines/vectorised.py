@@ -324,7 +324,7 @@ class VectorisedEngine:
                     updates[plan.ctx.data.client_id] = self._finish(
                         rc, plan, final[i], deltas[i], losses[i], steps[i]
                     )
-        self._train_personal(rc, [p for p in plans if p.personal is not None])
+        self._train_personal(rc, plans)
         return updates
 
     def _chunks(self, rc: RoundContext, members: list[_Client]) -> list[list[_Client]]:
@@ -337,23 +337,21 @@ class VectorisedEngine:
 
     def _train_personal(self, rc: RoundContext, plans: list[_Client]) -> None:
         """Personal models (Ditto's v_k), stacked per client, after every global update: each
-        client's own start, batches and pull to theta_t; dropout draws follow its global
+        client's own start, batches and pull to theta_t; its dropout draws follow its global
         model's, as in the sequential engine."""
-        if not plans:
-            return
-        steps = [
+        clients = [
             _Client(p.ctx, p.personal.batches, 0, p.personal.start, {}, {},
                     drawn_before=p.batches, personal=p.personal)
             for p in plans
             if p.personal is not None
         ]
-        for chunk in self._chunks(rc, steps):
+        if not clients:
+            return
+        for chunk in self._chunks(rc, clients):
             how = chunk[0].personal
-            assert how is not None
             final, _, _ = self._train_chunk(rc, chunk, _Objective(how.loss, how.schedule, how.mu))
-            for i, plan in enumerate(chunk):
-                assert plan.personal is not None
-                plan.personal.keep(plan.ctx.state, final[i].clone(), {})
+            for row, client in zip(final, chunk, strict=True):
+                how.keep(client.ctx.state, row.clone(), {})  # no buffers: the models have none
 
     def _tensors(self, rc: RoundContext, chunk: list[_Client], arity: int):
         """Padded per-step index, masks and dropout noise of a chunk, on the device."""
