@@ -2,9 +2,10 @@
 CNN on digits and on the real MNIST t10k digits, at 5, 20 and 50 clients per round, and the
 main job's MLP with epoch-based training (uneven step counts), and MOON and Ditto (their
 frozen and personal models) on both models. Only the engines' ``train_round`` is timed (best
-of ``--repeats``, alternating, after a warm-up, which also gives MOON's clients a previous
-model and Ditto's a personal one); ``max |diff|`` is the largest difference between the two
-engines' deltas (float32 level). Runs on CUDA when present (``--device``).
+of ``--repeats``, alternating, after a warm-up; every call starts from the same client state,
+primed by one sequential round: MOON's previous models, Ditto's personal ones); ``max |diff|``
+is the largest difference between the two engines' deltas (float32 level). Runs on CUDA when
+present (``--device``).
 
     .venv/bin/python -m benchmarks.vectorised [--steps 5] [--clients 5,20,50] [--device auto]
     .venv/bin/python -m benchmarks.vectorised --only moon,ditto --clients 20
@@ -13,6 +14,7 @@ engines' deltas (float32 level). Runs on CUDA when present (``--device``).
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import time
 
@@ -35,9 +37,17 @@ def timed(sim: Simulation, engines: dict, sampled: list[int], repeats: int):
     """
     best = dict.fromkeys(engines, float("inf"))
     rc = sim.round_context(1)
-    updates = {name: engine.train_round(rc, sampled) for name, engine in engines.items()}
+    sequential.train_round(rc, sampled)  # client state: MOON's previous, Ditto's personal models
+    primed = copy.deepcopy(sim.store.state_dict())
+
+    def train(engine):
+        sim.store.load_state_dict(copy.deepcopy(primed))  # every call starts from one state
+        return engine.train_round(rc, sampled)
+
+    updates = {name: train(engine) for name, engine in engines.items()}
     for _ in range(repeats):
         for name, engine in engines.items():
+            sim.store.load_state_dict(copy.deepcopy(primed))
             if sim.device.type == "cuda":
                 torch.cuda.synchronize(sim.device)
             t0 = time.perf_counter()

@@ -327,7 +327,9 @@ class ClientAlgorithm:
         return update
 
 
-def frozen_copy(model: nn.Module, params: torch.Tensor, buffers: dict[str, torch.Tensor]):
+def frozen_copy(
+    model: nn.Module, params: torch.Tensor, buffers: dict[str, torch.Tensor]
+) -> nn.Module:
     """An eval-mode, gradient-free copy of ``model`` holding ``params`` and ``buffers``."""
     twin = copy.deepcopy(model)
     load_flat_params(twin, params)
