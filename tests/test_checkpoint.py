@@ -287,3 +287,26 @@ def test_callbacks_get_every_report_from_the_explicit_protocol(tmp_path):
 
     with pytest.raises(TypeError, match="Duck is not a fedcore.callbacks.Callback"):
         Simulation(cfg, [Duck()]).run()
+
+
+@pytest.mark.slow
+def test_an_old_checkpoint_uploaded_to_mlflow_names_its_run_and_the_fix(tracking, tmp_path):
+    """The fallback copy (``checkpoint/checkpoint.pt`` of the unfinished run) of the old shape."""
+    cfg = _cfg(tmp_path, "fedavg", "rounds=3", "checkpoint_every=1")
+    with pytest.raises(KeyboardInterrupt):
+        run_tracked(cfg, callbacks=[StopAt(2)])  # an unfinished run with round 1 uploaded
+    old = _old_checkpoint(tmp_path, cfg)
+    upload = tmp_path / "up" / "checkpoint.pt"
+    upload.parent.mkdir()
+    upload.write_bytes(old.read_bytes())
+    client = MlflowClient(tracking.tracking_uri)
+    exp = client.get_experiment_by_name(tracking.experiment).experiment_id
+    (run,) = client.search_runs([exp], f"tags.config_hash = '{cfg.config_hash()}'")
+    client.log_artifact(run.info.run_id, str(upload), "checkpoint")  # replaces the new-shape one
+    checkpoint.remove(checkpoint.run_folder(cfg))
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        run_tracked(cfg)
+    msg = str(err.value)
+    assert "\n" not in msg and "lacks bytes_down_total" in msg
+    assert f"checkpoint/checkpoint.pt of MLflow run {run.info.run_id}" in msg
+    assert f"mlflow runs delete --run-id {run.info.run_id}" in msg
