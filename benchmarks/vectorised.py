@@ -1,16 +1,20 @@
 """Client-steps per second of local training, sequential vs vectorised engine (ratio), for the
 CNN on digits and on the real MNIST t10k digits, at 5, 20 and 50 clients per round, and the
-main job's MLP with epoch-based training (uneven step counts). Only the
-engines' ``train_round`` is timed (best of ``--repeats``, alternating, after a warm-up);
-``max |diff|`` is the largest difference between the two engines' deltas (float32 level).
-Runs on CUDA when present (``--device``).
+main job's MLP with epoch-based training (uneven step counts), and MOON and Ditto (their
+frozen and personal models) on both models. Only the engines' ``train_round`` is timed (best
+of ``--repeats``, alternating, after a warm-up; every call starts from the same client state,
+primed by one sequential round: MOON's previous models, Ditto's personal ones); ``max |diff|``
+is the largest difference between the two engines' deltas (float32 level). Runs on CUDA when
+present (``--device``).
 
     .venv/bin/python -m benchmarks.vectorised [--steps 5] [--clients 5,20,50] [--device auto]
+    .venv/bin/python -m benchmarks.vectorised --only moon,ditto --clients 20
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import time
 
@@ -33,9 +37,17 @@ def timed(sim: Simulation, engines: dict, sampled: list[int], repeats: int):
     """
     best = dict.fromkeys(engines, float("inf"))
     rc = sim.round_context(1)
-    updates = {name: engine.train_round(rc, sampled) for name, engine in engines.items()}
+    sequential.train_round(rc, sampled)  # client state: MOON's previous, Ditto's personal models
+    primed = copy.deepcopy(sim.store.state_dict())
+
+    def train(engine):
+        sim.store.load_state_dict(copy.deepcopy(primed))  # every call starts from one state
+        return engine.train_round(rc, sampled)
+
+    updates = {name: train(engine) for name, engine in engines.items()}
     for _ in range(repeats):
         for name, engine in engines.items():
+            sim.store.load_state_dict(copy.deepcopy(primed))
             if sim.device.type == "cuda":
                 torch.cuda.synchronize(sim.device)
             t0 = time.perf_counter()
@@ -76,12 +88,15 @@ def main() -> None:
     parser.add_argument("--clients", default="5,20,50", help="clients per round, comma-separated")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--only", default="",
+                        help="comma-separated words; run the settings whose name has one")
     args = parser.parse_args()
+    # the main job's local training: 5 epochs at alpha 0.1, so step counts differ per client
+    main_job = ["model.name=mlp", "local.steps=null", "local.epochs=5", "local.batch_size=16",
+                "dataset.alpha=0.1"]
     settings = [
         ("cnn digits", ["model.name=cnn"]),
-        # the main job's local training: 5 epochs at alpha 0.1, so step counts differ per client
-        ("mlp digits 5 epochs a0.1", ["model.name=mlp", "local.steps=null", "local.epochs=5",
-                                      "local.batch_size=16", "dataset.alpha=0.1"]),
+        ("mlp digits 5 epochs a0.1", main_job),
     ]
     root = shared_mnist_root()
     if root is None:
@@ -89,6 +104,12 @@ def main() -> None:
     else:
         settings.append(("cnn mnist-8k", ["model.name=cnn", "dataset.name=mnist",
                                           f"dataset.root={root}"]))
+    for method in ("moon", "ditto"):
+        settings += [(f"{method} cnn digits", ["model.name=cnn", f"method={method}"]),
+                     (f"{method} mlp digits 5 epochs a0.1", [*main_job, f"method={method}"])]
+    if args.only:
+        words = args.only.split(",")
+        settings = [s for s in settings if any(w in s[0] for w in words)]
     rows = []
     for name, over in settings:
         for m in args.clients.split(","):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedcore.config import ExperimentConfig, project_root
+from fedcore.config import ConfigError, ExperimentConfig, project_root
 from fedcore.seeding import GLOBAL_RNG_LOCK
 
 log = logging.getLogger("fedcore")
@@ -28,6 +28,21 @@ FORMAT = 1
 KEEP = 2  # newest files kept per run folder
 _NAME = re.compile(r"^round-(\d+)\.pt$")
 _NUMPY = "__numpy__"
+ORIGIN = "__origin__"  # added on load: where the state came from and how to start afresh
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint that cannot be resumed: one line naming the file, what it lacks and what
+    to do (bad input, exit code 2; raised before any round is played)."""
+
+
+def unusable(state: dict[str, Any], problem: str) -> CheckpointError:
+    """The error for ``state`` (as :func:`load` returned it) with ``problem``, e.g. what it
+    lacks, naming its file and the way to start afresh."""
+    origin = state.get(ORIGIN, {"file": "the checkpoint", "remedy": "delete it and rerun"})
+    return CheckpointError(
+        f"checkpoint {origin['file']} cannot be resumed: {problem}; {origin['remedy']}"
+    )
 
 
 def encode(obj: Any) -> Any:
@@ -115,14 +130,28 @@ def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP) -> P
     return path
 
 
-def load(path: Path, map_location: str | torch.device | None = None) -> dict[str, Any]:
-    """Read a checkpoint with ``weights_only=True`` (no code runs) and undo :func:`encode`."""
+def load(
+    path: Path,
+    map_location: str | torch.device | None = None,
+    origin: str | None = None,
+    remedy: str | None = None,
+) -> dict[str, Any]:
+    """Read a checkpoint with ``weights_only=True`` (no code runs) and undo :func:`encode`.
+
+    The state gets ``ORIGIN``: ``origin`` (default: the path) and ``remedy``, how to start
+    afresh instead (default: delete the run's checkpoint folder), for :func:`unusable`.
+    """
     if map_location is None and not torch.cuda.is_available():
         map_location = "cpu"
     raw = torch.load(path, map_location=map_location, weights_only=True)
     if raw.get("format") != FORMAT:
         raise ValueError(f"checkpoint {path}: unknown format {raw.get('format')!r}")
-    return decode(raw)
+    state = decode(raw)
+    state[ORIGIN] = {
+        "file": origin or str(path),
+        "remedy": remedy or f"delete the folder {Path(path).parent} and rerun from round 1",
+    }
+    return state
 
 
 def latest(folder: Path) -> dict[str, Any] | None:

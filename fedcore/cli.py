@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedcore.callbacks import Callback
 from fedcore.config import ConfigError, load_config, parse_overrides
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def _split_args(items: list[str]) -> tuple[str | None, list[str]]:
     return config, rest
 
 
-class ProgressBar:
+class ProgressBar(Callback):
     """A tqdm bar over rounds that shows the latest test accuracy."""
 
     def on_run_start(self, sim: Simulation) -> None:

@@ -7,7 +7,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,6 +16,7 @@ from fedcore import aggregators, checkpoint, clients, compression
 from fedcore.adversaries import choose_clients
 from fedcore.aggregators import Aggregate, UpdateBatch
 from fedcore.bn_statistics import average_bn_statistics
+from fedcore.callbacks import Callback
 from fedcore.clients import ClientData, ClientUpdate, LocalSchedule
 from fedcore.compression.base import side_bytes
 from fedcore.config import ExperimentConfig
@@ -42,15 +43,11 @@ __all__ = ["Callback", "ClientStore", "ClientTable", "Result", "Simulation", "ru
 
 log = logging.getLogger("fedcore")
 
-
-class Callback(Protocol):
-    """Receives the loop's reports; the MLflow tracker is one."""
-
-    def on_run_start(self, sim: Simulation) -> None: ...
-    def on_round_end(
-        self, round: int, metrics: dict[str, float], clients: ClientTable | None
-    ) -> None: ...
-    def on_run_end(self, result: Result) -> None: ...
+# What Simulation.state_dict holds (round protocol v2); a checkpoint lacking one cannot resume.
+STATE_KEYS = (
+    "config_hash", "round", "bytes_up_total", "bytes_down_total", "params", "buffers",
+    "aggregator", "store", "history", "client_tables", "rng",
+)
 
 
 @dataclass
@@ -390,6 +387,11 @@ class Simulation:
 
     def run(self, order_fn: Callable[[list[int]], list[int]] | None = None) -> Result:
         """Run all remaining rounds; rounds are numbered 1..R (the MLflow step)."""
+        for cb in self.callbacks:
+            if not isinstance(cb, Callback):
+                raise TypeError(
+                    f"callback {type(cb).__name__} is not a fedcore.callbacks.Callback subclass"
+                )
         result = Result(
             self.cfg.resolved(), self.cfg.config_hash(), self.history, self.client_tables
         )
@@ -441,7 +443,16 @@ class Simulation:
         }
 
     def load_state_dict(self, state: dict[str, Any], rng: bool = True) -> None:
-        """Restore :meth:`state_dict` (and, with ``rng``, the global generators it saved)."""
+        """Restore :meth:`state_dict` (and, with ``rng``, the global generators it saved).
+
+        A checkpoint of an older version (lacking keys, e.g. ``bytes_down_total`` before round
+        protocol v2) raises a one-line ``CheckpointError`` naming its file, before any change.
+        """
+        missing = [k for k in STATE_KEYS if k not in state]
+        if missing:
+            raise checkpoint.unusable(
+                state, f"it lacks {', '.join(missing)} (written by an older fedcore version)"
+            )
         if state["config_hash"] != self.cfg.config_hash():
             raise ValueError(
                 f"checkpoint of config {state['config_hash']}, not {self.cfg.config_hash()}"
@@ -459,11 +470,10 @@ class Simulation:
             checkpoint.set_rng_state(state["rng"])
 
     def save_checkpoint(self) -> None:
-        """Write this round's checkpoint; callbacks with ``on_checkpoint(path)`` are told."""
+        """Write this round's checkpoint and tell the callbacks its path."""
         path = checkpoint.save(self.state_dict(), checkpoint.run_folder(self.cfg), self.round)
         for cb in self.callbacks:
-            if hasattr(cb, "on_checkpoint"):
-                cb.on_checkpoint(path)
+            cb.on_checkpoint(path)
 
     def resume(self, state: dict[str, Any] | None = None) -> bool:
         """Continue from ``state``, else from the newest local checkpoint; False if none."""

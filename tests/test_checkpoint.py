@@ -14,6 +14,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from fedcore import checkpoint
+from fedcore.callbacks import Callback
 from fedcore.config import load_config, project_root
 from fedcore.simulation import Simulation
 from fedcore.tracking.runner import run_tracked
@@ -23,21 +24,15 @@ FAST = ["model.name=mlp", "dataset.num_clients=6", "clients_per_round=3", "local
 TIMING = "agg/seconds"  # wall-clock, the one metric that differs between any two runs
 
 
-class StopAt:
+class StopAt(Callback):
     """Interrupts the loop after round ``r`` was reported (before its checkpoint is written)."""
 
     def __init__(self, r: int) -> None:
         self.r = r
 
-    def on_run_start(self, sim):
-        pass
-
     def on_round_end(self, round, metrics, clients):
         if round == self.r:
             raise KeyboardInterrupt(f"stopped at round {round}")
-
-    def on_run_end(self, result):
-        pass
 
 
 def _numbers(history):
@@ -100,7 +95,7 @@ def test_checkpoint_round_trip_with_weights_only(tmp_path):
 
 @pytest.mark.parametrize(("method", "engine"), [
     ("fedavgm", "sequential"), ("ef_topk", "sequential"), ("ditto", "sequential"),
-    ("fedprox", "vectorised"),
+    ("fedprox", "vectorised"), ("moon", "vectorised"), ("ditto", "vectorised"),
 ])
 @pytest.mark.slow
 def test_resume_after_interruption_is_bit_identical(tmp_path, method, engine):
@@ -170,15 +165,9 @@ def test_resume_from_mlflow_artifact_when_local_folder_is_gone(tracking, tmp_pat
         run_tracked(cfg, callbacks=[StopAt(3)])
     checkpoint.remove(checkpoint.run_folder(cfg))
 
-    class Seen:
+    class Seen(Callback):
         def on_run_start(self, sim):
             self.start = sim.round
-
-        def on_round_end(self, round, metrics, clients):
-            pass
-
-        def on_run_end(self, result):
-            pass
 
     seen = Seen()
     _, result = run_tracked(cfg, callbacks=[seen])
@@ -229,3 +218,95 @@ def test_sigkill_then_rerun_gives_identical_final_metrics(tracking, tmp_path):
         (h["round"], h["test/accuracy"]) for h in reference.history
     ]
     assert not checkpoint.run_folder(cfg).exists()
+
+
+def _old_checkpoint(tmp_path, cfg) -> Path:
+    """Round 1's checkpoint as fedcore wrote it before round protocol v2: no bytes_down_total,
+    the aggregator's and compressor's last metrics beside their states."""
+    sim = Simulation(cfg)
+    sim.run_round(1)
+    sim.round = 1
+    state = sim.state_dict()
+    del state["bytes_down_total"]
+    state.update(aggregator_last={"metrics": {}, "client_stats": None}, compressor={},
+                 compressor_last_metrics={})
+    return checkpoint.save(state, checkpoint.run_folder(cfg), 1)
+
+
+def test_resuming_a_checkpoint_of_the_old_shape_is_a_one_line_error_before_compute(tmp_path):
+    cfg = _cfg(tmp_path, "fedavg", "rounds=3", "checkpoint_every=1")
+    path = _old_checkpoint(tmp_path, cfg)
+    sim = Simulation(cfg)
+    start = sim.params.clone()
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        sim.resume()
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"checkpoint {path} cannot be resumed: it lacks bytes_down_total")
+    assert f"delete the folder {path.parent} and rerun" in msg
+    assert sim.round == 0 and torch.equal(sim.params, start) and not sim.history
+
+
+@pytest.mark.slow
+def test_fedcore_run_on_an_old_checkpoint_exits_2_with_the_file_and_the_fix(
+    tmp_path, tracking, capsys
+):
+    from fedcore.cli import main
+
+    over = [*FAST, "method=fedavg", "rounds=3", "checkpoint_every=1",
+            f"checkpoint_dir={tmp_path / 'ck'}"]
+    path = _old_checkpoint(tmp_path, load_config(None, over))
+    assert main(["run", *over]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"fedcore: error: checkpoint {path} cannot be resumed: it lacks "
+                          "bytes_down_total")
+    assert "delete the folder" in err
+    checkpoint.remove(path.parent)  # the fix the line names: the rerun starts from round 1
+    assert main(["run", *over]) == 0
+
+
+class _Seen(Callback):
+    """Overrides only the checkpoint report; the other hooks are the base's no-ops."""
+
+    def __init__(self) -> None:
+        self.paths: list[Path] = []
+
+    def on_checkpoint(self, path: Path) -> None:
+        self.paths.append(Path(path))
+
+
+def test_callbacks_get_every_report_from_the_explicit_protocol(tmp_path):
+    cfg = _cfg(tmp_path, "fedavg", "rounds=2", "checkpoint_every=1")
+    seen = _Seen()
+    Simulation(cfg, [seen]).run()
+    assert [p.name for p in seen.paths] == ["round-000001.pt", "round-000002.pt"]
+
+    class Duck:  # the loop's methods, but not a Callback
+        def on_run_start(self, sim):
+            raise AssertionError("not reached")
+
+    with pytest.raises(TypeError, match="Duck is not a fedcore.callbacks.Callback"):
+        Simulation(cfg, [Duck()]).run()
+
+
+@pytest.mark.slow
+def test_an_old_checkpoint_uploaded_to_mlflow_names_its_run_and_the_fix(tracking, tmp_path):
+    """The fallback copy (``checkpoint/checkpoint.pt`` of the unfinished run) of the old shape."""
+    cfg = _cfg(tmp_path, "fedavg", "rounds=3", "checkpoint_every=1")
+    with pytest.raises(KeyboardInterrupt):
+        run_tracked(cfg, callbacks=[StopAt(2)])  # an unfinished run with round 1 uploaded
+    old = _old_checkpoint(tmp_path, cfg)
+    upload = tmp_path / "up" / "checkpoint.pt"
+    upload.parent.mkdir()
+    upload.write_bytes(old.read_bytes())
+    client = MlflowClient(tracking.tracking_uri)
+    exp = client.get_experiment_by_name(tracking.experiment).experiment_id
+    (run,) = client.search_runs([exp], f"tags.config_hash = '{cfg.config_hash()}'")
+    client.log_artifact(run.info.run_id, str(upload), "checkpoint")  # replaces the new-shape one
+    checkpoint.remove(checkpoint.run_folder(cfg))
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        run_tracked(cfg)
+    msg = str(err.value)
+    assert "\n" not in msg and "lacks bytes_down_total" in msg
+    assert f"checkpoint/checkpoint.pt of MLflow run {run.info.run_id}" in msg
+    assert f"mlflow runs delete --run-id {run.info.run_id}" in msg

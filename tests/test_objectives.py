@@ -8,6 +8,7 @@ import torch
 from fedcore import clients
 from fedcore.clients import ClientData, LocalContext, LocalSchedule
 from fedcore.clients._tuplets import quadruplet_loss, sample_tuplets, triplet_loss
+from fedcore.clients.base import frozen_copy
 from fedcore.clients.moon import moon_contrastive
 from fedcore.clients.supconfl import supcon_loss
 from fedcore.config import load_config
@@ -199,10 +200,11 @@ def test_moon_uses_the_previous_local_model_of_the_same_client():
     seen = []
     original = algo.loss
 
-    def spy(model, x, y, ctx):
-        if algo._prev is not None and not seen:
-            seen.append((ctx.data.client_id, _flat(algo._prev), _flat(algo._glob)))
-        return original(model, x, y, ctx)
+    def spy(model, x, y, ctx, mask=None):
+        if "prev" in ctx.frozen and not seen:
+            seen.append((ctx.data.client_id, _flat(ctx.frozen["prev"]),
+                         _flat(ctx.frozen["global"])))
+        return original(model, x, y, ctx, mask)
 
     algo.loss = spy
     sim.params = sim.params + 0.0
@@ -318,7 +320,8 @@ def test_moon_positive_is_the_global_model_and_negative_the_previous_local_model
     ctx = _ctx(y, model, state={"moon_prev": prev, "moon_prev_buffers": {}})
     ctx.global_params = flat_params(model) + 0.2 * torch.randn(prev.numel())
     algo = clients.build({"algorithm": "moon", "mu": 2.0, "temperature": 0.5, "out_dim": 8})
-    algo.begin_training(model, ctx)
+    frozen = algo.frozen_models(ctx)
+    ctx.frozen = {name: frozen_copy(model, p, b) for name, (p, b) in frozen.items()}
     x = ctx.data.x_train
     got = algo.loss(model, x, y, ctx)
 

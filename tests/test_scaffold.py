@@ -126,10 +126,6 @@ def test_option2_control_is_the_mean_raw_gradient_along_the_path():
         def loss(self, model, x, y, ctx):
             return 0.5 * (a * (model.w - b).pow(2)).sum() + 0.1 * (model.w * x.sum()).sum()
 
-        def after_backward(self, params, ctx):
-            self.raw.append(params[0].grad.clone() + ctx.schedule.weight_decay * params[0].detach())
-            super().after_backward(params, ctx)
-
     class W(nn.Module):
         def __init__(self):
             super().__init__()
@@ -142,7 +138,9 @@ def test_option2_control_is_the_mean_raw_gradient_along_the_path():
     sched = LocalSchedule(steps=5, batch_size=4, lr=0.05, weight_decay=0.01)
     state = {CONTROL: torch.randn(4, dtype=torch.float64, generator=gen)}
     c = torch.randn(4, dtype=torch.float64, generator=gen)
-    client.raw = []
+    client.raw = []  # each step's raw gradient, recorded by backward before the SGD step
+    wd = sched.weight_decay
+    model.w.register_hook(lambda g: client.raw.append(g.clone() + wd * model.w.detach()))
     ctx = LocalContext(model, torch.randn(4, dtype=torch.float64, generator=gen), {}, layout, cd,
                        sched, state, torch.Generator().manual_seed(1), 1,
                        server_payload={"c": c})

@@ -25,17 +25,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 KILLED_RUN = textwrap.dedent("""
     import os, signal, sys
+    from fedcore.callbacks import Callback
     from fedcore.config import load_config
     from fedcore.tracking.runner import run_tracked
 
     KILL_AT = int(sys.argv[1])
 
-    class KillAt:
-        def on_run_start(self, sim): pass
+    class KillAt(Callback):
         def on_round_end(self, round, metrics, clients):
             if round == KILL_AT:  # SIGKILL: no handler, no flush, no atexit
                 os.kill(os.getpid(), signal.SIGKILL)
-        def on_run_end(self, result): pass
 
     cfg = load_config(None, ["rounds=12", "model.name=mlp", "dataset.num_clients=6",
                              "clients_per_round=3", "local.epochs=1"])

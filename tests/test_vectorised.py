@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -145,11 +146,23 @@ def test_end_to_end_metrics_match_and_vectorised_is_deterministic():
             k: v for k, v in hc.items() if k != "agg/seconds"}
 
 
+@pytest.fixture
+def moon_not_vectorisable(monkeypatch):
+    """MOON as an objective without a vectorised form (every shipped objective has one)."""
+    from fedcore.clients.moon import MoonClient
+
+    monkeypatch.setattr(MoonClient, "vectorisable", False)
+    monkeypatch.setattr(MoonClient, "not_vectorised", "its loss reads per-client host state",
+                        raising=False)
+
+
 @pytest.mark.parametrize("over, key", [
     (["model.name=resnet20", "model.norm=batch"], "model.norm='batch'"),
     (["method=moon"], "method.client.algorithm='moon'"),
 ])
-def test_explicit_vectorised_with_unsupported_setting_is_a_one_line_config_error(over, key):
+def test_explicit_vectorised_with_unsupported_setting_is_a_one_line_config_error(
+    over, key, moon_not_vectorisable
+):
     with pytest.raises(ConfigError) as err:
         load_config(None, [*over, "engine.backend=vectorised"])
     msg = str(err.value)
@@ -157,15 +170,23 @@ def test_explicit_vectorised_with_unsupported_setting_is_a_one_line_config_error
     assert "allowed:" in msg
 
 
-def test_auto_falls_back_with_a_reason_and_picks_vectorised_where_supported():
-    assert choose_engine(load_config(None, ["method=ditto"]))[0] == "sequential"
+def test_auto_falls_back_with_a_reason_and_picks_vectorised_where_supported(monkeypatch):
+    for method in ("moon", "ditto"):
+        assert choose_engine(load_config(None, [f"method={method}"]))[0] == "vectorised"
     name, reason = choose_engine(load_config(None, ["model.name=resnet20", "model.norm=batch"]))
     assert name == "sequential" and "BatchNorm" in reason
     assert choose_engine(load_config(None, ["model.name=resnet20", "model.norm=group"]))[0] == (
         "vectorised")
+    moon = Simulation(load_config(None, [*TINY, "method=moon", "engine=vectorised"]))
+    assert moon.engine_name == "vectorised"
+    from fedcore.clients.moon import MoonClient
+
+    monkeypatch.setattr(MoonClient, "vectorisable", False)
+    monkeypatch.setattr(MoonClient, "not_vectorised", "its loss reads per-client host state",
+                        raising=False)
     sim = Simulation(load_config(None, [*TINY, "method=moon"]))
     assert sim.engine_name == "sequential" and "moon" in sim.engine_reason
-    assert "frozen previous model" in sim.engine_reason  # the objective's own reason
+    assert "per-client host state" in sim.engine_reason  # the objective's own reason
     cpu = Simulation(load_config(None, [*TINY, "device=cpu"]))  # auto: vectorised on CUDA only
     assert cpu.engine_name == "sequential" and "auto on cpu" in cpu.engine_reason
     forced = Simulation(load_config(None, [*TINY, "device=cpu", "engine=vectorised"]))
@@ -175,7 +196,7 @@ def test_auto_falls_back_with_a_reason_and_picks_vectorised_where_supported():
 
 
 @pytest.mark.slow
-def test_engine_and_fallback_reason_are_recorded_as_mlflow_tags(tracking):
+def test_engine_and_fallback_reason_are_recorded_as_mlflow_tags(tracking, moon_not_vectorisable):
     run_id, _ = run_tracked(load_config(None, [*TINY, "rounds=1", "method=moon"]))
     tags = MlflowClient(tracking.tracking_uri).get_run(run_id).data.tags
     assert tags["engine"] == "sequential" and "moon" in tags["engine_reason"]
@@ -266,3 +287,87 @@ def test_control_variate_clients_vectorise_exactly(method):
         assert torch.allclose(vec[c].delta, seq[c].delta, rtol=0, atol=1e-12)
         for name, v in seq[c].extras.items():
             assert torch.allclose(vec[c].extras[name], v, rtol=0, atol=1e-12), name
+
+
+def _float64_sims(over: list[str], engines=("sequential", "vectorised")) -> dict[str, Simulation]:
+    """One float64 simulation per engine (the digits cast to float64): nothing flips."""
+    sims = {}
+    for name in engines:
+        sim = Simulation(load_config(None, [*over, f"engine={name}"]))
+        assert sim.engine_name == name
+        for c in sim.data.clients:
+            c.x_train, c.x_test = c.x_train.double(), c.x_test.double()
+        sims[name] = sim
+    return sims
+
+
+@pytest.mark.parametrize("model", [
+    "mlp", pytest.param("cnn", marks=pytest.mark.slow),  # the CNN has dropout
+])
+def test_moon_vectorises_exactly_over_rounds(model, caplog):
+    """MOON's shared global model and per-client stacked previous models: three rounds (first
+    participants beside returning ones) equal the sequential engine in float64, global model
+    and every client's previous model."""
+    over = [o for o in SKEWED if o != "engine=sequential"]
+    over += [f"model.name={model}", "method=moon", "method.client.out_dim=16",
+             "method.client.mu=2.0", "local.steps=4"]
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        sims = _float64_sims(over)
+        seq, vec = sims["sequential"], sims["vectorised"]
+        groups = []
+        with caplog.at_level("INFO", logger="fedcore"):
+            for r in (1, 2, 3):
+                seq.run_round(r)
+                vec.run_round(r)
+                groups.append(len(vec.engine.last_chunks))
+                assert torch.allclose(vec.params, seq.params, rtol=0, atol=1e-12), r
+    finally:
+        torch.set_default_dtype(default)
+    assert "training sequentially" not in caplog.text
+    assert groups[0] == 1 and max(groups) == 2  # first-timers (CE only) train apart
+    assert not torch.allclose(seq.params, vec.params.new_zeros(()), atol=1e-3)
+    for k in range(6):
+        if "moon_prev" in seq.store[k]:
+            want = seq.store[k]["moon_prev"]
+            assert torch.allclose(vec.store[k]["moon_prev"], want, rtol=0, atol=1e-12), k
+
+
+@pytest.mark.parametrize("model, inner", [
+    ("mlp", []),
+    pytest.param("cnn", [], marks=pytest.mark.slow),  # the CNN has dropout
+    pytest.param("mlp", ["method.client.inner={algorithm: moon, out_dim: 16}"],
+                 marks=pytest.mark.slow),  # MOON's frozen models inside Ditto
+])
+def test_ditto_vectorises_exactly_with_its_personal_models(model, inner, caplog):
+    """Ditto's personal models, stacked per client and pulled to theta_t through the shared
+    SGD (momentum, weight decay): three rounds equal the sequential engine in float64, the
+    global model, every personal model and the personal accuracies."""
+    over = [o for o in SKEWED if o != "engine=sequential"]
+    over += [f"model.name={model}", "method=ditto", "method.client.lam=0.5",
+             "method.client.personal_lr=0.03", "method.client.personal_steps=5", "local.steps=4",
+             *inner]
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        sims = _float64_sims(over)
+        seq, vec = sims["sequential"], sims["vectorised"]
+        with caplog.at_level("INFO", logger="fedcore"):
+            for r in (1, 2, 3):
+                seq.run_round(r)
+                vec.run_round(r)
+                assert sum(vec.engine.last_chunks) == 8  # global models, then personal ones
+                assert torch.allclose(vec.params, seq.params, rtol=0, atol=1e-12), r
+        personal = {name: s.client_algo.evaluate_clients(s.round_context(3))["personal_accuracy"]
+                    for name, s in sims.items()}
+    finally:
+        torch.set_default_dtype(default)
+    assert "training sequentially" not in caplog.text
+    trained = [k for k in range(6) if "ditto_personal" in seq.store[k]]
+    assert len(trained) == 6
+    for k in trained:
+        want = seq.store[k]["ditto_personal"]
+        assert not torch.allclose(want, seq.params, atol=1e-3)
+        assert torch.allclose(vec.store[k]["ditto_personal"], want, rtol=0, atol=1e-12), k
+    assert np.array_equal(personal["vectorised"], personal["sequential"], equal_nan=True)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import copy
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -37,6 +38,9 @@ class ClientData:
         return int(self.y_train.shape[0])
 
 
+FrozenParams = tuple[torch.Tensor, dict[str, torch.Tensor]]  # flat params, buffers
+
+
 @dataclass(frozen=True)
 class LocalSchedule:
     """How long and how fast a client trains in one round (the ``local`` config block)."""
@@ -66,6 +70,9 @@ class LocalContext:
     start_params: torch.Tensor | None = None  # where SGD starts (step-ahead EF); None: global
     server_payload: Mapping[str, torch.Tensor] = field(default_factory=dict)  # the downlink
     seed: int = 0  # the experiment seed (FedOUI's probe seed)
+    # The objective's ``frozen_models`` while it trains, set by the engine: gradient-free models
+    # in eval mode with the model API (``model(x)``, ``embedding``, ``head``).
+    frozen: Mapping[str, nn.Module] = field(default_factory=dict)
 
     def global_tensors(self) -> list[torch.Tensor]:
         """The global parameters as views shaped like ``model.parameters()``, in order."""
@@ -98,6 +105,22 @@ def cross_entropy(
     if mask is None:
         return nn.functional.cross_entropy(logits, y)
     return batch_mean(nn.functional.cross_entropy(logits, y, reduction="none"), mask.rows)
+
+
+@dataclass
+class PersonalTraining:
+    """A client's second model, trained after its global update (Ditto's v_k): the one
+    definition both engines execute. SGD from ``start`` over ``batches`` with ``schedule`` on
+    ``loss``, pulled to the round's global model by the shared SGD's proximal term
+    ``mu (v - theta_t)``; ``keep(state, params, buffers)`` stores the result."""
+
+    start: torch.Tensor
+    buffers: dict[str, torch.Tensor]
+    schedule: LocalSchedule
+    batches: list[torch.Tensor]
+    mu: float
+    loss: Callable[..., torch.Tensor]  # (model, x, y, ctx, mask=None), as ClientAlgorithm.loss
+    keep: Callable[[dict[str, Any], torch.Tensor, dict[str, torch.Tensor]], None]
 
 
 @dataclass
@@ -151,6 +174,21 @@ class ClientAlgorithm:
     def __init__(self, hparams: HParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()
 
+    def not_vectorised_reason(self) -> str | None:
+        """Why this objective (with its hparams) trains sequentially; None: it vectorises."""
+        return None if self.vectorisable else self.not_vectorised
+
+    @property
+    def global_objective(self) -> ClientAlgorithm:
+        """The objective whose local training gives the global update (Ditto: its ``inner``);
+        the vectorised engine runs its loss, batches and hooks."""
+        return self
+
+    def personal_training(self, ctx: LocalContext) -> PersonalTraining | None:
+        """This client's personal-model training after the global update (drawing its batches
+        from ``ctx.generator``); None: no personal model (every objective but Ditto)."""
+        return None
+
     def loss(
         self,
         model: nn.Module,
@@ -177,19 +215,25 @@ class ClientAlgorithm:
         """Complete the update after training, in both engines (extra uplink vectors, state
         to commit); ``ctx.model`` may be used as scratch."""
 
-    def after_backward(self, params: list[torch.Tensor], ctx: LocalContext) -> None:
-        """Hook between backward and the optimiser step (SCAFFOLD's drift correction);
-        sequential engine only."""
-
     def batches(self, ctx: LocalContext) -> Iterator[torch.Tensor]:
         """Index batches into the client's train split (FedQuad yields quadruplet batches)."""
         return minibatches(ctx.data.num_train, ctx.schedule, ctx.generator)
 
-    def begin_training(self, model: nn.Module, ctx: LocalContext) -> None:
-        """Hook after the global model is loaded, before the first step (MOON's frozen copies)."""
+    def frozen_models(self, ctx: LocalContext) -> dict[str, FrozenParams]:
+        """Named models the loss evaluates beside the one it trains (MOON: the round's global
+        model and the client's previous local model), as (flat params, buffers).
+
+        Both engines hand them to ``loss`` as ``ctx.frozen[name]``, gradient-free and in eval
+        mode: the sequential engine as module copies, the vectorised one as functional views,
+        where params that are the round's ``ctx.global_params`` (the same tensor for every
+        client) are shared and all others are stacked per client. Clients with different
+        names train in different vectorised chunks.
+        """
+        return {}
 
     def end_training(self, model: nn.Module, ctx: LocalContext, stats: dict[str, float]) -> None:
-        """Hook after the last step, before the delta is taken; may add to ``stats``.
+        """Hook after the last step, before the delta is taken, with ``model`` holding the
+        client's local model (both engines); may add to ``stats``.
 
         Stats keys with a ``/`` become round metrics (``fedcore.metrics.client_stat_metrics``).
         """
@@ -246,7 +290,9 @@ class ClientAlgorithm:
         device = data.x_train.device
         loss_sum = torch.zeros((), device=device)
         seen, steps = 0, 0
-        self.begin_training(model, ctx)
+        ctx.frozen = {
+            name: frozen_copy(model, p, b) for name, (p, b) in self.frozen_models(ctx).items()
+        }
         for idx in self.batches(ctx):
             idx = idx.to(device)
             x, y = data.x_train[idx], data.y_train[idx]
@@ -254,11 +300,11 @@ class ClientAlgorithm:
                 p.grad = None
             loss = self.loss(model, x, y, ctx)
             loss.backward()
-            self.after_backward(params, ctx)
             sgd_step(params, [p.grad for p in params], buffers, sched, mu, anchors, shifts)
             loss_sum += loss.detach() * len(idx)
             seen += len(idx)
             steps += 1
+        ctx.frozen = {}
         stats["num_steps"] = float(steps)
         self.end_training(model, ctx, stats)
         for key, fn in _extras().AFTER_TRAINING.items():
@@ -281,7 +327,40 @@ class ClientAlgorithm:
         return update
 
 
+def frozen_copy(
+    model: nn.Module, params: torch.Tensor, buffers: dict[str, torch.Tensor]
+) -> nn.Module:
+    """An eval-mode, gradient-free copy of ``model`` holding ``params`` and ``buffers``."""
+    twin = copy.deepcopy(model)
+    load_flat_params(twin, params)
+    if buffers:
+        twin.load_state_dict(buffers, strict=False)
+    return twin.requires_grad_(False).eval()
+
+
 def _extras():
     from fedcore.clients import extras
 
     return extras
+
+
+def train_personal(ctx: LocalContext, plan: PersonalTraining) -> None:
+    """Run ``plan`` on ``ctx.model`` (the sequential engine) and keep the personal model."""
+    model, data = ctx.model, ctx.data
+    load_flat_params(model, plan.start)
+    if plan.buffers:
+        model.load_state_dict(plan.buffers, strict=False)
+    model.train()
+    weights = [p for p in model.parameters() if p.requires_grad]
+    momentum: list[torch.Tensor | None] = [None] * len(weights)
+    anchors = ctx.global_tensors() if plan.mu else None
+    for idx in plan.batches:
+        idx = idx.to(data.x_train.device)
+        for p in weights:
+            p.grad = None
+        plan.loss(model, data.x_train[idx], data.y_train[idx], ctx).backward()
+        sgd_step(weights, [p.grad for p in weights], momentum, plan.schedule, plan.mu, anchors)
+    buffers = {
+        k: v.detach().clone() for k, v in model.named_buffers() if v.dtype.is_floating_point
+    }
+    plan.keep(ctx.state, flat_params(model).clone(), buffers)

@@ -13,14 +13,17 @@ from torch import nn
 
 from fedcore.clients.base import (
     REGISTRY,
+    BatchMask,
     ClientAlgorithm,
     ClientUpdate,
     LocalContext,
+    PersonalTraining,
+    cross_entropy,
     minibatches,
     register,
+    train_personal,
 )
-from fedcore.clients.sgd import sgd_step
-from fedcore.layout import flat_params, load_flat_params
+from fedcore.layout import load_flat_params
 from fedcore.metrics import per_sample_eval
 from fedcore.registry import HParams
 
@@ -32,12 +35,10 @@ if TYPE_CHECKING:
 class DittoClient(ClientAlgorithm):
     """The global model trains with the ``inner`` objective (FedAvg by default) and is
     aggregated by any rule; then the personal model v_k (``state["ditto_personal"]``,
-    initialised from theta_t at the first participation) takes its own local steps."""
+    initialised from theta_t at the first participation) takes its own local steps
+    (``personal_training``; the vectorised engine stacks the personal models per client)."""
 
-    not_vectorised = (
-        "each client trains a second (personal) model after the global one, with an exact "
-        "proximal step per iteration; the engine vmaps one model per client"
-    )
+    vectorisable = True  # when the inner objective is (``not_vectorised_reason``)
 
     class HParams(HParams):
         lam: float = Field(0.1, ge=0.0)
@@ -62,6 +63,14 @@ class DittoClient(ClientAlgorithm):
         self.inner = REGISTRY.build(self.hp.inner)
 
     personalized = True
+
+    def not_vectorised_reason(self) -> str | None:
+        reason = self.inner.not_vectorised_reason()
+        return None if reason is None else f"its inner objective {self.inner.name}: {reason}"
+
+    @property
+    def global_objective(self) -> ClientAlgorithm:
+        return self.inner
 
     @property
     def projection_dim(self) -> int | None:
@@ -104,30 +113,37 @@ class DittoClient(ClientAlgorithm):
         return update
 
     def train_personal(self, ctx: LocalContext) -> None:
-        """v_k <- v_k - eta_p (grad F_k(v_k) + lam (v_k - theta_t)), the lam-term inside the
-        gradient so momentum and weight decay act on it as on grad F_k (easyFL's ditto)."""
-        model, data, sched = ctx.model, ctx.data, ctx.schedule
+        """The personal model's steps on ``ctx.model`` (the sequential engine)."""
+        train_personal(ctx, self.personal_training(ctx))
+
+    def personal_training(self, ctx: LocalContext) -> PersonalTraining:
+        """v_k <- v_k - eta_p (grad F_k(v_k) + lam (v_k - theta_t)) on CE, the lam-term as the
+        shared SGD's proximal term, so momentum and weight decay act on it as on grad F_k
+        (easyFL's ditto); its batches are drawn now, after the global model's."""
         own = self.personal_params(ctx.state)
         params, buffers = own if own is not None else (ctx.global_params, ctx.global_buffers)
-        load_flat_params(model, params)
-        if buffers:
-            model.load_state_dict(buffers, strict=False)
-        model.train()
-        lr = self.hp.personal_lr if self.hp.personal_lr is not None else sched.lr
-        sched = replace(sched, lr=lr)
+        lr = self.hp.personal_lr if self.hp.personal_lr is not None else ctx.schedule.lr
+        sched = replace(ctx.schedule, lr=lr)
         if self.hp.personal_steps is not None:
             sched = replace(sched, steps=self.hp.personal_steps)
-        weights = [p for p in model.parameters() if p.requires_grad]
-        buffers_m: list[torch.Tensor | None] = [None] * len(weights)
-        anchors = ctx.global_tensors()
-        for idx in minibatches(data.num_train, sched, ctx.generator):
-            idx = idx.to(data.x_train.device)
-            for p in weights:
-                p.grad = None
-            nn.functional.cross_entropy(model(data.x_train[idx]), data.y_train[idx]).backward()
-            # the shared SGD with the lam-term as its proximal term (fedcore/clients/sgd.py)
-            sgd_step(weights, [p.grad for p in weights], buffers_m, sched, self.hp.lam, anchors)
-        ctx.state["ditto_personal"] = flat_params(model).clone()
-        ctx.state["ditto_personal_buffers"] = {
-            k: v.detach().clone() for k, v in model.named_buffers() if v.dtype.is_floating_point
-        }
+        batches = list(minibatches(ctx.data.num_train, sched, ctx.generator))
+        return PersonalTraining(params, buffers, sched, batches, self.hp.lam,
+                                self.personal_loss, self.keep_personal)
+
+    def personal_loss(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        ctx: LocalContext,
+        mask: BatchMask | None = None,
+    ) -> torch.Tensor:
+        """F_k of the personal model: cross-entropy (over the real rows when masked)."""
+        return cross_entropy(model(x), y, mask)
+
+    @staticmethod
+    def keep_personal(
+        state: dict[str, Any], params: torch.Tensor, buffers: dict[str, torch.Tensor]
+    ) -> None:
+        state["ditto_personal"] = params
+        state["ditto_personal_buffers"] = buffers

@@ -43,8 +43,8 @@ def vectorised_blocker(cfg: ExperimentConfig) -> str | None:
 
     algo = cfg.method.client.get("algorithm")
     allowed = vectorised_clients()
-    if algo not in allowed:
-        why = REGISTRY.get(algo).not_vectorised if algo in REGISTRY.names() else "unknown"
+    why = REGISTRY.build(cfg.method.client).not_vectorised_reason()
+    if why is not None:
         return (
             f"method.client.algorithm={algo!r} is not vectorised ({why}); "
             f"allowed: {', '.join(allowed)}"

@@ -7,6 +7,11 @@ dropout masks and SGD steps of the sequential engine: batches come from its own 
 (``algo.batches``), dropout masks are drawn up front from its own seeded RNG stream in the order
 the sequential forward passes draw them, and a client that has run out of steps (or a row past
 a partial batch) is masked. The deltas are the rows of the m x d update matrix.
+
+Frozen models an objective evaluates beside the trained one (``ClientAlgorithm.frozen_models``,
+MOON's global and previous local model) are functional views in eval mode: the round's global
+parameters are shared by the chunk (not vmapped), every other frozen model is stacked per client
+and vmapped with the client.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +29,13 @@ from torch.func import functional_call, grad, vmap
 
 from fedcore.clients import ClientUpdate, LocalContext
 from fedcore.clients._tuplets import TupletClient
-from fedcore.clients.base import BatchMask, ClientAlgorithm
+from fedcore.clients.base import (
+    BatchMask,
+    ClientAlgorithm,
+    FrozenParams,
+    LocalSchedule,
+    PersonalTraining,
+)
 from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
 from fedcore.clients.sgd import sgd_step
 from fedcore.engines import sequential
@@ -78,14 +90,17 @@ class _MaskedDropout(nn.Module):
         return x * self.feed.masks[self.slot]
 
 
-_HOOKS = ("local_update", "loss", "after_backward", "batches", "begin_training")
+_HOOKS = ("local_update", "loss", "batches", "frozen_models")
 
 
 def algo_blocker(algo: ClientAlgorithm) -> str | None:
     """Why ``algo`` (the object the loop holds) cannot be vectorised; None when it can."""
-    if not algo.vectorisable:
-        return f"client objective {type(algo).__name__} is not vectorised: {algo.not_vectorised}"
-    patched = [h for h in _HOOKS if h in vars(algo)]
+    reason = algo.not_vectorised_reason()
+    if reason is not None:
+        return f"client objective {type(algo).__name__} is not vectorised: {reason}"
+    patched = [h for h in _HOOKS for a in {algo, algo.global_objective} if h in vars(a)]
+    if "personal_training" in vars(algo):
+        patched.append("personal_training")
     if patched:
         return f"client objective has instance overrides of {', '.join(patched)}"
     return None
@@ -177,15 +192,38 @@ def _probe(model: nn.Module, in_shape: tuple[int, ...], device, hooks: list, bat
         model.train(was_training)
 
 
+@dataclass(frozen=True)
+class _Objective:
+    """What a chunk trains on: the loss, the SGD schedule, the pull mu to theta_t, the tuplet
+    size (the global model's objective, or a personal model's training)."""
+
+    loss: Callable[..., torch.Tensor]
+    schedule: LocalSchedule
+    mu: float
+    arity: int = 0
+
+
 @dataclass
 class _Client:
-    """One client's plan for the round: context, index batches, tuplet size, stats so far."""
+    """One client's training in the round: context, index batches, tuplet size, start, stats
+    so far, the frozen models its loss evaluates, its gradient shift, the batches whose dropout
+    draws come first (the global model's, before a personal model's) and its personal
+    training."""
 
     ctx: LocalContext
     batches: list[torch.Tensor]
     arity: int
     start: torch.Tensor
     stats: dict[str, float]
+    frozen: dict[str, FrozenParams]
+    shift: torch.Tensor | None = None
+    drawn_before: list[torch.Tensor] = field(default_factory=list)
+    personal: PersonalTraining | None = None
+
+    @property
+    def group(self) -> tuple[int, tuple[str, ...]]:
+        """Clients of one chunk share the tuplet size and the frozen models' names."""
+        return self.arity, tuple(sorted(self.frozen))
 
 
 class VectorisedEngine:
@@ -215,13 +253,16 @@ class VectorisedEngine:
         self.act_numel = _activation_numel(model, in_shape, device)
         self.in_numel = int(torch.Size(in_shape).numel())
         self.max_chunk = max_chunk
+        self._frozen_parts: _Parts | None = None  # an eval-mode copy for frozen models
         self.last_chunks: list[int] = []
         self.fallback_logged: str | None = None
 
     # -- planning ---------------------------------------------------------------------------
 
     def _plan(self, rc: RoundContext, cid: int) -> _Client:
-        algo = rc.client_algo
+        """The client's global-model training (its objective's), then its personal one's
+        batches, drawn from its generator in the sequential engine's order."""
+        algo = rc.client_algo.global_objective
         ctx = local_context(rc, cid)
         start = ctx.start_params if ctx.start_params is not None else ctx.global_params
         stats: dict[str, float] = {}
@@ -232,7 +273,9 @@ class VectorisedEngine:
                 stats[key] = BEFORE_TRAINING[key](rc.model, ctx)
         batches = [idx.to(torch.long) for idx in algo.batches(ctx)]
         arity = algo._current if isinstance(algo, TupletClient) else 0
-        return _Client(ctx, batches, arity, start, stats)
+        frozen, shift = algo.frozen_models(ctx), algo.gradient_shift(ctx)
+        personal = rc.client_algo.personal_training(ctx)
+        return _Client(ctx, batches, arity, start, stats, frozen, shift, personal=personal)
 
     def chunk_size(self, rc: RoundContext, clients: list[_Client]) -> int:
         """Clients per chunk: the configured cap, else what fits the memory budget."""
@@ -241,9 +284,10 @@ class VectorisedEngine:
         steps = max(len(c.batches) for c in clients)
         width = max((len(b) for c in clients for b in c.batches), default=1)
         drop = sum(int(torch.Size(d.shape).numel()) for d in self.dropouts)
+        frozen = len(clients[0].frozen)  # stacked params and forward activations of each
         per_client = 4 * (
-            6 * rc.layout.dim
-            + width * (3 * self.act_numel + 2 * self.in_numel)
+            (6 + frozen) * rc.layout.dim
+            + width * ((3 + frozen) * self.act_numel + 2 * self.in_numel)
             + steps * width * (drop + 3)
         )
         return max(1, int(_memory_budget(rc.device) // per_client))
@@ -265,24 +309,49 @@ class VectorisedEngine:
                 self.fallback_logged = blocker
             return sequential.train_round(rc, sampled, order)
         plans = [self._plan(rc, int(cid)) for cid in sampled]
-        groups: dict[int, list[_Client]] = {}
+        groups: dict[tuple[int, tuple[str, ...]], list[_Client]] = {}
         for plan in plans:
-            groups.setdefault(plan.arity, []).append(plan)
+            groups.setdefault(plan.group, []).append(plan)
         updates: dict[int, ClientUpdate] = {}
         self.last_chunks = []
-        for arity, members in groups.items():
-            members.sort(key=lambda c: -len(c.batches))  # finished clients drop off the end
-            size = self.chunk_size(rc, members)
-            for lo in range(0, len(members), size):
-                chunk = members[lo : lo + size]
-                self.last_chunks.append(len(chunk))
-                final, losses, steps = self._train_chunk(rc, chunk, arity)
+        obj = rc.client_algo.global_objective
+        for (arity, _), members in groups.items():
+            for chunk in self._chunks(rc, members):
+                objective = _Objective(obj.loss, rc.schedule, obj.proximal_mu, arity)
+                final, losses, steps = self._train_chunk(rc, chunk, objective)
                 deltas = final - rc.params  # the rows of the m x d update matrix
                 for i, plan in enumerate(chunk):
                     updates[plan.ctx.data.client_id] = self._finish(
                         rc, plan, final[i], deltas[i], losses[i], steps[i]
                     )
+        self._train_personal(rc, plans)
         return updates
+
+    def _chunks(self, rc: RoundContext, members: list[_Client]) -> list[list[_Client]]:
+        """``members`` longest first (finished clients drop off the end), in chunks that fit."""
+        members = sorted(members, key=lambda c: -len(c.batches))
+        size = self.chunk_size(rc, members)
+        chunks = [members[lo : lo + size] for lo in range(0, len(members), size)]
+        self.last_chunks.extend(len(c) for c in chunks)
+        return chunks
+
+    def _train_personal(self, rc: RoundContext, plans: list[_Client]) -> None:
+        """Personal models (Ditto's v_k), stacked per client, after every global update: each
+        client's own start, batches and pull to theta_t; its dropout draws follow its global
+        model's, as in the sequential engine."""
+        clients = [
+            _Client(p.ctx, p.personal.batches, 0, p.personal.start, {}, {},
+                    drawn_before=p.batches, personal=p.personal)
+            for p in plans
+            if p.personal is not None
+        ]
+        if not clients:
+            return
+        for chunk in self._chunks(rc, clients):
+            how = chunk[0].personal
+            final, _, _ = self._train_chunk(rc, chunk, _Objective(how.loss, how.schedule, how.mu))
+            for row, client in zip(final, chunk, strict=True):
+                how.keep(client.ctx.state, row.clone(), {})  # no buffers: the models have none
 
     def _tensors(self, rc: RoundContext, chunk: list[_Client], arity: int):
         """Padded per-step index, masks and dropout noise of a chunk, on the device."""
@@ -318,6 +387,9 @@ class VectorisedEngine:
                 seed = client_seed(rc, c.ctx.data.client_id)
                 with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=rng_devices(rc)):
                     seed_global_rng(rc, seed)
+                    for idx in c.drawn_before:  # the draws an earlier phase made
+                        for d in self.dropouts:
+                            F.dropout(torch.ones(len(idx), *d.shape, device=device), d.p, True)
                     for t, rows in enumerate(rows_of[i]):
                         rows = rows.to(device)
                         for k, d in enumerate(self.dropouts):
@@ -327,29 +399,39 @@ class VectorisedEngine:
         y = torch.cat([c.ctx.data.y_train for c in chunk])
         return (x, y, index.to(device), image_mask.to(device), tuplet_mask.to(device), noise)
 
-    def _train_chunk(self, rc: RoundContext, chunk: list[_Client], arity: int):
+    def _train_chunk(self, rc: RoundContext, chunk: list[_Client], objective: _Objective):
+        """Train ``chunk`` with ``objective``: (final params m x d, mean train losses, steps)."""
         device, m = rc.device, len(chunk)
-        sched = chunk[0].ctx.schedule
+        sched, arity = objective.schedule, objective.arity
         x_all, y_all, index, image_mask, tuplet_mask, noise = self._tensors(rc, chunk, arity)
         counts = [len(c.batches) for c in chunk]
         if counts != sorted(counts, reverse=True):
             raise ValueError("vectorised chunk: clients must come longest first (step count)")
-        algo, ctx = rc.client_algo, chunk[0].ctx  # vectorisable losses read no per-client ctx
+        algo = rc.client_algo.global_objective
+        ctx = chunk[0].ctx  # vectorisable losses read no per-client ctx
         if isinstance(algo, TupletClient):
             algo._current = arity
         feed, view = self.feed, self.view
+        shared, stacked = self._frozen_params(rc, chunk)
+        views = {name: FunctionalModel(self._frozen_view(rc)) for name in chunk[0].frozen}
+        for name, tensors in shared.items():
+            views[name].params = tensors
+        if views:
+            ctx = replace(ctx, frozen=views)
 
-        def one_client(params, x, y, img_mask, tup_mask, masks):
+        def one_client(params, x, y, img_mask, tup_mask, masks, frozen):
             feed.masks = masks
             view.params = params
+            for name, tensors in frozen.items():  # this client's row of each stacked model
+                views[name].params = tensors
             mask = BatchMask(img_mask, tup_mask if arity else None)
-            loss = algo.loss(view, x, y, ctx, mask)  # type: ignore[arg-type]
+            loss = objective.loss(view, x, y, ctx, mask)
             return loss, loss.detach()
 
         step_grad = vmap(grad(one_client, has_aux=True))
-        mu = algo.proximal_mu
+        mu = objective.mu
         anchors = [rc.params] if mu else None
-        shift_rows = [algo.gradient_shift(c.ctx) for c in chunk]
+        shift_rows = [c.shift for c in chunk]
         shift = None if shift_rows[0] is None else torch.stack(shift_rows).to(device)
         params = torch.stack([c.start for c in chunk]).to(device)
         buf: torch.Tensor | None = None  # momentum, rows = clients still training
@@ -358,10 +440,11 @@ class VectorisedEngine:
         for t in range(int(index.shape[0])):
             k = sum(n > t for n in counts)  # clients still training: a prefix (sorted)
             p, idx = params[:k], index[t, :k]
-            tensors = {f"m.{s.name}": p[:, s.start : s.stop].view(k, *s.shape) for s in self.slots}
+            tensors = self._views(p)
+            frozen = {name: self._views(f[:k]) for name, f in stacked.items()}
             grads, loss = step_grad(
                 tensors, x_all[idx], y_all[idx], image_mask[t, :k], tuplet_mask[t, :k],
-                tuple(n[t, :k] for n in noise),
+                tuple(n[t, :k] for n in noise), frozen,
             )
             g = torch.cat([grads[f"m.{s.name}"].reshape(k, -1) for s in self.slots], dim=1)
             bufs = [None if buf is None else buf[:k]]  # views: updated in place
@@ -372,7 +455,39 @@ class VectorisedEngine:
             loss_sum[:k] += loss * n
             seen[:k] += n
         feed.masks = ()
+        for v in views.values():
+            v.params = {}
         return params, loss_sum / seen.clamp_min(1.0), counts
+
+    def _views(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """functional_call's parameter dict of stacked flat params (k x d -> k x shape each)."""
+        k = rows.shape[0]
+        return {f"m.{s.name}": rows[:, s.start : s.stop].view(k, *s.shape) for s in self.slots}
+
+    def _frozen_view(self, rc: RoundContext) -> _Parts:
+        """The eval-mode, gradient-free model copy that frozen views call (made once)."""
+        if self._frozen_parts is None:
+            twin = copy.deepcopy(rc.model).requires_grad_(False).eval()
+            self._frozen_parts = _Parts(twin)
+        return self._frozen_parts
+
+    def _frozen_params(self, rc: RoundContext, chunk: list[_Client]):
+        """The chunk's frozen models: (shared parameter dicts, stacked m x d tensors) by name.
+
+        A frozen model whose params are the round's global params for every client is shared
+        (one copy, not vmapped); any other is stacked with one row per client.
+        """
+        shared: dict[str, dict[str, torch.Tensor]] = {}
+        stacked: dict[str, torch.Tensor] = {}
+        for name in chunk[0].frozen:
+            rows = [c.frozen[name][0] for c in chunk]
+            if all(r is rc.params for r in rows):
+                shared[name] = {
+                    f"m.{s.name}": rc.params[s.start : s.stop].view(s.shape) for s in self.slots
+                }
+            else:
+                stacked[name] = torch.stack(rows).to(rc.device)
+        return shared, stacked
 
     def _finish(
         self,
@@ -384,15 +499,13 @@ class VectorisedEngine:
         steps: int,
     ) -> ClientUpdate:
         """Stats of the trained client (hooks and extras on its local model), then the attack."""
-        ctx, algo, stats = plan.ctx, rc.client_algo, plan.stats
+        ctx, algo, stats = plan.ctx, rc.client_algo.global_objective, plan.stats
         stats["num_steps"] = float(steps)
-        after = [k for k in AFTER_TRAINING if k in ctx.needs]
-        if after:
-            load_flat_params(rc.model, final)
+        load_flat_params(rc.model, final)  # end_training and the extras see the local model
         if isinstance(algo, TupletClient):
             algo._current = plan.arity
         algo.end_training(rc.model, ctx, stats)
-        for key in after:
+        for key in (k for k in AFTER_TRAINING if k in ctx.needs):
             stats[key] = AFTER_TRAINING[key](rc.model, ctx, steps, algo)
         update = ClientUpdate(
             client_id=ctx.data.client_id,

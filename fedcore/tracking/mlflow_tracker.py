@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from fedcore import checkpoint
+from fedcore.callbacks import Callback
 from fedcore.env import configure_environment
 from fedcore.hparams import hparams_tags
 from fedcore.tracking.provenance import device_tags, provenance_tags
@@ -188,7 +189,7 @@ def run_tags(resolved: dict[str, Any], config_hash: str) -> dict[str, str]:
     }
 
 
-class MLflowTracker:
+class MLflowTracker(Callback):
     """Records params, tags, per-round metrics and artifacts of one run.
 
     Uses explicit run ids (no thread-local active run), so it works from worker threads and
@@ -326,7 +327,12 @@ class MLflowTracker:
                 local = self.client.download_artifacts(self.run_id, "checkpoint/checkpoint.pt", tmp)
             except Exception:  # noqa: BLE001  (no checkpoint was uploaded)
                 return None
-            return checkpoint.load(Path(local))
+            return checkpoint.load(
+                Path(local),
+                origin=f"checkpoint/checkpoint.pt of MLflow run {self.run_id}",
+                remedy=f"delete that run (mlflow runs delete --run-id {self.run_id}) and rerun "
+                "from round 1",
+            )
 
     def _start_system_metrics(self, device: Any) -> None:
         if not self.settings.system_metrics or self._system_metrics is not None:

@@ -5,21 +5,19 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 from sqlalchemy.exc import OperationalError
 
+from fedcore.callbacks import Callback
 from fedcore.config import ConfigError
 from fedcore.tracking import get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.links import run_url
 from fedcore.tracking.parents import log_source
 from fedcore.tracking.runner import run_tracked
 from fedcore.tuning.spec import Param, StudySpec
-
-if TYPE_CHECKING:
-    from fedcore.simulation import Simulation
 
 SQLITE_TIMEOUT_S = 600  # how long a process waits for another's write lock on a shared SQLite file
 RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
@@ -117,15 +115,12 @@ def suggest(trial: optuna.Trial, p: Param) -> Any:
     return trial.suggest_float(p.key, float(p.low), float(p.high), step=p.step, log=p.log)
 
 
-class PruningReporter:
+class PruningReporter(Callback):
     """Round-loop callback: reports the per-round metric to the trial and prunes on request."""
 
     def __init__(self, trial: optuna.Trial, metric: str) -> None:
         self.trial = trial
         self.metric = metric
-
-    def on_run_start(self, sim: Simulation) -> None:
-        pass
 
     def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:
         if self.metric not in metrics:
@@ -133,9 +128,6 @@ class PruningReporter:
         self.trial.report(float(metrics[self.metric]), round)
         if self.trial.should_prune():
             raise TrialPruned(f"pruned at round {round} ({self.metric}={metrics[self.metric]:.4f})")
-
-    def on_run_end(self, result: Any) -> None:
-        pass
 
 
 @dataclass(frozen=True)
