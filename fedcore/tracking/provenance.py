@@ -14,7 +14,11 @@ import sys
 from pathlib import Path
 
 import fedcore
+from fedcore.code_digest import code_digest
 
+CODE_DIGEST_TAG = "fedcore.code_digest"
+COMMIT_TAG = "mlflow.source.git.commit"
+DIRTY_TAG = "fedcore.git.dirty"
 SOURCE_TREE = Path(fedcore.__file__).resolve().parent.parent  # the checkout fedcore runs from
 
 
@@ -39,12 +43,29 @@ def git_state() -> dict[str, str]:
         return {}
     status = _git("status", "--porcelain", "--untracked-files=no", "--", "fedcore", "flows",
                   "configs", "pyproject.toml")
-    state = {"mlflow.source.git.commit": commit,
-             "fedcore.git.dirty": "unknown" if status is None else str(bool(status)).lower()}
+    state = {COMMIT_TAG: commit,
+             DIRTY_TAG: "unknown" if status is None else str(bool(status)).lower()}
     branch = _git("rev-parse", "--abbrev-ref", "HEAD")
     if branch and branch != "HEAD":
         state["mlflow.source.git.branch"] = branch
     return state
+
+
+def code_label(tags: dict[str, str]) -> str:
+    """Which code made a run, from its tags: ``commit abc1234, dirty`` (``no git commit``
+    outside a checkout; ``no code digest`` for a run recorded before digests existed)."""
+    commit = tags.get(COMMIT_TAG)
+    label = f"commit {commit[:7]}" if commit else "no git commit"
+    if tags.get(DIRTY_TAG) == "true":
+        label += ", dirty"
+    if not tags.get(CODE_DIGEST_TAG):
+        label += ", no code digest"
+    return label
+
+
+def current_code_label() -> str:
+    """:func:`code_label` of this process's code, with its digest."""
+    return f"code {code_digest()} ({code_label({**git_state(), CODE_DIGEST_TAG: code_digest()})})"
 
 
 def fedcore_version() -> str:
@@ -80,6 +101,7 @@ def _static_tags() -> dict[str, str]:
 
     tags = {
         **git_state(),
+        CODE_DIGEST_TAG: code_digest(),
         "mlflow.source.name": str(SOURCE_TREE),
         "mlflow.source.type": "LOCAL",
         "mlflow.user": _user(),
