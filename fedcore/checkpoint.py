@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedcore.code_digest import code_digest
+from fedcore import code_digest
 from fedcore.config import ExperimentConfig, project_root
 from fedcore.seeding import GLOBAL_RNG_LOCK
 
@@ -111,7 +111,7 @@ def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP) -> P
     path = folder / f"round-{round:06d}.pt"
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
     with open(tmp, "wb") as fh:
-        torch.save({"format": FORMAT, **encode(state), "code_digest": code_digest()}, fh)
+        torch.save({"format": FORMAT, **encode(state), "code_digest": code_digest.current()}, fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -132,7 +132,7 @@ def load(path: Path, map_location: str | torch.device | None = None) -> dict[str
 
 def same_code(state: dict[str, Any]) -> bool:
     """Whether a loaded checkpoint was written by the code of this process."""
-    return state.get("code_digest") == code_digest()
+    return state.get("code_digest") == code_digest.current()
 
 
 def latest(folder: Path) -> dict[str, Any] | None:
@@ -154,7 +154,8 @@ def latest(folder: Path) -> dict[str, Any] | None:
         stale.append((path, state.get("code_digest", "none")))
     if stale:
         log.warning("not resuming %s: written by other code (code digest %s, this code %s); "
-                    "deleted", ", ".join(p.name for p, _ in stale), stale[0][1], code_digest())
+                    "deleted", ", ".join(p.name for p, _ in stale), stale[0][1],
+                    code_digest.current())
         for path, _ in stale:
             path.unlink(missing_ok=True)
     return found

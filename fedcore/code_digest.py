@@ -55,6 +55,6 @@ def digest_of(root: Path, versions: dict[str, str]) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def code_digest() -> str:
+def current() -> str:
     """The digest of the code this process runs (computed once per process)."""
     return digest_of(Path(fedcore.__file__).resolve().parent.parent, library_versions())

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import fedcore
-from fedcore.code_digest import code_digest
+from fedcore import code_digest
 
 CODE_DIGEST_TAG = "fedcore.code_digest"
 COMMIT_TAG = "mlflow.source.git.commit"
@@ -65,7 +65,8 @@ def code_label(tags: dict[str, str]) -> str:
 
 def current_code_label() -> str:
     """:func:`code_label` of this process's code, with its digest."""
-    return f"code {code_digest()} ({code_label({**git_state(), CODE_DIGEST_TAG: code_digest()})})"
+    digest = code_digest.current()
+    return f"code {digest} ({code_label({**git_state(), CODE_DIGEST_TAG: digest})})"
 
 
 def fedcore_version() -> str:
@@ -101,7 +102,6 @@ def _static_tags() -> dict[str, str]:
 
     tags = {
         **git_state(),
-        CODE_DIGEST_TAG: code_digest(),
         "mlflow.source.name": str(SOURCE_TREE),
         "mlflow.source.type": "LOCAL",
         "mlflow.user": _user(),
@@ -116,7 +116,7 @@ def _static_tags() -> dict[str, str]:
 
 def provenance_tags() -> dict[str, str]:
     """Tags recording the code, libraries, host, user and Prefect flow run behind a run."""
-    tags = dict(_static_tags())
+    tags = {**_static_tags(), CODE_DIGEST_TAG: code_digest.current()}
     flow_run_id = prefect_flow_run_id()
     if flow_run_id:
         tags["fedcore.prefect_flow_run_id"] = flow_run_id

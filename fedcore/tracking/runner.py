@@ -9,8 +9,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from fedcore import checkpoint
-from fedcore.code_digest import code_digest
+from fedcore import checkpoint, code_digest
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData
 from fedcore.simulation import Callback, Result, Simulation
@@ -116,7 +115,7 @@ def unfinished_run(config_hash: str, settings: TrackingSettings | None = None) -
 
 def same_code(run: Any) -> bool:
     """Whether ``run`` was made by the code of this process (same code digest)."""
-    return run.data.tags.get(CODE_DIGEST_TAG) == code_digest()
+    return run.data.tags.get(CODE_DIGEST_TAG) == code_digest.current()
 
 
 def supersede(runs: list[Any], new_run_id: str, settings: TrackingSettings | None) -> None:
@@ -155,7 +154,7 @@ def finished_run(
     """The newest FINISHED run with this config hash made by this code (any code with
     ``any_code``), if any."""
     runs = runs_with_hash(config_hash, "= 'FINISHED'", 1, settings,
-                          code=None if any_code else code_digest())
+                          code=None if any_code else code_digest.current())
     return runs[0] if runs else None
 
 
