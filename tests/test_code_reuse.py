@@ -64,8 +64,10 @@ def test_digest_covers_the_sources_and_library_versions_only(tmp_path):
     aggregator.write_text(aggregator.read_text().removesuffix("\n# a change\n"))
     assert code_digest.digest_of(copy, versions) == code_digest.current()
     sweep = copy / "flows" / "sweep.py"
-    sweep.write_text(sweep.read_text().replace("retries=1", "retries=2"))
+    original = sweep.read_text()
+    sweep.write_text(original.replace("retries=1", "retries=2"))
     assert code_digest.digest_of(copy, versions) != code_digest.current()
+    sweep.write_text(original)
     sweep.rename(copy / "flows" / "sweep_moved.py")  # same bytes under another name
     assert code_digest.digest_of(copy, versions) != code_digest.current()
     assert code_digest.digest_of(ROOT, {**versions, "torch": "0.0"}) != code_digest.current()
