@@ -108,11 +108,6 @@ def unfinished_runs(config_hash: str, settings: TrackingSettings | None = None) 
     ]
 
 
-def unfinished_run(config_hash: str, settings: TrackingSettings | None = None) -> Any | None:
-    """The newest run of :func:`unfinished_runs` made by this code (the one a run resumes)."""
-    return next((r for r in unfinished_runs(config_hash, settings) if same_code(r)), None)
-
-
 def same_code(run: Any) -> bool:
     """Whether ``run`` was made by the code of this process (same code digest)."""
     return run.data.tags.get(CODE_DIGEST_TAG) == code_digest.current()
