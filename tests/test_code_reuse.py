@@ -203,7 +203,8 @@ def test_sweep_reruns_cells_of_other_code_and_reports_the_new_runs(
 
 
 @pytest.mark.slow
-def test_report_tables_this_codes_runs_and_warns_on_mixed_code(tracking, tmp_path, monkeypatch):
+def test_report_tables_this_codes_runs_and_warns_on_mixed_code(tracking, tmp_path, monkeypatch,
+                                                                 capsys):
     path = _sweep_file(tmp_path, seeds=(0, 1))
     spec = load_sweep(path)
     old = {}
@@ -234,3 +235,9 @@ def test_report_tables_this_codes_runs_and_warns_on_mixed_code(tracking, tmp_pat
     assert "1 by code 01dc0de00000" in md
     csv = pd.read_csv(tmp_path / "any" / "runs.csv", dtype=str, keep_default_na=False)
     assert list(csv["code_digest"]) == [code_digest.current(), "01dc0de00000"]
+
+    from fedcore.cli import main
+
+    capsys.readouterr()
+    assert main(["report", str(path), "--any-code", "--out", str(tmp_path / "cli")]) == 0
+    assert "2 versions of the code" in capsys.readouterr().out
