@@ -4,6 +4,10 @@ A checkpoint is a ``torch.save`` of dicts, lists, tuples, str/int/float/bool/Non
 only; numpy arrays and scalars are stored as tensors tagged ``{"__numpy__": tensor}`` (or plain
 Python numbers) and turned back on load. Loading uses ``torch.load(weights_only=True)``, which
 executes no code from the file.
+
+Every file records the code digest of the process that wrote it (``code_digest``,
+:mod:`fedcore.code_digest`); :func:`latest` resumes only a checkpoint of this code and deletes
+those of other code, so one run never mixes two versions of the code.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedcore import code_digest
 from fedcore.config import ConfigError, ExperimentConfig, project_root
 from fedcore.seeding import GLOBAL_RNG_LOCK
 
@@ -121,7 +126,7 @@ def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP) -> P
     path = folder / f"round-{round:06d}.pt"
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
     with open(tmp, "wb") as fh:
-        torch.save({"format": FORMAT, **encode(state)}, fh)
+        torch.save({"format": FORMAT, **encode(state), "code_digest": code_digest.current()}, fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -154,14 +159,35 @@ def load(
     return state
 
 
+def same_code(state: dict[str, Any]) -> bool:
+    """Whether a loaded checkpoint was written by the code of this process."""
+    return state.get("code_digest") == code_digest.current()
+
+
 def latest(folder: Path) -> dict[str, Any] | None:
-    """The newest checkpoint in ``folder`` that loads (an unreadable one falls back to older)."""
+    """The newest checkpoint in ``folder`` that loads and was written by this code (an
+    unreadable one falls back to older). Files of other code are deleted with one log line:
+    the run starts fresh instead of continuing another version's state (and its new files
+    are not pruned in favour of the old ones' higher rounds)."""
+    stale = []
+    found = None
     for path in reversed(checkpoint_files(folder)):
         try:
-            return load(path)
+            state = load(path)
         except Exception as exc:  # noqa: BLE001  (e.g. a truncated file: try the previous one)
             log.warning("checkpoint %s does not load (%s); trying an older one", path, exc)
-    return None
+            continue
+        if same_code(state):
+            found = state
+            break
+        stale.append((path, state.get("code_digest", "none")))
+    if stale:
+        log.warning("not resuming %s: written by other code (code digest %s, this code %s); "
+                    "deleted", ", ".join(p.name for p, _ in stale), stale[0][1],
+                    code_digest.current())
+        for path, _ in stale:
+            path.unlink(missing_ok=True)
+    return found
 
 
 def remove(folder: Path) -> None:

@@ -106,6 +106,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         rows = sweep(
             str(Path(args.sweep).resolve()), args.overrides, args.workers, runner=args.runner,
             dask_address=args.dask_address, cells_per_gpu=args.cells_per_gpu,
+            reuse_other_code=args.reuse_other_code,
         )
     print()
     print_table(
@@ -123,7 +124,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else project_root() / "reports" / spec.name
     try:
-        report = build_report(spec, out, parent_run_id=sweep_parent_run(spec))
+        report = build_report(spec, out, parent_run_id=sweep_parent_run(spec),
+                              any_code=args.any_code)
     except LookupError as exc:
         print(f"fedcore: error: {exc}", file=sys.stderr)
         return 1
@@ -235,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
         "--cells-per-gpu", type=int, default=1, metavar="N",
         help="cells allowed to share one GPU (default 1: each cell has its own GPU)",
     )
+    p_sweep.add_argument(
+        "--reuse-other-code", action="store_true",
+        help="also skip cells whose FINISHED run was made by other code (another code digest); "
+        "default: such cells run again (README 'Which code made a number')",
+    )
     p_sweep.set_defaults(func=cmd_sweep)
     p_report = sub.add_parser(
         "report", help="comparison table and plots of a sweep's finished runs", epilog=EPILOG
@@ -243,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     p_report.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                           help="the overrides the sweep was run with")
     p_report.add_argument("--out", help="output folder (default: reports/<sweep name>)")
+    p_report.add_argument(
+        "--any-code", action="store_true",
+        help="table the newest FINISHED run of each cell made by any code (default: only "
+        "runs made by this code, its code digest)",
+    )
     p_report.set_defaults(func=cmd_report)
     p_tune = sub.add_parser(
         "tune", help="run (or resume) an Optuna study; --best writes the tuned method YAML",

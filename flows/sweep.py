@@ -16,7 +16,7 @@ from fedcore.sweep import SweepSpec, load_sweep
 from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.mlflow_tracker import wait_for_runs
 from fedcore.tracking.parents import log_source, sweep_summary
-from fedcore.tracking.runner import finished_run, run_tracked
+from fedcore.tracking.runner import finished_run, other_code_note, run_tracked
 from flows.artifacts import publish_table
 from flows.runners import (
     GPU_TAG,
@@ -55,6 +55,7 @@ def simulate_cell(
     settings: TrackingSettings | None = None,
     cells_per_gpu: int = 1,
     finish_in_background: bool = False,
+    reuse_other_code: bool = False,
 ) -> dict[str, Any]:
     """Simulate one cell (its resolved config) as a child run of the sweep.
 
@@ -62,10 +63,11 @@ def simulate_cell(
     the same store; with GPUs the cell holds one device slot (``cuda:i``) while it runs. Cells
     of the same data share one loaded, partitioned dataset per process; with
     ``finish_in_background`` the run's end (figures, FINISHED) is written while the next cell
-    trains (the flow waits for it before it ends).
+    trains (the flow waits for it before it ends). A FINISHED run of the same config made by
+    the same code skips the cell (of any code with ``reuse_other_code``).
     """
     cfg = build_config(resolved)
-    done = finished_run(cfg.config_hash(), settings)
+    done = finished_run(cfg.config_hash(), settings, any_code=reuse_other_code)
     if done is not None:
         return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
     with pinned_device(cfg.device, cells_per_gpu) as device:
@@ -113,8 +115,12 @@ def sweep(
         str | None, Field(description="scheduler of an existing Dask cluster (runner=dask)")
     ] = None,
     cells_per_gpu: Annotated[int, Field(ge=1, description="cells sharing one GPU")] = 1,
+    reuse_other_code: Annotated[bool, Field(
+        description="skip cells with a FINISHED run made by other code too (default: only by "
+        "this code; README 'Which code made a number')")] = False,
 ) -> list[dict[str, Any]]:
-    """Run every cell of SWEEP_FILE; cells with a FINISHED run of the same config are skipped.
+    """Run every cell of SWEEP_FILE; cells with a FINISHED run of the same config made by the
+    same code (code digest) are skipped.
 
     Cells carry the ``gpu`` tag; without a Prefect server (Prefect's temporary one, or the one
     :func:`flows.server.prefect_api` started) the flow sizes that tag's limit itself
@@ -129,6 +135,7 @@ def sweep(
         dask_address: scheduler address of an existing Dask cluster (runner=dask); None starts
             a LocalCluster of ``max_workers`` single-threaded processes.
         cells_per_gpu: cells allowed to share one GPU.
+        reuse_other_code: also skip cells whose FINISHED run was made by other code.
     """
     check_runner(runner, max_workers, dask_address, cells_per_gpu)
     spec = load_sweep(sweep_file, parse_overrides(overrides or []))
@@ -136,6 +143,10 @@ def sweep(
     parent = parent_run(spec, settings)
     client = mlflow_client(settings)
     log_source(client, parent, sweep_file, list(overrides or []), "sweep.yaml")
+    note = other_code_note((c.config.config_hash() for c in spec.cells), settings,
+                           reused=reuse_other_code)
+    if note:
+        print(note)
     api_url = None
     if is_ephemeral() or owns_server():
         set_gpu_limit(gpu_slots(max_workers, cells_per_gpu))
@@ -159,6 +170,7 @@ def sweep(
                         "settings": settings,
                         "cells_per_gpu": cells_per_gpu,
                         "finish_in_background": runner == "thread",
+                        "reuse_other_code": reuse_other_code,
                     },
                 ),
             )

@@ -14,7 +14,11 @@ import sys
 from pathlib import Path
 
 import fedcore
+from fedcore import code_digest
 
+CODE_DIGEST_TAG = "fedcore.code_digest"
+COMMIT_TAG = "mlflow.source.git.commit"
+DIRTY_TAG = "fedcore.git.dirty"
 SOURCE_TREE = Path(fedcore.__file__).resolve().parent.parent  # the checkout fedcore runs from
 
 
@@ -39,12 +43,30 @@ def git_state() -> dict[str, str]:
         return {}
     status = _git("status", "--porcelain", "--untracked-files=no", "--", "fedcore", "flows",
                   "configs", "pyproject.toml")
-    state = {"mlflow.source.git.commit": commit,
-             "fedcore.git.dirty": "unknown" if status is None else str(bool(status)).lower()}
+    state = {COMMIT_TAG: commit,
+             DIRTY_TAG: "unknown" if status is None else str(bool(status)).lower()}
     branch = _git("rev-parse", "--abbrev-ref", "HEAD")
     if branch and branch != "HEAD":
         state["mlflow.source.git.branch"] = branch
     return state
+
+
+def code_label(tags: dict[str, str]) -> str:
+    """Which code made a run, from its tags: ``commit abc1234, dirty`` (``no git commit``
+    outside a checkout; ``no code digest`` for a run recorded before digests existed)."""
+    commit = tags.get(COMMIT_TAG)
+    label = f"commit {commit[:7]}" if commit else "no git commit"
+    if tags.get(DIRTY_TAG) == "true":
+        label += ", dirty"
+    if not tags.get(CODE_DIGEST_TAG):
+        label += ", no code digest"
+    return label
+
+
+def current_code_label() -> str:
+    """:func:`code_label` of this process's code, with its digest."""
+    digest = code_digest.current()
+    return f"code {digest} ({code_label({**git_state(), CODE_DIGEST_TAG: digest})})"
 
 
 def fedcore_version() -> str:
@@ -94,7 +116,7 @@ def _static_tags() -> dict[str, str]:
 
 def provenance_tags() -> dict[str, str]:
     """Tags recording the code, libraries, host, user and Prefect flow run behind a run."""
-    tags = dict(_static_tags())
+    tags = {**_static_tags(), CODE_DIGEST_TAG: code_digest.current()}
     flow_run_id = prefect_flow_run_id()
     if flow_run_id:
         tags["fedcore.prefect_flow_run_id"] = flow_run_id

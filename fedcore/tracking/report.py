@@ -15,7 +15,14 @@ from fedcore.sweep import SweepSpec
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
 from fedcore.tracking.parents import html_page, set_description
 from fedcore.tracking.plots import _pyplot, integer_ticks
-from fedcore.tracking.runner import finished_run
+from fedcore.tracking.provenance import (
+    CODE_DIGEST_TAG,
+    COMMIT_TAG,
+    DIRTY_TAG,
+    code_label,
+    current_code_label,
+)
+from fedcore.tracking.runner import finished_run, other_code_runs
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
 GROUP = ["method", "hparams", "dataset", "alpha"]
@@ -45,8 +52,12 @@ class Report:
     files: list[Path]
 
 
-def sweep_runs(spec: SweepSpec, settings: TrackingSettings | None = None) -> pd.DataFrame:
-    """The latest FINISHED run of every cell of ``spec`` (cells without one are left out).
+def sweep_runs(
+    spec: SweepSpec, settings: TrackingSettings | None = None, any_code: bool = False
+) -> pd.DataFrame:
+    """The latest FINISHED run made by this code (by any code with ``any_code``) of every cell
+    of ``spec`` (cells without one are left out), with the code that made it (``commit``,
+    ``dirty``, ``code_digest``).
 
     Rows keep the sweep's cell order within each (dataset, alpha).
     """
@@ -56,7 +67,7 @@ def sweep_runs(spec: SweepSpec, settings: TrackingSettings | None = None) -> pd.
                     {"dataset.name", "dataset.alpha"})
     rows: list[dict[str, Any]] = []
     for h, cell in cells.items():
-        run, cfg = finished_run(h, settings), cell.config
+        run, cfg = finished_run(h, settings, any_code=any_code), cell.config
         if run is None:
             continue
         row = {
@@ -69,6 +80,10 @@ def sweep_runs(spec: SweepSpec, settings: TrackingSettings | None = None) -> pd.
             "seed": cfg.seed,
             "compressor": cfg.method.compression.get("compressor", "none"),
             **{f"grid:{k}": cell.overrides.get(k) for k in varied},
+            "commit": run.data.tags.get(COMMIT_TAG, ""),
+            "dirty": run.data.tags.get(DIRTY_TAG, ""),
+            "code_digest": run.data.tags.get(CODE_DIGEST_TAG, ""),
+            "code": code_label(run.data.tags),
         }
         for key, metric, _ in COLUMNS:
             row[key] = run.data.metrics.get(metric, np.nan)
@@ -219,14 +234,20 @@ def build_report(
     out_dir: str | Path,
     parent_run_id: str | None = None,
     settings: TrackingSettings | None = None,
+    any_code: bool = False,
 ) -> Report:
-    """Write table.{md,html,csv}, runs.csv and the plots to ``out_dir``; log them to the parent."""
+    """Write table.{md,html,csv}, runs.csv and the plots to ``out_dir``; log them to the parent.
+
+    Rows are runs made by this code; ``any_code`` tables each cell's newest run of any code.
+    """
     settings = settings or load_settings()
     client = mlflow_client(settings)
-    runs = sweep_runs(spec, settings)
+    runs = sweep_runs(spec, settings, any_code)
     if runs.empty:
-        raise LookupError(f"sweep {spec.name!r}: no FINISHED run of any of its "
-                          f"{len(spec.cells)} cells; run the sweep first")
+        other = "" if any_code else _other_code_hint(spec, settings)
+        by = "" if any_code else "made by this code "
+        raise LookupError(f"sweep {spec.name!r}: no FINISHED run {by}of any of its "
+                          f"{len(spec.cells)} cells{other}; run the sweep first")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     table = summary_table(runs)
@@ -235,6 +256,7 @@ def build_report(
     missing = len(spec.cells) - len(runs)
     header = (f"# Sweep `{spec.name}`: {len(runs)} finished runs of {len(spec.cells)} cells"
               + (f" ({missing} missing)" if missing else "") + "\n\n"
+              + code_header(runs, any_code) +
               "Mean ± std over seeds of the final round; `—`: no seed reached the target. "
               "`hparams`: `paper` (the method's shipped paper defaults) or `tuned` (see the "
               "run's `hparams_changed` tag). Personal columns: the personal models of "
@@ -242,7 +264,7 @@ def build_report(
     files[0].write_text(header + markdown_table(pretty) + "\n")
     files[1].write_text(html_page(pretty.to_html(index=False, border=0), f"Sweep {spec.name}"))
     table.to_csv(files[2], index=False)
-    runs.to_csv(files[3], index=False)
+    runs.drop(columns="code").to_csv(files[3], index=False)
     ids = list(runs["run_id"])
     acc = _histories(client, ids, "test/accuracy")
     convergence_png(runs, acc, out / "convergence.png")
@@ -263,6 +285,28 @@ def build_report(
             client.log_artifact(parent_run_id, str(f), "report")
         set_description(client, parent_run_id, files[0].read_text())
     return Report(runs, table, files)
+
+
+def code_header(runs: pd.DataFrame, any_code: bool) -> str:
+    """The report's lines on which code made its rows; a warning when more than one did."""
+    if not any_code:
+        return (f"Rows: runs made by this {current_code_label()}; runs of other code count as "
+                "missing (`fedcore report --any-code` includes them).\n\n")
+    versions = runs.groupby("code_digest", sort=False)["code"].agg(["first", "count"])
+    made_by = "; ".join(f"{count} by code {digest or '?'} ({label})"
+                        for digest, (label, count) in versions.iterrows())
+    line = f"Rows: the newest run of any code (`--any-code`): {made_by}.\n\n"
+    if len(versions) > 1:
+        line = (f"**Warning: these rows were made by {len(versions)} versions of the code; "
+                "their numbers may not be comparable.**\n\n" + line)
+    return line
+
+
+def _other_code_hint(spec: SweepSpec, settings: TrackingSettings) -> str:
+    """`` (N have runs of other code: ...)`` for the error of a report without rows."""
+    other = other_code_runs((c.config.config_hash() for c in spec.cells), settings)
+    return (f" ({len(other)} have FINISHED runs of other code: rerun the sweep, or report "
+            "them with --any-code)" if other else "")
 
 
 def sweep_parent_run(spec: SweepSpec, settings: TrackingSettings | None = None) -> str | None:

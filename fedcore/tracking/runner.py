@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
+from collections.abc import Iterable
 from typing import Any
 
-from fedcore import checkpoint
+from fedcore import checkpoint, code_digest
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData
 from fedcore.simulation import Callback, Result, Simulation
 from fedcore.tracking.mlflow_tracker import MLflowTracker, get_experiment_id, mlflow_client
+from fedcore.tracking.provenance import CODE_DIGEST_TAG, code_label
 from fedcore.tracking.settings import TrackingSettings, load_settings
+
+log = logging.getLogger("fedcore")
+SUPERSEDED_TAG = "fedcore.superseded_by"
 
 
 def run_tracked(
@@ -43,17 +49,20 @@ def run_tracked(
         finish_in_background=not wait,
     )
     with _CLAIM:
-        previous = unfinished_run(cfg.config_hash(), tracker.settings) if resume else None
+        unfinished = unfinished_runs(cfg.config_hash(), tracker.settings) if resume else []
+        previous = next((r for r in unfinished if same_code(r)), None)
         if previous is not None:
             tracker.resume(previous.info.run_id)
         else:
             tracker.start(cfg.resolved(), cfg.config_hash())
+        supersede([r for r in unfinished if not same_code(r)], tracker.run_id, tracker.settings)
         _ACTIVE.add(tracker.run_id)
     sim.callbacks = [tracker, *callbacks]
     try:
         state = checkpoint.latest(checkpoint.run_folder(cfg)) if resume else None
         if state is None and previous is not None:
             state = tracker.download_checkpoint()
+            state = state if state is None or checkpoint.same_code(state) else None
         if state is not None:
             sim.resume(state)
         result = sim.run()
@@ -84,20 +93,40 @@ _CLAIM = threading.Lock()
 _ACTIVE: set[str] = set()  # runs this process is writing now (never resumed by another thread)
 
 
-def unfinished_run(config_hash: str, settings: TrackingSettings | None = None) -> Any | None:
-    """The newest run with this config hash that did not finish and that no live process owns.
+def unfinished_runs(config_hash: str, settings: TrackingSettings | None = None) -> list[Any]:
+    """The runs with this config hash that did not finish and that no live process owns,
+    newest first, of any code; runs already superseded are left out.
 
     A run is RUNNING after its process was killed, FAILED after an exception or divergence,
     KILLED when stopped. A RUNNING run whose writer process is alive on this host, or that a
     thread of this process writes now, is left alone.
     """
-    for run in runs_with_hash(config_hash, "!= 'FINISHED'", 50, settings):
-        if run.info.run_id in _ACTIVE:
-            continue
-        if run.info.status == "RUNNING" and _writer_alive(run.data.tags):
-            continue
-        return run
-    return None
+    return [
+        run for run in runs_with_hash(config_hash, "!= 'FINISHED'", 50, settings)
+        if run.info.run_id not in _ACTIVE and SUPERSEDED_TAG not in run.data.tags
+        and not (run.info.status == "RUNNING" and _writer_alive(run.data.tags))
+    ]
+
+
+def same_code(run: Any) -> bool:
+    """Whether ``run`` was made by the code of this process (same code digest)."""
+    return run.data.tags.get(CODE_DIGEST_TAG) == code_digest.current()
+
+
+def supersede(runs: list[Any], new_run_id: str, settings: TrackingSettings | None) -> None:
+    """Mark unfinished runs of other code as never to be resumed: tag ``fedcore.superseded_by``
+    with the run that replaces them, and end a RUNNING one (its writer is dead) as KILLED; a
+    FAILED or KILLED run keeps its status. Logs one line per run."""
+    if not runs:
+        return
+    client = mlflow_client(settings or load_settings())
+    for run in runs:
+        client.set_tag(run.info.run_id, SUPERSEDED_TAG, new_run_id)
+        if run.info.status == "RUNNING":
+            client.set_terminated(run.info.run_id, "KILLED")
+        log.warning("not resuming run %s (config %s): made by other code (%s); started run %s",
+                    run.info.run_id, run.data.tags.get("config_hash"),
+                    code_label(run.data.tags), new_run_id)
 
 
 def _writer_alive(tags: dict[str, str]) -> bool:
@@ -114,22 +143,56 @@ def _writer_alive(tags: dict[str, str]) -> bool:
     return True
 
 
-def finished_run(config_hash: str, settings: TrackingSettings | None = None) -> Any | None:
-    """The newest FINISHED run with this config hash, if any."""
-    runs = runs_with_hash(config_hash, "= 'FINISHED'", 1, settings)
+def finished_run(
+    config_hash: str, settings: TrackingSettings | None = None, any_code: bool = False
+) -> Any | None:
+    """The newest FINISHED run with this config hash made by this code (any code with
+    ``any_code``), if any."""
+    runs = runs_with_hash(config_hash, "= 'FINISHED'", 1, settings,
+                          code=None if any_code else code_digest.current())
     return runs[0] if runs else None
 
 
+def other_code_runs(
+    config_hashes: Iterable[str], settings: TrackingSettings | None = None
+) -> list[Any]:
+    """For every config hash without a FINISHED run of this code, its newest FINISHED run of
+    other code (hashes with neither are left out)."""
+    found = []
+    for h in config_hashes:
+        if finished_run(h, settings) is None:
+            other = finished_run(h, settings, any_code=True)
+            if other is not None:
+                found.append(other)
+    return found
+
+
+def other_code_note(config_hashes: Iterable[str], settings: TrackingSettings | None = None,
+                    reused: bool = False) -> str | None:
+    """One line on the cells whose only FINISHED runs were made by other code (None if
+    none): ``running them again``, or with ``reused`` that they are reused."""
+    runs = other_code_runs(config_hashes, settings)
+    if not runs:
+        return None
+    labels = "; ".join(dict.fromkeys(code_label(r.data.tags) for r in runs))
+    what = "reusing them (--reuse-other-code)" if reused else "running them again"
+    return f"{len(runs)} cells have finished runs made by other code ({labels}); {what}"
+
+
 def runs_with_hash(
-    config_hash: str, status: str, limit: int, settings: TrackingSettings | None = None
+    config_hash: str, status: str, limit: int, settings: TrackingSettings | None = None,
+    code: str | None = None,
 ) -> list[Any]:
     """Runs with this config hash whose status matches ``status`` (e.g. ``"= 'FINISHED'"``),
-    newest first."""
+    newest first; with ``code``, only runs of that code digest."""
     settings = settings or load_settings()
     client = mlflow_client(settings)
+    query = f"tags.config_hash = '{config_hash}' and attributes.status {status}"
+    if code is not None:
+        query += f" and tags.`{CODE_DIGEST_TAG}` = '{code}'"
     return client.search_runs(
         [get_experiment_id(client, settings)],
-        filter_string=f"tags.config_hash = '{config_hash}' and attributes.status {status}",
+        filter_string=query,
         order_by=["attributes.start_time DESC"],
         max_results=limit,
     )

@@ -1,0 +1,60 @@
+"""The code digest: one short hash of the source that determines a run's numbers.
+
+It covers every ``.py`` file of the ``fedcore`` package and of the ``flows`` package next to it
+(relative path and bytes, in sorted order) plus the torch and numpy versions. The files are
+found from ``fedcore.__file__``, so an editable checkout, a clean clone of the same commit and
+an installed wheel give the same digest. Tests, docs, configs and README are not part of it (a
+config's effect is in the run's config hash). Runs carry it as the tag ``fedcore.code_digest``
+and checkpoints as ``code_digest``: a sweep reuses, a report tables and a resume continues only
+work made by the same code (README "Which code made a number").
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+from pathlib import Path
+
+import fedcore
+
+PACKAGES = ("fedcore", "flows")
+LIBRARIES = ("torch", "numpy")
+LENGTH = 12  # hex characters kept
+
+
+def source_files(root: Path) -> list[Path]:
+    """The ``.py`` files of :data:`PACKAGES` under ``root`` (the folder holding them), sorted by
+    their path relative to ``root``."""
+    found = []
+    for package in PACKAGES:
+        folder = root / package
+        if folder.is_dir():
+            found += [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def library_versions() -> dict[str, str]:
+    """``__version__`` of :data:`LIBRARIES` as imported (torch's includes its build, e.g.
+    ``+cu130``); every run imports both anyway."""
+    return {name: importlib.import_module(name).__version__ for name in LIBRARIES}
+
+
+def digest_of(root: Path, versions: dict[str, str]) -> str:
+    """sha256 (first :data:`LENGTH` hex characters) of the sources under ``root`` and
+    ``versions``; each file enters as its relative path, its length and its bytes."""
+    h = hashlib.sha256()
+    for path in source_files(root):
+        data = path.read_bytes()
+        name = path.relative_to(root).as_posix().encode()
+        h.update(b"%d:%s:%d:" % (len(name), name, len(data)))
+        h.update(data)
+    for name, version in sorted(versions.items()):
+        h.update(f"{name}=={version};".encode())
+    return h.hexdigest()[:LENGTH]
+
+
+@functools.lru_cache(maxsize=1)
+def current() -> str:
+    """The digest of the code this process runs (computed once per process)."""
+    return digest_of(Path(fedcore.__file__).resolve().parent.parent, library_versions())
