@@ -326,9 +326,9 @@ class MLflowTracker:
 
     def _log_dataset(self, sim: Simulation) -> None:
         """The federated dataset as the run's dataset input (name, partition, digest)."""
-        from fedcore.tracking.inputs import dataset_input
+        from fedcore.tracking.inputs import dataset_input, log_dataset_input
 
-        self.client.log_inputs(self.run_id, datasets=[dataset_input(sim)])
+        log_dataset_input(self.client, self.run_id, dataset_input(sim))
 
     def _start_system_metrics(self, device: Any) -> None:
         if not self.settings.system_metrics or self._system_metrics is not None:
