@@ -178,13 +178,7 @@ def test_pruned_trial_is_pruned_in_optuna_and_killed_in_mlflow(tracking, tmp_pat
 def test_two_processes_share_one_sqlite_study(tracking, tmp_path):
     import optuna
 
-    from fedcore.tracking import get_experiment_id, mlflow_client
-    from fedcore.tuning.study import make_storage
-
     path = _study(tmp_path, name="shared", n_trials=2)
-    # both stores exist before the processes start (their schema creation is not concurrent-safe)
-    get_experiment_id(mlflow_client(tracking), tracking)
-    make_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "fedcore.cli", "tune", str(path)]
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
