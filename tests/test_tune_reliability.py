@@ -90,6 +90,7 @@ def _heartbeat_rows(db: Path) -> int:
 def test_killed_tune_fails_its_running_trial_and_the_rerun_retries_it(tmp_path):
     """SIGKILL mid-trial leaves the trial RUNNING; the rerun (after the grace period) fails it,
     ends its MLflow run FAILED and runs its parameters again as its first trial."""
+    # killed as a single process, rerun with --workers: both go through ask_trial/run_trial
     import optuna
 
     path = _study(tmp_path, "killed", heartbeat={"interval": 1, "grace_period": 2},
@@ -119,13 +120,14 @@ def test_killed_tune_fails_its_running_trial_and_the_rerun_retries_it(tmp_path):
     killed = study.trials[1]
     time.sleep(3)  # past the grace period
 
-    # n_trials counts the trials this process runs; the retry is one of them
-    again = subprocess.run([*line, "n_trials=1"], env=env, capture_output=True, text=True,
+    # the rerun through the Prefect flow; n_trials counts the trials this run starts, the
+    # retry of the killed trial (asked first) among them
+    again = subprocess.run([*line, "--workers", "2"], env=env, capture_output=True, text=True,
                            timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
     study = optuna.load_study(study_name="killed", storage=storage)
     states = {t.number: t.state.name for t in study.trials}
-    assert states == {0: "COMPLETE", 1: "FAIL", 2: "COMPLETE"}
+    assert states == {0: "COMPLETE", 1: "FAIL", 2: "COMPLETE", 3: "COMPLETE"}
     retry = study.trials[2]
     assert retry.system_attrs["failed_trial"] == 1
     assert retry.params == killed.params
@@ -133,7 +135,7 @@ def test_killed_tune_fails_its_running_trial_and_the_rerun_retries_it(tmp_path):
     assert runs[1].info.status == "FAILED" and runs[1].data.tags["trial_state"] == "FAIL"
     assert "heartbeat" in runs[1].data.tags["failure_reason"]
     assert {n: r.info.status for n, r in runs.items() if n != 1} == {
-        0: "FINISHED", 2: "FINISHED"}
+        0: "FINISHED", 2: "FINISHED", 3: "FINISHED"}
 
 
 def _open_storage(url: str, barrier, results) -> None:
