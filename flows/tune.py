@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import optuna
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
+from prefect.futures import PrefectFuture, as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
@@ -17,18 +18,16 @@ from fedcore.config import parse_overrides
 from fedcore.tracking import load_settings
 from fedcore.tuning.results import describe, finish_parent, trials_markdown
 from fedcore.tuning.spec import StudySpec, load_study
-from fedcore.tuning.study import open_study, run_trial, study_parent_run
+from fedcore.tuning.study import ask_trial, open_study, run_trial, study_parent_run
 from flows.artifacts import publish_table
 
 
 @task(name="trial", cache_policy=NO_CACHE, tags=["fedcore-sim"])
 def trial_task(
-    study: optuna.Study, spec: StudySpec, parent_run_id: str, deadline: float | None
+    study: optuna.Study, spec: StudySpec, parent_run_id: str, trial: optuna.Trial
 ) -> dict[str, Any]:
-    """One trial (ask, simulate as a nested MLflow run, tell); skipped after the timeout."""
-    if deadline is not None and time.monotonic() >= deadline:
-        return {"state": "SKIPPED"}
-    return asdict(run_trial(study, spec, parent_run_id))
+    """One asked trial: simulate it as a nested MLflow run and tell Optuna its outcome."""
+    return asdict(run_trial(study, spec, parent_run_id, trial))
 
 
 @flow(name="tune", log_prints=True)
@@ -39,18 +38,20 @@ def tune(
     overrides: Annotated[
         list[str] | None,
         Field(description="KEY=VALUE: study keys (n_trials, timeout, storage, study_name, "
-              "sampler.*, pruner.*) or base experiment keys applied to every trial"),
+              "sampler.*, pruner.*, heartbeat.*) or base experiment keys applied to every trial"),
     ] = None,
     max_workers: Annotated[int, Field(ge=1, description="trials run at once")] = 1,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the study of STUDY_FILE with ``max_workers`` trials at a time.
 
-    The trials share one sampler; other processes on the same storage share the study.
+    The trials share one sampler; other processes on the same storage share the study. A trial
+    is asked when a worker is free (no new one after ``timeout``), so its task run is named
+    ``trial-<N>`` with N its Optuna number (its MLflow run: ``<study>-trial-<N>``).
 
     Args:
         study_file: a study YAML (configs/studies/*.yaml) or a shipped study name.
         overrides: KEY=VALUE strings: study keys (n_trials, timeout, storage, study_name,
-            sampler.*, pruner.*) or base experiment keys applied to every trial.
+            sampler.*, pruner.*, heartbeat.*) or base experiment keys applied to every trial.
         max_workers: trials run at once (threads sharing one sampler).
     """
     spec = load_study(study_file, parse_overrides(overrides or []))
@@ -58,24 +59,26 @@ def tune(
     parent = study_parent_run(spec)
     deadline = time.monotonic() + spec.timeout if spec.timeout else None
     rows: list[dict[str, Any]] = []
+    running: set[PrefectFuture] = set()
+    asked = 0
     with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
-        while spec.n_trials is None or len(rows) < spec.n_trials:
-            if deadline is not None and time.monotonic() >= deadline:
+        while True:
+            while len(running) < max_workers and (spec.n_trials is None or asked < spec.n_trials):
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                trial = ask_trial(study)  # here, so that the task run is named by its number
+                asked += 1
+                running.add(runner.submit(
+                    trial_task.with_options(task_run_name=f"trial-{trial.number}"),
+                    {"study": study, "spec": spec, "parent_run_id": parent, "trial": trial},
+                ))
+            if not running:
                 break
-            wave = max_workers if spec.n_trials is None else spec.n_trials - len(rows)
-            futures = [
-                runner.submit(trial_task, {"study": study, "spec": spec,
-                                           "parent_run_id": parent, "deadline": deadline})
-                for _ in range(wave)
-            ]
-            for future in futures:
-                row = future.result()
-                if row["state"] == "SKIPPED":
-                    continue
-                rows.append(row)
-                print(describe(spec, row["number"], row["state"], row["values"], row["params"]))
-            if all(f.result()["state"] == "SKIPPED" for f in futures):
-                break
+            done = next(as_completed(list(running)))
+            running.remove(done)
+            row = done.result()
+            rows.append(row)
+            print(describe(spec, row["number"], row["state"], row["values"], row["params"]))
     finish_parent(study, spec, parent)
     publish_table(f"study-{spec.study_name}", trials_markdown(study, spec), load_settings(),
                   parent, [{**r, "trial": f"trial {r['number']}"} for r in rows], label="trial")

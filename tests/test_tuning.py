@@ -69,6 +69,11 @@ def test_shipped_studies_validate():
         ({"sampler": {"type": "cmaes"}}, r"study\.sampler\.type: unknown 'cmaes'; allowed: tpe"),
         ({"pruner": {"type": "percentile", "percentile": 100}},
          r"study\.pruner\.percentile: expected a number in \(0, 100\) \(got 100\)"),
+        ({"heartbeat": {"interval": 0}}, r"study\.heartbeat\.interval: expected an int >= 1"),
+        ({"heartbeat": {"interval": 60}},
+         r"study\.heartbeat\.grace_period: expected more than interval=60 s \(got 60\)"),
+        ({"heartbeat": {"every": 5}},
+         r"study\.heartbeat: unknown key 'every'; allowed: interval, grace_period, max_retry"),
     ],
 )
 def test_bad_studies_fail_in_one_line_before_any_trial(tmp_path, over, match):
@@ -92,6 +97,9 @@ def test_cli_bad_override_exits_2(tmp_path, capsys):
     assert main(["tune", str(_study(tmp_path)), "n_trials=-1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("fedcore: error: study.n_trials") and "\n" not in err
+    assert main(["tune", str(_study(tmp_path)), "heartbeat.max_retry=-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "fedcore: error: study.heartbeat.max_retry: expected an int >= 0 (got -1)"
     assert not (tmp_path / "optuna.db").exists()
 
 
@@ -178,13 +186,7 @@ def test_pruned_trial_is_pruned_in_optuna_and_killed_in_mlflow(tracking, tmp_pat
 def test_two_processes_share_one_sqlite_study(tracking, tmp_path):
     import optuna
 
-    from fedcore.tracking import get_experiment_id, mlflow_client
-    from fedcore.tuning.study import make_storage
-
     path = _study(tmp_path, name="shared", n_trials=2)
-    # both stores exist before the processes start (their schema creation is not concurrent-safe)
-    get_experiment_id(mlflow_client(tracking), tracking)
-    make_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "fedcore.cli", "tune", str(path)]
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -51,3 +51,16 @@ def dataset_input(sim: Simulation) -> DatasetInput:
         InputTag(k, str(profile[k])) for k in ("partition", "alpha", "seed", "clients")
     ]
     return DatasetInput(dataset, tags)
+
+
+def log_dataset_input(client: Any, run_id: str, dataset: DatasetInput) -> None:
+    """Log ``dataset`` as the run's input. MLflow stores a dataset once per experiment: when runs
+    of the same data start together (a study's or sweep's parallel workers), all but one insert
+    fail on the unique (experiment, name, digest); the dataset then exists and a second call
+    links it."""
+    try:
+        client.log_inputs(run_id, datasets=[dataset])
+    except Exception as exc:
+        if "unique constraint" not in str(exc).lower():
+            raise
+        client.log_inputs(run_id, datasets=[dataset])

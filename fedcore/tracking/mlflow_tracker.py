@@ -299,7 +299,9 @@ class MLflowTracker(Callback):
         """The run's start tags and its federated dataset as the run's dataset input (name,
         partition, digest), written by the metrics writer."""
         self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-        self.client.log_inputs(self.run_id, datasets=[dataset])
+        from fedcore.tracking.inputs import log_dataset_input
+
+        log_dataset_input(self.client, self.run_id, dataset)
 
     def _log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Log the metrics this run does not have at ``step`` yet."""

@@ -54,11 +54,15 @@ PRUNERS = ("none", "median", "percentile", "hyperband", "threshold")
 PARAM_TYPES = ("float", "int", "categorical")
 STUDY_KEYS = (
     "name", "base", "set", "search", "metric", "direction", "n_trials", "timeout",
-    "sampler", "pruner", "storage", "study_name",
+    "sampler", "pruner", "storage", "study_name", "heartbeat",
 )
 # Study keys a command-line override may set; every other key goes to the base experiment.
 OVERRIDABLE = ("n_trials", "timeout", "storage", "study_name")
-OVERRIDABLE_PREFIXES = ("sampler.", "pruner.")
+OVERRIDABLE_PREFIXES = ("sampler.", "pruner.", "heartbeat.")
+# Optuna's heartbeat: a running trial records one every ``interval`` s; a trial whose last one
+# is older than ``grace_period`` s (its process died) is failed by the next process that asks
+# for a trial and re-run with the same parameters up to ``max_retry`` times.
+HEARTBEAT = {"interval": 10, "grace_period": 60, "max_retry": 1}
 DEFAULT_STORAGE_FILE = "optuna.db"
 
 
@@ -109,6 +113,7 @@ class StudySpec:
     sampler: dict[str, Any]
     pruner: dict[str, Any]
     storage: str
+    heartbeat: dict[str, int] = field(default_factory=lambda: dict(HEARTBEAT))
     path: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)  # as given on the command line
@@ -236,6 +241,7 @@ def load_study(path: str | Path, overrides: dict[str, Any] | None = None) -> Stu
         sampler=_sampler(raw.get("sampler"), len(metrics)),
         pruner=_pruner(raw.get("pruner"), directions),
         storage=resolve_storage(raw.get("storage")),
+        heartbeat=_heartbeat(raw.get("heartbeat")),
         path=path.resolve(),
         overrides=dict(overrides or {}),
     )
@@ -349,6 +355,25 @@ def _sampler(raw: Any, n_objectives: int) -> dict[str, Any]:
     for key in ("n_startup_trials", "population_size"):
         if key in spec and (not isinstance(spec[key], int) or spec[key] < 1):
             raise ConfigError(f"study.sampler.{key}: expected an int >= 1 (got {spec[key]!r})")
+    return spec
+
+
+def _heartbeat(raw: Any) -> dict[str, int]:
+    spec = {**HEARTBEAT, **_mapping(raw, "study.heartbeat")}
+    extra = sorted(set(spec) - set(HEARTBEAT))
+    if extra:
+        raise ConfigError(
+            f"study.heartbeat: unknown key {extra[0]!r}; allowed: {', '.join(HEARTBEAT)}"
+        )
+    for key, value in spec.items():
+        low = 0 if key == "max_retry" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"study.heartbeat.{key}: expected an int >= {low} (got {value!r})")
+    if spec["grace_period"] <= spec["interval"]:
+        raise ConfigError(
+            f"study.heartbeat.grace_period: expected more than interval={spec['interval']} s "
+            f"(got {spec['grace_period']})"
+        )
     return spec
 
 

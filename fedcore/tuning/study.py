@@ -1,4 +1,8 @@
-"""Optuna studies: sampler, pruner, storage, and one trial as one nested MLflow run."""
+"""Optuna studies: sampler, pruner, storage, and one trial as one nested MLflow run.
+
+A running trial records a heartbeat in the storage; before asking for a trial, a process fails
+the trials whose heartbeat stopped (their process was killed) and queues their retry.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.exceptions import ExperimentalWarning
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.storages._heartbeat import get_heartbeat_thread
+from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import OperationalError
 
 from fedcore.callbacks import Callback
 from fedcore.config import ConfigError
 from fedcore.tracking import get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.links import run_url
+from fedcore.tracking.mlflow_tracker import store_lock
 from fedcore.tracking.parents import log_source
 from fedcore.tracking.runner import run_tracked
 from fedcore.tuning.spec import Param, StudySpec
@@ -56,24 +64,79 @@ def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()
 
 
-def make_storage(url: str) -> optuna.storages.RDBStorage:
-    """RDB storage; SQLite waits for other processes' locks instead of failing at once."""
+def make_storage(url: str, spec: StudySpec | None = None) -> optuna.storages.RDBStorage:
+    """RDB storage; SQLite waits for other processes' locks instead of failing at once.
+
+    A new SQLite file gets its schema under an exclusive ``flock`` on ``<file>.lock`` (processes
+    starting together: one creates it, the others wait and find it ready). With ``spec``, the
+    storage records heartbeats of running trials and fails stale ones (:class:`StaleTrials`).
+    """
     sqlite = url.startswith("sqlite")
-    engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if sqlite else {}
+    kwargs: dict[str, Any] = (
+        {"engine_kwargs": {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}} if sqlite else {}
+    )
+    if spec is not None:
+        kwargs.update(heartbeat_interval=spec.heartbeat["interval"],
+                      grace_period=spec.heartbeat["grace_period"],
+                      heartbeat_stale_trial_callback=StaleTrials(spec))
     for attempt in range(5):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
-        except OperationalError:  # two processes creating the schema at the same time
+            with store_lock(url), warnings.catch_warnings():
+                warnings.simplefilter("ignore", ExperimentalWarning)  # heartbeat arguments
+                return optuna.storages.RDBStorage(url, **kwargs)
+        except OperationalError:  # a server database's schema created by two processes at once
             if attempt == 4:
                 raise
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")
 
 
+class StaleTrials:
+    """Called by Optuna for each trial it failed because its heartbeat stopped (its process was
+    killed): ends the trial's MLflow run FAILED if it is still RUNNING, then queues a retry with
+    the same parameters (at most ``heartbeat.max_retry`` times per original trial)."""
+
+    def __init__(self, spec: StudySpec) -> None:
+        self.spec = spec
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            self.retry = RetryHeartbeatStaleTrialCallback(max_retry=spec.heartbeat["max_retry"])
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        parent = _find_parent_run(self.spec)
+        run_id = _trial_run_id(parent, trial.number) if parent else None
+        client = mlflow_client(load_settings())
+        if run_id is not None and client.get_run(run_id).info.status == "RUNNING":
+            grace = self.spec.heartbeat["grace_period"]
+            client.set_tag(run_id, "trial_state", "FAIL")
+            client.set_tag(run_id, "failure_reason",
+                           f"no heartbeat for {grace} s: the trial's process died")
+            client.set_terminated(run_id, RUN_STATUS["FAIL"])
+        if self.spec.heartbeat["max_retry"] > 0:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ExperimentalWarning)
+                self.retry(study, trial)
+
+
+def fail_stale_trials(study: optuna.Study) -> None:
+    """Fail the study's RUNNING trials whose heartbeat is older than the grace period."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def ask_trial(study: optuna.Study) -> optuna.Trial:
+    """A new trial (or a queued retry), after failing trials whose process died."""
+    fail_stale_trials(study)
+    with warnings.catch_warnings():  # run_trial records the heartbeat as Study.optimize does
+        warnings.filterwarnings("ignore", "Heartbeat of storage is supposed", UserWarning)
+        return study.ask()
+
+
 def open_study(spec: StudySpec) -> optuna.Study:
     """Create the study, or resume it when one of that name exists in the storage."""
     kwargs: dict[str, Any] = {
-        "storage": make_storage(spec.storage),
+        "storage": make_storage(spec.storage, spec),
         "sampler": make_sampler(spec),
         "pruner": make_pruner(spec),
         "study_name": spec.study_name,
@@ -144,10 +207,7 @@ def study_parent_run(spec: StudySpec) -> str:
     settings = load_settings()
     client = mlflow_client(settings)
     exp_id = get_experiment_id(client, settings)
-    query = (
-        f"tags.`fedcore.role` = 'study' and tags.study = '{spec.study_name}' "
-        f"and tags.storage = '{spec.storage_label()}'"
-    )
+    query = _parent_query(spec)
     found = client.search_runs([exp_id], filter_string=query)
     if not found:
         run = client.create_run(
@@ -171,9 +231,36 @@ def study_parent_run(spec: StudySpec) -> str:
     return run_id
 
 
-def run_trial(study: optuna.Study, spec: StudySpec, parent_run_id: str) -> TrialOutcome:
-    """Ask one trial, simulate it as a nested MLflow run, and tell Optuna its outcome."""
-    trial = study.ask()
+def _parent_query(spec: StudySpec) -> str:
+    return (
+        f"tags.`fedcore.role` = 'study' and tags.study = '{spec.study_name}' "
+        f"and tags.storage = '{spec.storage_label()}'"
+    )
+
+
+def _find_parent_run(spec: StudySpec) -> str | None:
+    """The study's parent MLflow run, if one exists (the oldest, as ``study_parent_run``)."""
+    settings = load_settings()
+    client = mlflow_client(settings)
+    found = client.search_runs([get_experiment_id(client, settings)], _parent_query(spec))
+    if not found:
+        return None
+    return min(found, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id
+
+
+def run_trial(
+    study: optuna.Study, spec: StudySpec, parent_run_id: str, trial: optuna.Trial | None = None
+) -> TrialOutcome:
+    """Simulate one trial (``trial``, or a new one asked here) as a nested MLflow run, and tell
+    Optuna its outcome; the trial records a heartbeat while it runs."""
+    trial = trial or ask_trial(study)
+    with get_heartbeat_thread(trial._trial_id, study._storage):
+        return _run_trial(study, spec, parent_run_id, trial)
+
+
+def _run_trial(
+    study: optuna.Study, spec: StudySpec, parent_run_id: str, trial: optuna.Trial
+) -> TrialOutcome:
     run_id: str | None = None
     values: list[float] | None = None
     try:
