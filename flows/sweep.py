@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from prefect import flow, task
+from prefect.states import State
 from pydantic import Field
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
+from fedcore import stopping
 from fedcore.config import build_config, parse_overrides
 from fedcore.data.federated import shared_federated_data
 from fedcore.devices import pinned_device
@@ -28,6 +30,7 @@ from flows.runners import (
     set_gpu_limit,
 )
 from flows.server import owns_server
+from flows.stopping import hold_sigterm, stopped_state
 
 
 def _retry_unless_diverged(task: Any, task_run: Any, state: Any) -> bool:
@@ -64,17 +67,22 @@ def simulate_cell(
     ``finish_in_background`` the run's end (figures, FINISHED) is written while the next cell
     trains (the flow waits for it before it ends).
     """
+    if stopping.requested():  # queued when the stop came: not started
+        return stopped_state("cell")
     cfg = build_config(resolved)
     done = finished_run(cfg.config_hash(), settings)
     if done is not None:
         return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
-    with pinned_device(cfg.device, cells_per_gpu) as device:
-        data = shared_federated_data(cfg.dataset, cfg.seed, resolve_device(device or cfg.device),
-                                     cfg.clients)
-        run_id, result = run_tracked(
-            cfg, parent_run_id=parent_run_id, tags={"sweep": sweep}, settings=settings,
-            device=device, data=data, wait=not finish_in_background,
-        )
+    try:
+        with pinned_device(cfg.device, cells_per_gpu) as device:
+            data = shared_federated_data(cfg.dataset, cfg.seed,
+                                         resolve_device(device or cfg.device), cfg.clients)
+            run_id, result = run_tracked(
+                cfg, parent_run_id=parent_run_id, tags={"sweep": sweep}, settings=settings,
+                device=device, data=data, wait=not finish_in_background,
+            )
+    except stopping.StopRequested:  # its run is KILLED with the rounds it finished
+        return stopped_state("cell")
     return {"run_id": run_id, "status": "finished", **result.summary}
 
 
@@ -113,8 +121,11 @@ def sweep(
         str | None, Field(description="scheduler of an existing Dask cluster (runner=dask)")
     ] = None,
     cells_per_gpu: Annotated[int, Field(ge=1, description="cells sharing one GPU")] = 1,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any]] | State:
     """Run every cell of SWEEP_FILE; cells with a FINISHED run of the same config are skipped.
+
+    SIGTERM or SIGINT stops it: no new cell starts, the cells in flight end after their current
+    round (runs KILLED), and the flow run ends Cancelled; running it again resumes.
 
     Cells carry the ``gpu`` tag; without a Prefect server (Prefect's temporary one, or the one
     :func:`flows.server.prefect_api` started) the flow sizes that tag's limit itself
@@ -130,6 +141,7 @@ def sweep(
             a LocalCluster of ``max_workers`` single-threaded processes.
         cells_per_gpu: cells allowed to share one GPU.
     """
+    hold_sigterm()
     check_runner(runner, max_workers, dask_address, cells_per_gpu)
     spec = load_sweep(sweep_file, parse_overrides(overrides or []))
     settings = load_settings()
@@ -168,6 +180,8 @@ def sweep(
             state = future.wait() or future.state
             if state.is_completed():
                 rows.append({"cell": cell.label, **future.result()})
+            elif state.is_cancelled() and stopping.requested():
+                rows.append({"cell": cell.label, "status": "stopped"})
             else:
                 rows.append(
                     {
@@ -178,6 +192,9 @@ def sweep(
                 )
             print(f"[{rows[-1]['status']}] {cell.label}")
     wait_for_runs()
+    if stopping.requested():
+        client.set_terminated(parent, "KILLED")
+        return stopped_state(f"sweep {spec.name}")
     failed = sum(r["status"] == "failed" for r in rows)
     table = sweep_summary(client, parent, spec.name, rows)
     publish_table(f"sweep-{spec.name}", table, settings, parent, rows)

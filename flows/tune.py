@@ -9,16 +9,19 @@ from typing import Annotated, Any
 import optuna
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
+from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
+from fedcore import stopping
 from fedcore.config import parse_overrides
 from fedcore.tracking import load_settings
 from fedcore.tuning.results import describe, finish_parent, trials_markdown
 from fedcore.tuning.spec import StudySpec, load_study
 from fedcore.tuning.study import open_study, run_trial, study_parent_run
 from flows.artifacts import publish_table
+from flows.stopping import hold_sigterm, stopped_state
 
 
 @task(name="trial", cache_policy=NO_CACHE, tags=["fedcore-sim"])
@@ -26,9 +29,12 @@ def trial_task(
     study: optuna.Study, spec: StudySpec, parent_run_id: str, deadline: float | None
 ) -> dict[str, Any]:
     """One trial (ask, simulate as a nested MLflow run, tell); skipped after the timeout."""
-    if deadline is not None and time.monotonic() >= deadline:
+    if stopping.requested() or (deadline is not None and time.monotonic() >= deadline):
         return {"state": "SKIPPED"}
-    return asdict(run_trial(study, spec, parent_run_id))
+    try:
+        return asdict(run_trial(study, spec, parent_run_id))
+    except stopping.StopRequested:  # run_trial told Optuna FAIL; its MLflow run is KILLED
+        return {"state": "SKIPPED"}
 
 
 @flow(name="tune", log_prints=True)
@@ -42,8 +48,11 @@ def tune(
               "sampler.*, pruner.*) or base experiment keys applied to every trial"),
     ] = None,
     max_workers: Annotated[int, Field(ge=1, description="trials run at once")] = 1,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any]] | State:
     """Run (or resume) the study of STUDY_FILE with ``max_workers`` trials at a time.
+
+    SIGTERM or SIGINT stops it: no new trial starts, the trials in flight end after their
+    current round (Optuna FAIL, MLflow KILLED), and the flow run ends Cancelled.
 
     The trials share one sampler; other processes on the same storage share the study.
 
@@ -53,6 +62,7 @@ def tune(
             sampler.*, pruner.*) or base experiment keys applied to every trial.
         max_workers: trials run at once (threads sharing one sampler).
     """
+    hold_sigterm()
     spec = load_study(study_file, parse_overrides(overrides or []))
     study = open_study(spec)
     parent = study_parent_run(spec)
@@ -60,7 +70,7 @@ def tune(
     rows: list[dict[str, Any]] = []
     with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
         while spec.n_trials is None or len(rows) < spec.n_trials:
-            if deadline is not None and time.monotonic() >= deadline:
+            if stopping.requested() or (deadline is not None and time.monotonic() >= deadline):
                 break
             wave = max_workers if spec.n_trials is None else spec.n_trials - len(rows)
             futures = [
@@ -77,6 +87,8 @@ def tune(
             if all(f.result()["state"] == "SKIPPED" for f in futures):
                 break
     finish_parent(study, spec, parent)
+    if stopping.requested():
+        return stopped_state(f"study {spec.study_name}")
     publish_table(f"study-{spec.study_name}", trials_markdown(study, spec), load_settings(),
                   parent, [{**r, "trial": f"trial {r['number']}"} for r in rows], label="trial")
     return rows
