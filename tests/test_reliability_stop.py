@@ -71,7 +71,12 @@ def _stop(proc: subprocess.Popen, signum: int) -> tuple[str, float]:
     """Send ``signum``; the process's stderr and the seconds it took to exit."""
     proc.send_signal(signum)
     start = time.monotonic()
-    _, err = proc.communicate(timeout=STOP_WITHIN_S)
+    try:
+        _, err = proc.communicate(timeout=STOP_WITHIN_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
     return err, time.monotonic() - start
 
 
