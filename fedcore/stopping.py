@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _STOP = threading.Event()
 _received: list[int] = []  # the signals received, in order
+_local = threading.local()  # this thread's extra stop check (also_when)
 
 
 class StopRequested(BaseException):
@@ -29,8 +32,30 @@ class StopRequested(BaseException):
 
 
 def requested() -> bool:
-    """Whether a stop was requested (a signal, or :func:`request`)."""
-    return _STOP.is_set()
+    """Whether a stop was requested: a signal, :func:`request`, or (in this thread) the check of
+    an enclosing :func:`also_when`."""
+    if _STOP.is_set():
+        return True
+    check = getattr(_local, "check", None)
+    return check is not None and check()
+
+
+@contextmanager
+def also_when(check: Callable[[], bool], reason: str) -> Iterator[None]:
+    """Inside the block, in this thread, ``check()`` returning True also requests a stop, for
+    ``reason`` (a sweep cell on a Dask worker polls its sweep's stop event: the signal went to
+    the flow's process, not to the worker's)."""
+    previous = getattr(_local, "check", None), getattr(_local, "reason", None)
+    _local.check, _local.reason = check, reason
+    try:
+        yield
+    finally:
+        _local.check, _local.reason = previous
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Block until a stop is requested in this process (or ``timeout`` passed); whether it was."""
+    return _STOP.wait(timeout)
 
 
 def request(signum: int = signal.SIGTERM) -> None:
@@ -40,8 +65,11 @@ def request(signum: int = signal.SIGTERM) -> None:
 
 
 def signal_name() -> str:
-    """The first signal received, e.g. ``SIGTERM`` (``stop`` when none)."""
-    return signal.Signals(_received[0]).name if _received else "stop"
+    """The first signal received, e.g. ``SIGTERM``; else the reason of an enclosing
+    :func:`also_when`."""
+    if _received:
+        return signal.Signals(_received[0]).name
+    return getattr(_local, "reason", None) or "a stop request"
 
 
 def exit_code() -> int:
@@ -51,7 +79,7 @@ def exit_code() -> int:
 
 def check(round: int) -> None:
     """Raise :class:`StopRequested` when a stop was requested (``round``: the last one done)."""
-    if _STOP.is_set():
+    if requested():
         raise StopRequested(f"stopped by {signal_name()} after round {round}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any, Literal
 
 from prefect import flow, task
@@ -30,7 +31,7 @@ from flows.runners import (
     set_gpu_limit,
 )
 from flows.server import owns_server
-from flows.stopping import hold_sigterm, stopped_state
+from flows.stopping import hold_sigterm, relay_stop_to_dask, stopped_state, watch_dask_event
 
 
 def _retry_unless_diverged(task: Any, task_run: Any, state: Any) -> bool:
@@ -58,17 +59,28 @@ def simulate_cell(
     settings: TrackingSettings | None = None,
     cells_per_gpu: int = 1,
     finish_in_background: bool = False,
-) -> dict[str, Any]:
+    stop_event: str | None = None,
+) -> dict[str, Any] | State:
     """Simulate one cell (its resolved config) as a child run of the sweep.
 
     ``settings`` (the flow's MLflow store) travel with the task, so a Dask worker records into
     the same store; with GPUs the cell holds one device slot (``cuda:i``) while it runs. Cells
     of the same data share one loaded, partitioned dataset per process; with
     ``finish_in_background`` the run's end (figures, FINISHED) is written while the next cell
-    trains (the flow waits for it before it ends).
+    trains (the flow waits for it before it ends). On a Dask worker, the Dask event
+    ``stop_event`` being set stops the cell at its next round boundary, as a signal does here.
     """
-    if stopping.requested():  # queued when the stop came: not started
-        return stopped_state("cell")
+    with watch_dask_event(stop_event):
+        if stopping.requested():  # queued when the stop came: not started
+            return stopped_state("cell")
+        return _simulate_cell(resolved, parent_run_id, sweep, settings, cells_per_gpu,
+                              finish_in_background)
+
+
+def _simulate_cell(
+    resolved: dict[str, Any], parent_run_id: str, sweep: str, settings: TrackingSettings | None,
+    cells_per_gpu: int, finish_in_background: bool,
+) -> dict[str, Any] | State:
     cfg = build_config(resolved)
     done = finished_run(cfg.config_hash(), settings)
     if done is not None:
@@ -158,7 +170,9 @@ def sweep(
                 "reach this temporary one and start their own (set PREFECT_API_URL)"
             )
     rows: list[dict[str, Any]] = []
-    with make_task_runner(runner, max_workers, dask_address, api_url) as task_runner:
+    stop_event = f"fedcore-stop-{uuid.uuid4().hex}" if runner == "dask" else None
+    with (make_task_runner(runner, max_workers, dask_address, api_url) as task_runner,
+          relay_stop_to_dask(task_runner, stop_event)):
         futures = [
             (
                 cell,
@@ -171,6 +185,7 @@ def sweep(
                         "settings": settings,
                         "cells_per_gpu": cells_per_gpu,
                         "finish_in_background": runner == "thread",
+                        "stop_event": stop_event,
                     },
                 ),
             )

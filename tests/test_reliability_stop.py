@@ -1,7 +1,7 @@
-"""SIGTERM / SIGINT to `fedcore run`, `fedcore sweep` and `fedcore tune --workers 2`: the process
-finishes the round in flight, marks its runs KILLED (not RUNNING), stops its temporary Prefect
-server and exits 128 + signal; running the same line again resumes. Real signals, real
-subprocesses (README "Stopping and resuming")."""
+"""SIGTERM / SIGINT to `fedcore run`, `fedcore sweep` (threads, Dask) and `fedcore tune
+--workers 2`: the process finishes the round in flight, marks its runs KILLED (not RUNNING),
+stops its temporary Prefect server and exits 128 + signal; running the same line again resumes.
+Real signals, real subprocesses (README "Stopping and resuming")."""
 
 from __future__ import annotations
 
@@ -135,6 +135,34 @@ def test_sigterm_stops_a_sweep_at_a_round_boundary_and_the_rerun_resumes(tmp_pat
             assert sorted(steps) == list(range(1, int(run.data.params["rounds"]) + 1))
     assert sorted(finished.values()) == [1, 1, 1]
     print(f"sweep: exited {seconds:.1f} s after SIGTERM")
+
+
+def test_sigterm_stops_a_sweep_on_a_dask_local_cluster(tmp_path):
+    """The signal reaches only the flow's process; the cells on the worker processes stop at
+    their next round boundary through the sweep's Dask event."""
+    sweep_file = tmp_path / "dask.yaml"
+    sweep_file.write_text(yaml.safe_dump({
+        "name": "dask", "grid": {"seed": [0, 1, 2]}, "set": {**FAST, "rounds": 300}}))
+    env = _env(tmp_path)
+    line = [sys.executable, "-m", "fedcore.cli", "sweep", str(sweep_file), "--workers", "2",
+            "--runner", "dask"]
+    proc = subprocess.Popen(line, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    _wait_for(proc, client, "tags.sweep = 'dask' and attributes.status = 'RUNNING' "
+              "and metrics.`train/loss` > -1", 2)
+    children = _children(proc.pid)  # the Prefect server and the cluster's processes
+    err, seconds = _stop(proc, signal.SIGTERM)
+    assert proc.returncode == 143, err[-3000:]
+    assert not any(_alive(p) for p in children), "a server or Dask process outlived the sweep"
+    assert not _runs(client, "tags.sweep = 'dask' and attributes.status = 'RUNNING'")
+    killed = _runs(client, "tags.sweep = 'dask' and tags.config_hash != ''")
+    assert len(killed) == 2 and {r.info.status for r in killed} == {"KILLED"}
+    for run in killed:
+        rounds = len(client.get_metric_history(run.info.run_id, "train/loss"))
+        assert 0 < rounds < 300 and run.data.tags["failure_reason"] == (
+            f"StopRequested: stopped by the sweep's stop request after round {rounds}")
+    print(f"dask sweep: exited {seconds:.1f} s after SIGTERM")
 
 
 def test_sigint_stops_fedcore_run_and_the_rerun_resumes_its_run(tmp_path):
