@@ -52,6 +52,16 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _outlived(pids: list[int], grace_s: float = 20) -> list[str]:
+    """The command lines of ``pids`` still alive after ``grace_s`` (helpers that notice their
+    parent's exit, e.g. multiprocessing's resource tracker, take a moment)."""
+    deadline = time.monotonic() + grace_s
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")[:200]
+            for p in pids if _alive(p)]
+
+
 def _wait_for(proc: subprocess.Popen, client: MlflowClient, query: str, count: int) -> list:
     """Poll the store until ``count`` runs match ``query`` (the process must stay alive)."""
     deadline = time.monotonic() + 300
@@ -106,7 +116,7 @@ def test_sigterm_stops_a_sweep_at_a_round_boundary_and_the_rerun_resumes(tmp_pat
     assert first.returncode == 143, err[-3000:]
     assert err.rstrip().splitlines()[-1].startswith("fedcore: stopped by SIGTERM; run the same "
                                                     "command again to resume"), err[-2000:]
-    assert not any(_alive(p) for p in servers), "the temporary Prefect server outlived the sweep"
+    assert not _outlived(servers), "the temporary Prefect server outlived the sweep"
     assert not _runs(client, "tags.sweep = 'stop' and attributes.status = 'RUNNING'")
     killed = _runs(client, "tags.sweep = 'stop' and attributes.status = 'KILLED' "
                    "and tags.config_hash != ''")
@@ -154,7 +164,7 @@ def test_sigterm_stops_a_sweep_on_a_dask_local_cluster(tmp_path):
     children = _children(proc.pid)  # the Prefect server and the cluster's processes
     err, seconds = _stop(proc, signal.SIGTERM)
     assert proc.returncode == 143, err[-3000:]
-    assert not any(_alive(p) for p in children), "a server or Dask process outlived the sweep"
+    assert not _outlived(children), "a server or Dask process outlived the sweep"
     assert not _runs(client, "tags.sweep = 'dask' and attributes.status = 'RUNNING'")
     killed = _runs(client, "tags.sweep = 'dask' and tags.config_hash != ''")
     assert len(killed) == 2 and {r.info.status for r in killed} == {"KILLED"}
@@ -227,7 +237,7 @@ def test_sigterm_stops_tune_with_two_workers_trials_fail_and_runs_killed(tmp_pat
     err, seconds = _stop(proc, signal.SIGTERM)
     assert proc.returncode == 143, err[-3000:]
     assert err.rstrip().splitlines()[-1].startswith("fedcore: stopped by SIGTERM;"), err[-2000:]
-    assert not any(_alive(p) for p in servers), "the temporary Prefect server outlived tune"
+    assert not _outlived(servers), "the temporary Prefect server outlived tune"
     assert not _runs(client, "attributes.status = 'RUNNING'")
     trials = _runs(client, "tags.`fedcore.role` = 'trial'")
     assert len(trials) == 2  # no trial started after the signal
