@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 import textwrap
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -276,10 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     p_ui.add_argument("--port", type=int, default=5000, help="port (5000)")
     p_ui.set_defaults(func=cmd_ui)
     args = parser.parse_args(argv)
-    if args.command in RESUME:
-        stopping.install()
     try:
-        code = _call(args)
+        with stopping.installed() if args.command in RESUME else nullcontext():
+            code = _call(args)
     except stopping.StopRequested:
         code = 1
     if stopping.requested():  # whatever the command did since: the stop decides the exit code

@@ -92,13 +92,19 @@ def _handle(signum: int, frame: FrameType | None) -> None:
                 "current round (send it again to exit at once)\n".encode())
 
 
-def install() -> bool:
-    """Handle SIGINT and SIGTERM as above (main thread only); False where that is not possible."""
+@contextmanager
+def installed() -> Iterator[None]:
+    """Handle SIGINT and SIGTERM as above inside the block (main thread only; elsewhere the
+    handlers stay as they are); the previous handlers are back after it."""
     if threading.current_thread() is not threading.main_thread():
-        return False
-    for signum in SIGNALS:
-        signal.signal(signum, _handle)
-    return True
+        yield
+        return
+    previous = {signum: signal.signal(signum, _handle) for signum in SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def hold_sigterm() -> None:
