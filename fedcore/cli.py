@@ -7,9 +7,11 @@ import argparse
 import os
 import sys
 import textwrap
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedcore import stopping
 from fedcore.callbacks import Callback
 from fedcore.config import ConfigError, load_config, parse_overrides
 
@@ -289,11 +291,38 @@ def main(argv: list[str] | None = None) -> int:
     p_ui.set_defaults(func=cmd_ui)
     args = parser.parse_args(argv)
     try:
+        with stopping.installed() if args.command in RESUME else nullcontext():
+            code = _call(args)
+    except stopping.StopRequested:
+        code = 1
+    if stopping.requested():  # whatever the command did since: the stop decides the exit code
+        print(f"fedcore: stopped by {stopping.signal_name()}; {RESUME[args.command]}",
+              file=sys.stderr)
+        return stopping.exit_code()
+    return code
+
+
+# What running the same command again does after a stop (SIGINT / SIGTERM).
+RESUME = {
+    "run": "run the same command again to resume its MLflow run (from the last checkpoint "
+    "with checkpoint_every, else from round 1)",
+    "sweep": "run the same command again to resume: finished cells are skipped, stopped ones "
+    "resume",
+    "tune": "run the same command again to continue the study (stopped trials are FAIL)",
+    "claims": "run the same command again to start the claims over",
+}
+
+
+def _call(args: argparse.Namespace) -> int:
+    """Run the command; one-line errors (exit code 2: bad input, 1: a failure)."""
+    try:
         return args.func(args)
     except ConfigError as exc:
         print(f"fedcore: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
+        if stopping.requested():  # the stop's consequence (e.g. a Cancelled flow run)
+            return 1
         from fedcore.data.datasets import DatasetUnavailableError
 
         if isinstance(exc, DatasetUnavailableError):

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedcore import aggregators, checkpoint, clients, compression
+from fedcore import aggregators, checkpoint, clients, compression, stopping
 from fedcore.adversaries import choose_clients
 from fedcore.aggregators import Aggregate, UpdateBatch
 from fedcore.bn_statistics import average_bn_statistics
@@ -386,7 +386,11 @@ class Simulation:
         return metrics, table
 
     def run(self, order_fn: Callable[[list[int]], list[int]] | None = None) -> Result:
-        """Run all remaining rounds; rounds are numbered 1..R (the MLflow step)."""
+        """Run all remaining rounds; rounds are numbered 1..R (the MLflow step).
+
+        A requested stop (:mod:`fedcore.stopping`, e.g. SIGTERM) ends the run at the next round
+        boundary with :class:`~fedcore.stopping.StopRequested`: the rounds done are reported and
+        checkpointed as usual, the round in flight is finished first."""
         for cb in self.callbacks:
             if not isinstance(cb, Callback):
                 raise TypeError(
@@ -398,7 +402,11 @@ class Simulation:
         for cb in self.callbacks:
             cb.on_run_start(self)
         total = self.cfg.rounds
+        every = self.cfg.checkpoint_every
         while self.round < total:
+            if stopping.requested() and every and self.round % every:
+                self.save_checkpoint()  # resume from the round the stop came after
+            stopping.check(self.round)
             r = self.round + 1
             sampled = self.sample_clients(r)
             order = order_fn(list(map(int, sampled))) if order_fn else None
@@ -416,7 +424,6 @@ class Simulation:
             reason = divergence(r, metrics, self.cfg.clients_per_round)
             if reason:
                 raise FloatingPointError(reason)
-            every = self.cfg.checkpoint_every
             if every and (r % every == 0 or r == total):
                 self.save_checkpoint()
         result.summary = summarize(result.history, self.cfg.target_accuracy)

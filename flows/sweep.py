@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any, Literal
 
 from prefect import flow, task
+from prefect.states import State
 from pydantic import Field
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
+from fedcore import stopping
 from fedcore.config import build_config, parse_overrides
 from fedcore.data.federated import shared_federated_data
 from fedcore.devices import pinned_device
@@ -28,6 +31,7 @@ from flows.runners import (
     set_gpu_limit,
 )
 from flows.server import owns_server
+from flows.stopping import hold_sigterm, relay_stop_to_dask, stopped_state, watch_dask_event
 
 
 def _retry_unless_diverged(task: Any, task_run: Any, state: Any) -> bool:
@@ -56,7 +60,8 @@ def simulate_cell(
     cells_per_gpu: int = 1,
     finish_in_background: bool = False,
     reuse_other_code: bool = False,
-) -> dict[str, Any]:
+    stop_event: str | None = None,
+) -> dict[str, Any] | State:
     """Simulate one cell (its resolved config) as a child run of the sweep.
 
     ``settings`` (the flow's MLflow store) travel with the task, so a Dask worker records into
@@ -64,19 +69,35 @@ def simulate_cell(
     of the same data share one loaded, partitioned dataset per process; with
     ``finish_in_background`` the run's end (figures, FINISHED) is written while the next cell
     trains (the flow waits for it before it ends). A FINISHED run of the same config made by
-    the same code skips the cell (of any code with ``reuse_other_code``).
+    the same code skips the cell (of any code with ``reuse_other_code``). On a Dask worker, the
+    Dask event ``stop_event`` being set stops the cell at its next round boundary, as a signal
+    does here.
     """
+    with watch_dask_event(stop_event):
+        if stopping.requested():  # queued when the stop came: not started
+            return stopped_state("cell")
+        return _simulate_cell(resolved, parent_run_id, sweep, settings, cells_per_gpu,
+                              finish_in_background, reuse_other_code)
+
+
+def _simulate_cell(
+    resolved: dict[str, Any], parent_run_id: str, sweep: str, settings: TrackingSettings | None,
+    cells_per_gpu: int, finish_in_background: bool, reuse_other_code: bool,
+) -> dict[str, Any] | State:
     cfg = build_config(resolved)
     done = finished_run(cfg.config_hash(), settings, any_code=reuse_other_code)
     if done is not None:
         return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
-    with pinned_device(cfg.device, cells_per_gpu) as device:
-        data = shared_federated_data(cfg.dataset, cfg.seed, resolve_device(device or cfg.device),
-                                     cfg.clients)
-        run_id, result = run_tracked(
-            cfg, parent_run_id=parent_run_id, tags={"sweep": sweep}, settings=settings,
-            device=device, data=data, wait=not finish_in_background,
-        )
+    try:
+        with pinned_device(cfg.device, cells_per_gpu) as device:
+            data = shared_federated_data(cfg.dataset, cfg.seed,
+                                         resolve_device(device or cfg.device), cfg.clients)
+            run_id, result = run_tracked(
+                cfg, parent_run_id=parent_run_id, tags={"sweep": sweep}, settings=settings,
+                device=device, data=data, wait=not finish_in_background,
+            )
+    except stopping.StopRequested:  # its run is KILLED with the rounds it finished
+        return stopped_state("cell")
     return {"run_id": run_id, "status": "finished", **result.summary}
 
 
@@ -118,9 +139,12 @@ def sweep(
     reuse_other_code: Annotated[bool, Field(
         description="skip cells with a FINISHED run made by other code too (default: only by "
         "this code; README 'Which code made a number')")] = False,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any]] | State:
     """Run every cell of SWEEP_FILE; cells with a FINISHED run of the same config made by the
     same code (code digest) are skipped.
+
+    SIGTERM or SIGINT stops it: no new cell starts, the cells in flight end after their current
+    round (runs KILLED), and the flow run ends Cancelled; running it again resumes.
 
     Cells carry the ``gpu`` tag; without a Prefect server (Prefect's temporary one, or the one
     :func:`flows.server.prefect_api` started) the flow sizes that tag's limit itself
@@ -137,6 +161,7 @@ def sweep(
         cells_per_gpu: cells allowed to share one GPU.
         reuse_other_code: also skip cells whose FINISHED run was made by other code.
     """
+    hold_sigterm()
     check_runner(runner, max_workers, dask_address, cells_per_gpu)
     spec = load_sweep(sweep_file, parse_overrides(overrides or []))
     settings = load_settings()
@@ -157,7 +182,9 @@ def sweep(
                 "reach this temporary one and start their own (set PREFECT_API_URL)"
             )
     rows: list[dict[str, Any]] = []
-    with make_task_runner(runner, max_workers, dask_address, api_url) as task_runner:
+    stop_event = f"fedcore-stop-{uuid.uuid4().hex}" if runner == "dask" else None
+    with (make_task_runner(runner, max_workers, dask_address, api_url) as task_runner,
+          relay_stop_to_dask(task_runner, stop_event)):
         futures = [
             (
                 cell,
@@ -171,6 +198,7 @@ def sweep(
                         "cells_per_gpu": cells_per_gpu,
                         "finish_in_background": runner == "thread",
                         "reuse_other_code": reuse_other_code,
+                        "stop_event": stop_event,
                     },
                 ),
             )
@@ -180,6 +208,8 @@ def sweep(
             state = future.wait() or future.state
             if state.is_completed():
                 rows.append({"cell": cell.label, **future.result()})
+            elif state.is_cancelled() and stopping.requested():
+                rows.append({"cell": cell.label, "status": "stopped"})
             else:
                 rows.append(
                     {
@@ -190,6 +220,9 @@ def sweep(
                 )
             print(f"[{rows[-1]['status']}] {cell.label}")
     wait_for_runs()
+    if stopping.requested():
+        client.set_terminated(parent, "KILLED")
+        return stopped_state(f"sweep {spec.name}")
     failed = sum(r["status"] == "failed" for r in rows)
     table = sweep_summary(client, parent, spec.name, rows)
     publish_table(f"sweep-{spec.name}", table, settings, parent, rows)

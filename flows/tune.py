@@ -7,27 +7,38 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 import optuna
+from optuna.trial import TrialState
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture, as_completed
+from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
+from fedcore import stopping
 from fedcore.config import parse_overrides
 from fedcore.tracking import load_settings
 from fedcore.tuning.results import describe, finish_parent, trials_markdown
 from fedcore.tuning.spec import StudySpec, load_study
 from fedcore.tuning.study import ask_trial, open_study, run_trial, study_parent_run
 from flows.artifacts import publish_table
+from flows.stopping import hold_sigterm, stopped_state
 
 
 @task(name="trial", cache_policy=NO_CACHE, tags=["fedcore-sim"])
 def trial_task(
     study: optuna.Study, spec: StudySpec, parent_run_id: str, trial: optuna.Trial
 ) -> dict[str, Any]:
-    """One asked trial: simulate it as a nested MLflow run and tell Optuna its outcome."""
-    return asdict(run_trial(study, spec, parent_run_id, trial))
+    """One asked trial: simulate it as a nested MLflow run and tell Optuna its outcome;
+    skipped (Optuna FAIL) when a stop came before it started."""
+    if stopping.requested():
+        study.tell(trial, state=TrialState.FAIL)
+        return {"state": "SKIPPED"}
+    try:
+        return asdict(run_trial(study, spec, parent_run_id, trial))
+    except stopping.StopRequested:  # run_trial told Optuna FAIL; its MLflow run is KILLED
+        return {"state": "SKIPPED"}
 
 
 @flow(name="tune", log_prints=True)
@@ -41,12 +52,15 @@ def tune(
               "sampler.*, pruner.*, heartbeat.*) or base experiment keys applied to every trial"),
     ] = None,
     max_workers: Annotated[int, Field(ge=1, description="trials run at once")] = 1,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any]] | State:
     """Run (or resume) the study of STUDY_FILE with ``max_workers`` trials at a time.
 
     The trials share one sampler; other processes on the same storage share the study. A trial
     is asked when a worker is free (no new one after ``timeout``), so its task run is named
     ``trial-<N>`` with N its Optuna number (its MLflow run: ``<study>-trial-<N>``).
+
+    SIGTERM or SIGINT stops it: no new trial starts, the trials in flight end after their
+    current round (Optuna FAIL, MLflow KILLED), and the flow run ends Cancelled.
 
     Args:
         study_file: a study YAML (configs/studies/*.yaml) or a shipped study name.
@@ -54,6 +68,7 @@ def tune(
             sampler.*, pruner.*, heartbeat.*) or base experiment keys applied to every trial.
         max_workers: trials run at once (threads sharing one sampler).
     """
+    hold_sigterm()
     spec = load_study(study_file, parse_overrides(overrides or []))
     study = open_study(spec)
     parent = study_parent_run(spec)
@@ -64,7 +79,9 @@ def tune(
     with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
         while True:
             while len(running) < max_workers and (spec.n_trials is None or asked < spec.n_trials):
-                if deadline is not None and time.monotonic() >= deadline:
+                if stopping.requested() or (
+                    deadline is not None and time.monotonic() >= deadline
+                ):
                     break
                 trial = ask_trial(study)  # here, so that the task run is named by its number
                 asked += 1
@@ -77,9 +94,13 @@ def tune(
             done = next(as_completed(list(running)))
             running.remove(done)
             row = done.result()
+            if row["state"] == "SKIPPED":
+                continue
             rows.append(row)
             print(describe(spec, row["number"], row["state"], row["values"], row["params"]))
     finish_parent(study, spec, parent)
+    if stopping.requested():
+        return stopped_state(f"study {spec.study_name}")
     publish_table(f"study-{spec.study_name}", trials_markdown(study, spec), load_settings(),
                   parent, [{**r, "trial": f"trial {r['number']}"} for r in rows], label="trial")
     return rows

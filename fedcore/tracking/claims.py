@@ -41,7 +41,7 @@ def run_claims_tracked(
         rows = run_claims(spec, simulate, progress)
     except BaseException as exc:
         client.set_tag(parent, "failure_reason", f"{type(exc).__name__}: {exc}"[:5000])
-        client.set_terminated(parent, "FAILED")
+        client.set_terminated(parent, getattr(exc, "run_status", "FAILED"))  # KILLED: a stop
         raise
     seconds = time.perf_counter() - start
     table = markdown(rows)

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from fedcore import checkpoint, code_digest
+from fedcore import checkpoint, code_digest, stopping
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData
 from fedcore.simulation import Callback, Result, Simulation
@@ -43,6 +43,7 @@ def run_tracked(
     metrics, per-client table, figures, FINISHED) to a background writer: a sweep's next cell
     trains meanwhile, and :func:`~fedcore.tracking.mlflow_tracker.wait_for_runs` waits for it.
     """
+    stopping.check(0)  # no new run once a stop was requested
     sim = Simulation(cfg, device=device, data=data)
     tracker = MLflowTracker(
         settings, parent_run_id=parent_run_id, run_name=run_name, tags=tags,

@@ -18,6 +18,7 @@ from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import OperationalError
 
+from fedcore import stopping
 from fedcore.callbacks import Callback
 from fedcore.config import ConfigError
 from fedcore.tracking import get_experiment_id, load_settings, mlflow_client
@@ -282,8 +283,13 @@ def _run_trial(
     except Exception as exc:
         state = "FAIL"
         trial.set_user_attr("failure_reason", f"{type(exc).__name__}: {exc}"[:2000])
-    except BaseException:  # Ctrl-C: the trial is FAIL, not RUNNING forever; then stop
+    except BaseException as exc:  # a stop or Ctrl-C: the trial is FAIL, not RUNNING forever
+        trial.set_user_attr("failure_reason", f"{type(exc).__name__}: {exc}"[:2000])
         study.tell(trial, state=TrialState.FAIL)
+        if isinstance(exc, stopping.StopRequested):  # its run is KILLED; say so on the run too
+            stopped = _trial_run_id(parent_run_id, trial.number)
+            if stopped is not None:
+                mlflow_client(load_settings()).set_tag(stopped, "trial_state", "FAIL")
         raise
     run_id = run_id or _trial_run_id(parent_run_id, trial.number)
     if run_id is not None:
@@ -321,13 +327,17 @@ def _trial_run_id(parent_run_id: str, number: int) -> str | None:
 def optimize(
     study: optuna.Study, spec: StudySpec, parent_run_id: str, on_trial: Any = None
 ) -> list[TrialOutcome]:
-    """Run trials one after another until n_trials ran in this process or timeout passed."""
+    """Run trials one after another until n_trials ran in this process or timeout passed
+    (or a stop was requested: SIGTERM / SIGINT)."""
     deadline = time.monotonic() + spec.timeout if spec.timeout else None
     outcomes: list[TrialOutcome] = []
     while spec.n_trials is None or len(outcomes) < spec.n_trials:
-        if deadline is not None and time.monotonic() >= deadline:
+        if stopping.requested() or (deadline is not None and time.monotonic() >= deadline):
             break
-        outcomes.append(run_trial(study, spec, parent_run_id))
+        try:
+            outcomes.append(run_trial(study, spec, parent_run_id))
+        except stopping.StopRequested:  # the trial is FAIL, its run KILLED; no new trial
+            break
         if on_trial is not None:
             on_trial(outcomes[-1])
     return outcomes

@@ -1,0 +1,72 @@
+"""A requested stop ends the round loop at a round boundary: the run is KILLED with its rounds,
+a checkpoint of the stop's round is written, and resuming from it equals not stopping. The
+signals themselves are sent to real processes in test_reliability_stop.py."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from fedcore import stopping
+from fedcore.config import load_config
+from fedcore.simulation import Simulation
+from fedcore.tracking.runner import run_tracked
+
+FAST = ["model.name=mlp", "dataset.num_clients=6", "clients_per_round=3", "local.epochs=1",
+        "local.steps=2", "rounds=5"]
+
+
+class StopAfter:
+    """Requests a stop (as the signal handler would) when round ``r`` ends."""
+
+    def __init__(self, r: int) -> None:
+        self.r = r
+        self.stop = False
+
+    def on_run_start(self, sim):
+        pass
+
+    def on_round_end(self, round, metrics, clients):
+        self.stop = self.stop or round == self.r
+
+    def on_run_end(self, result):
+        pass
+
+
+def test_a_stop_ends_the_loop_after_the_round_in_flight_with_a_checkpoint(tmp_path):
+    """Stopped after round 2 of 5 with checkpoint_every=4: round 2 is checkpointed anyway, and
+    resuming from it gives the numbers of an unbroken run."""
+    cfg = load_config(None, [*FAST, "checkpoint_every=4", f"checkpoint_dir={tmp_path / 'ck'}"])
+    stop = StopAfter(2)
+    sim = Simulation(cfg, [stop])
+    with stopping.also_when(lambda: stop.stop, "test"), pytest.raises(stopping.StopRequested) as e:
+        sim.run()
+    assert str(e.value) == "stopped by test after round 2" and e.value.run_status == "KILLED"
+    assert sim.round == 2 and [h["round"] for h in sim.history] == [1, 2]
+    assert not stopping.requested()  # the check belonged to the block, not to the process
+    resumed = Simulation(cfg)
+    assert resumed.resume() and resumed.round == 2
+    result = resumed.run()
+    full = Simulation(load_config(None, FAST)).run()
+    assert _numbers(result.history) == _numbers(full.history)
+    assert result.summary == full.summary
+
+
+def _numbers(history):
+    return [{k: v for k, v in h.items() if k != "agg/seconds"} for h in history]
+
+
+def test_a_stopped_tracked_run_is_killed_with_its_rounds(tracking, tmp_path):
+    cfg = load_config(None, FAST)
+    stop = StopAfter(3)
+    with stopping.also_when(lambda: stop.stop, "SIGTERM"), pytest.raises(stopping.StopRequested):
+        run_tracked(cfg, callbacks=[stop])
+    client = MlflowClient(tracking.tracking_uri)
+    exp = client.get_experiment_by_name(tracking.experiment).experiment_id
+    (run,) = client.search_runs([exp])
+    assert run.info.status == "KILLED"
+    assert run.data.tags["failure_reason"] == "StopRequested: stopped by SIGTERM after round 3"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == [1, 2, 3]
+    with stopping.also_when(lambda: True, "SIGTERM"), pytest.raises(stopping.StopRequested):
+        run_tracked(cfg)  # once stopped, no new run starts
+    assert len(client.search_runs([exp])) == 1
