@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fedcore.config import ConfigError, ExperimentConfig, parse_overrides
+from fedcore.invocation import fedcore_command
 from fedcore.tuning.spec import find_study_file, load_study
 
 
@@ -38,7 +39,7 @@ def tune_command(
         _, outcomes = tune(spec, on_trial=show)
         rows = [o.__dict__ for o in outcomes]
     print(f"\n{len(rows)} trial(s) of study {spec.study_name!r} in {spec.storage_label()}; "
-          f"best: fedcore tune --best {study_file}" + _study_keys(overrides))
+          f"best: {fedcore_command()} tune --best {study_file}" + _study_keys(overrides))
     return 0
 
 
@@ -70,7 +71,7 @@ def _best(spec, out: str | None) -> int:
         select = (f"method={method_path.stem}" if out is None
                   else f'method="$(cat {_rel(method_path)})"')
         print(f"  method: {_rel(method_path)} (select with {select})")
-        print(f"  experiment: {_rel(experiment_path)} (fedcore run {_rel(experiment_path)})")
+        print(f"  experiment: {_rel(experiment_path)} ({fedcore_command()} run {_rel(experiment_path)})")
     return 0
 
 
