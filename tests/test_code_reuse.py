@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 
 import fedcore
 from fedcore import checkpoint, code_digest
+from fedcore.callbacks import Callback
 from fedcore.config import load_config
 from fedcore.simulation import Simulation
 from fedcore.sweep import load_sweep
@@ -86,7 +87,7 @@ def _other_code(monkeypatch, digest: str = "0ther0c0de00") -> None:
     monkeypatch.setattr(code_digest, "current", lambda: digest)
 
 
-class StopAt:
+class StopAt(Callback):
     """Interrupts the run after round ``r`` was reported."""
 
     def __init__(self, r: int) -> None:

@@ -8,6 +8,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from fedcore import stopping
+from fedcore.callbacks import Callback
 from fedcore.config import load_config
 from fedcore.simulation import Simulation
 from fedcore.tracking.runner import run_tracked
@@ -16,7 +17,7 @@ FAST = ["model.name=mlp", "dataset.num_clients=6", "clients_per_round=3", "local
         "local.steps=2", "rounds=5"]
 
 
-class StopAfter:
+class StopAfter(Callback):
     """Requests a stop (as the signal handler would) when round ``r`` ends."""
 
     def __init__(self, r: int) -> None:
