@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedcore import clients
-from fedcore.config import load_config
+from fedcore.config import ConfigError, load_config
 from fedcore.simulation import Simulation
 
 from .conftest import TINY
@@ -132,3 +132,38 @@ def test_inner_objective_is_validated():
     ):
         with pytest.raises(ValueError):
             clients.build({"algorithm": "ditto", "inner": inner})
+
+
+INNER_SCAFFOLD = ["method=scaffold", "local.momentum=0",
+                  "method.client={algorithm: ditto, inner: {algorithm: scaffold}}"]
+
+
+def test_ditto_around_scaffold_sends_and_commits_the_inner_control_variates():
+    """Ditto's global update is its inner objective's: with SCAFFOLD inside, the uplink carries
+    Delta c_i, c_i is committed, and the global model is plain SCAFFOLD's bit for bit (the
+    personal model trains after it, from the same generator)."""
+    ditto = Simulation(load_config(None, [*SMALL, *INNER_SCAFFOLD]))
+    assert ditto.client_algo.uplink == ("delta", "delta_c")
+    ditto.run()
+    plain = Simulation(load_config(None, [*SMALL, "method=scaffold", "local.momentum=0"]))
+    plain.run()
+    assert torch.equal(ditto.params, plain.params)
+    sampled = [k for k in range(6) if "ditto_personal" in ditto.store[k]]
+    assert sampled
+    for k in sampled:
+        assert torch.equal(ditto.store[k]["scaffold_c"], plain.store[k]["scaffold_c"])
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["method=ditto", "method.client.inner={algorithm: scaffold}"],
+     r"^method\.aggregator\.rule: client scaffold needs rule 'scaffold', got 'fedavg' "
+     r"\(ditto's inner objective scaffold\)$"),
+    (["method=scaffold", "method.client={algorithm: ditto}"],
+     r"^method\.client\.algorithm: rule scaffold needs client 'scaffold' \(or 'ditto' with "
+     r"inner 'scaffold'\), got 'ditto' with inner 'fedavg'$"),
+    (["method=scafcom_topk", "method.client={algorithm: ditto, inner: {algorithm: fedprox}}"],
+     r"^method\.client\.algorithm: rule scafcom needs client 'scafcom'"),
+])
+def test_ditto_is_held_to_its_inner_objectives_config_rules(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [*SMALL, *overrides])

@@ -119,3 +119,13 @@ class Aggregator:
 def weighted_mean(deltas: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """sum_k w_k delta_k for weights that sum to one."""
     return weights @ deltas
+
+
+def global_client(cfg: ExperimentConfig) -> tuple[str, str]:
+    """The client objective whose updates reach the server, and how the config names it:
+    ``method.client.algorithm``, or Ditto's ``inner`` one (Ditto sends its global update)."""
+    client = cfg.method.client
+    if client.get("algorithm") == "ditto":
+        inner = client.get("inner", {}).get("algorithm")
+        return inner, f"'ditto' with inner {inner!r}"
+    return client.get("algorithm"), repr(client.get("algorithm"))

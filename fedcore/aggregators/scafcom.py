@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregate, UpdateBatch, register
+from fedcore.aggregators.base import Aggregate, UpdateBatch, global_client, register
 from fedcore.aggregators.scaffold import ControlVariateServer
 from fedcore.registry import HParams
 
@@ -27,9 +27,10 @@ class Scafcom(ControlVariateServer):
 
     @classmethod
     def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
-        client = cfg.method.client.get("algorithm")
+        client, named = global_client(cfg)
         if client != "scafcom":
-            return f"method.client.algorithm: rule scafcom needs client 'scafcom', got {client!r}"
+            return (f"method.client.algorithm: rule scafcom needs client 'scafcom' (or 'ditto' "
+                    f"with inner 'scafcom'), got {named}")
         return None
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register, weighted_mean
+from fedcore.aggregators.base import (
+    Aggregate,
+    Aggregator,
+    UpdateBatch,
+    global_client,
+    register,
+    weighted_mean,
+)
 from fedcore.layout import ParamLayout
 from fedcore.registry import HParams
 
@@ -53,9 +60,10 @@ class Scaffold(ControlVariateServer):
 
     @classmethod
     def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
-        client = cfg.method.client.get("algorithm")
+        client, named = global_client(cfg)
         if client != "scaffold":
-            return f"method.client.algorithm: rule scaffold needs client 'scaffold', got {client!r}"
+            return (f"method.client.algorithm: rule scaffold needs client 'scaffold' (or 'ditto' "
+                    f"with inner 'scaffold'), got {named}")
         return None
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:

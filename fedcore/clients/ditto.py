@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from fedcore.metrics import per_sample_eval
 from fedcore.registry import HParams
 
 if TYPE_CHECKING:
+    from fedcore.config import ExperimentConfig
     from fedcore.round_context import RoundContext
 
 
@@ -61,8 +62,28 @@ class DittoClient(ClientAlgorithm):
     def __init__(self, hparams: HParams | None = None) -> None:
         super().__init__(hparams)
         self.inner = REGISTRY.build(self.hp.inner)
+        self.uplink = self.inner.uplink  # the global update is the inner objective's message
 
     personalized = True
+
+    @classmethod
+    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+        """The inner objective's own rules (SCAFFOLD's aggregator rule, ...)."""
+        assert isinstance(hp, cls.HParams)
+        inner = REGISTRY.get(hp.inner["algorithm"])
+        reason = inner.check_config(cfg, REGISTRY.hparams(hp.inner))
+        return None if reason is None else f"{reason} (ditto's inner objective {inner.name})"
+
+    def commit(
+        self,
+        state: dict[str, Any],
+        update: ClientUpdate,
+        sent: Mapping[str, torch.Tensor],
+        accepted: bool,
+    ) -> None:
+        """The inner objective's state (SCAFFOLD's c_i, ...); the personal model is kept at
+        training time, whatever the server decides."""
+        self.inner.commit(state, update, sent, accepted)
 
     def not_vectorised_reason(self) -> str | None:
         reason = self.inner.not_vectorised_reason()

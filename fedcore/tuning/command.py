@@ -71,7 +71,8 @@ def _best(spec, out: str | None) -> int:
         select = (f"method={method_path.stem}" if out is None
                   else f'method="$(cat {_rel(method_path)})"')
         print(f"  method: {_rel(method_path)} (select with {select})")
-        print(f"  experiment: {_rel(experiment_path)} ({fedcore_command()} run {_rel(experiment_path)})")
+        experiment = _rel(experiment_path)
+        print(f"  experiment: {experiment} ({fedcore_command()} run {experiment})")
     return 0
 
 
