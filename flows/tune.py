@@ -98,7 +98,7 @@ def tune(
                 continue
             rows.append(row)
             print(describe(spec, row["number"], row["state"], row["values"], row["params"]))
-    finish_parent(study, spec, parent)
+    finish_parent(study, spec, parent, "KILLED" if stopping.requested() else "FINISHED")
     if stopping.requested():
         return stopped_state(f"study {spec.study_name}")
     publish_table(f"study-{spec.study_name}", trials_markdown(study, spec), load_settings(),

@@ -243,6 +243,8 @@ def test_sigterm_stops_tune_with_two_workers_trials_fail_and_runs_killed(tmp_pat
     assert len(trials) == 2  # no trial started after the signal
     for run in trials:
         assert run.info.status == "KILLED" and run.data.tags["trial_state"] == "FAIL"
+    (parent,) = _runs(client, "tags.`fedcore.role` = 'study'")
+    assert parent.info.status == "KILLED"
     stored = optuna.load_study(study_name="stop", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     assert sorted(t.state.name for t in stored.trials) == ["FAIL", "FAIL"]
     print(f"tune: exited {seconds:.1f} s after SIGTERM")

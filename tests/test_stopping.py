@@ -71,3 +71,35 @@ def test_a_stopped_tracked_run_is_killed_with_its_rounds(tracking, tmp_path):
     with stopping.also_when(lambda: True, "SIGTERM"), pytest.raises(stopping.StopRequested):
         run_tracked(cfg)  # once stopped, no new run starts
     assert len(client.search_runs([exp])) == 1
+
+
+def test_a_stopped_single_process_study_fails_its_trial_and_kills_its_parent(tracking, tmp_path):
+    import optuna
+    import yaml
+
+    from fedcore.tuning.spec import load_study
+    from fedcore.tuning.study import tune
+
+    path = tmp_path / "stop.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "stop", "set": {"method": "fedavg", **dict(o.split("=") for o in FAST)},
+        "search": {"local.lr": {"type": "float", "low": 0.01, "high": 0.1}},
+        "metric": "final/accuracy", "n_trials": 3,
+        "storage": f"sqlite:///{tmp_path / 'optuna.db'}"}))
+    calls = []
+
+    def mid_trial():  # asked before the trial, the run, and twice per round boundary
+        calls.append(1)
+        return len(calls) >= 7
+
+    with stopping.also_when(mid_trial, "SIGTERM"):
+        study, outcomes = tune(load_study(path))
+    assert outcomes == [] and [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL]
+    client = MlflowClient(tracking.tracking_uri)
+    exp = client.get_experiment_by_name(tracking.experiment).experiment_id
+    (parent,) = client.search_runs([exp], "tags.`fedcore.role` = 'study'")
+    (trial,) = client.search_runs([exp], "tags.`fedcore.role` = 'trial'")
+    assert parent.info.status == "KILLED"
+    assert trial.info.status == "KILLED" and trial.data.tags["trial_state"] == "FAIL"
+    steps = [m.step for m in client.get_metric_history(trial.info.run_id, "train/loss")]
+    assert steps == list(range(1, len(steps) + 1)) and 1 <= len(steps) < 5

@@ -154,8 +154,11 @@ def plots(study: optuna.Study, spec: StudySpec, out: Path) -> list[str]:
     return made
 
 
-def finish_parent(study: optuna.Study, spec: StudySpec, parent_run_id: str) -> list[str]:
-    """Log the best YAMLs, the plots and trial counts on the study's run; mark it FINISHED."""
+def finish_parent(
+    study: optuna.Study, spec: StudySpec, parent_run_id: str, status: str = "FINISHED"
+) -> list[str]:
+    """Log the best YAMLs, the plots and trial counts on the study's run; end it with
+    ``status`` (KILLED after a stop)."""
     client = mlflow_client(load_settings())
     counts = state_counts(study)
     for state, n in counts.items():
@@ -173,7 +176,7 @@ def finish_parent(study: optuna.Study, spec: StudySpec, parent_run_id: str) -> l
         pareto = ",".join(str(t.number) for t, _, _ in written)
         client.set_tag(parent_run_id, "pareto_trials", pareto)
     set_description(client, parent_run_id, trials_markdown(study, spec))
-    client.set_terminated(parent_run_id, "FINISHED")
+    client.set_terminated(parent_run_id, status)
     return made
 
 

@@ -350,5 +350,5 @@ def tune(spec: StudySpec, on_trial: Any = None) -> tuple[optuna.Study, list[Tria
     study = open_study(spec)
     parent = study_parent_run(spec)
     outcomes = optimize(study, spec, parent, on_trial)
-    finish_parent(study, spec, parent)
+    finish_parent(study, spec, parent, "KILLED" if stopping.requested() else "FINISHED")
     return study, outcomes
