@@ -112,7 +112,7 @@ def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(track
     assert table.loc["ditto", "personal_jain_mean"] == pytest.approx(ditto["final/personal_jain"])
     assert np.isnan(table.loc["fedavg", "personal_accuracy_mean"])
     md = (tmp_path / "out" / "table.md").read_text().splitlines()
-    header = [c.strip() for c in md[4].split("|")]
+    header = [c.strip() for c in next(r for r in md if r.startswith("| method")).split("|")]
     fedavg = [c.strip() for c in next(r for r in md if r.startswith("| fedavg")).split("|")]
     row = dict(zip(header, fedavg, strict=True))
     assert row["hparams"] == "paper" and row["personal accuracy"] == ""
