@@ -145,16 +145,29 @@ def _api(api: str, path: str, body: dict | None = None) -> dict | list:
         return json.loads(resp.read())
 
 
-def test_sweep_deployment_runs_on_a_worker_and_records_through_mlflow_server(stack, tmp_path):
+@pytest.fixture(scope="module")
+def worker(stack) -> dict:
+    """The work pool, the ``gpu`` limit, prefect.yaml deployed, and one process worker."""
+    env = stack["env"]
+    _cli(env, "work-pool", "create", POOL, "--type", "process")
+    _cli(env, "concurrency-limit", "create", "gpu", "1")
+    _cli(env, "deploy", "--all")
+    proc, log = stack["procs"].start(
+        "worker",
+        [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--limit", "1"],
+        env,
+    )
+    return {"proc": proc, "log": log}
+
+
+def test_sweep_deployment_runs_on_a_worker_and_records_through_mlflow_server(
+    stack, worker, tmp_path
+):
     from mlflow.tracking import MlflowClient
 
     from fedcore.tracking import load_model
 
     env, api = stack["env"], stack["api"]
-    _cli(env, "work-pool", "create", POOL, "--type", "process")
-    _cli(env, "concurrency-limit", "create", "gpu", "1")
-    _cli(env, "deploy", "--all")
-
     deployments = {d["name"]: d for d in _api(api, "/deployments/filter", {})}
     assert set(deployments) == {"simulate", "sweep", "tune", "report", "claims"}
     sweep_dep = deployments["sweep"]
@@ -174,11 +187,7 @@ def test_sweep_deployment_runs_on_a_worker_and_records_through_mlflow_server(sta
         "set": {"rounds": 3, "model.name": "mlp", "dataset.num_clients": 6,
                 "clients_per_round": 2},
     }))
-    worker, worker_log = stack["procs"].start(
-        "worker",
-        [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--limit", "1"],
-        env,
-    )
+    worker, worker_log = worker["proc"], worker["log"]
     params = {"sweep_file": str(sweep_file), "overrides": ["rounds=2"], "max_workers": 2}
     out = _cli(env, "deployment", "run", "sweep/sweep", "--params", json.dumps(params),
                "--watch", "--watch-timeout", "240", "--watch-interval", "2", timeout=300)
@@ -237,3 +246,60 @@ def test_sweep_deployment_runs_on_a_worker_and_records_through_mlflow_server(sta
     # cells share the partition (same dataset, seed, alpha): one digest
     assert len({c.inputs.dataset_inputs[0].dataset.digest for c in children}) == 1
     assert (stack["tmp"] / "mlartifacts").is_dir()
+
+
+def test_cancelling_a_deployed_sweep_stops_its_cells_at_a_round_boundary(stack, worker, tmp_path):
+    """`prefect flow-run cancel`: the worker sends SIGTERM to the flow run's process; the cell
+    in flight finishes its round and ends KILLED, the queued one never starts, the parent ends
+    KILLED and the flow run Cancelled."""
+    from mlflow.tracking import MlflowClient
+
+    env, api = stack["env"], stack["api"]
+    sweep_file = tmp_path / "cancelled.yaml"
+    sweep_file.write_text(yaml.safe_dump({
+        "name": "cancelled",
+        "grid": {"seed": [0, 1]},
+        "set": {"rounds": 400, "model.name": "mlp", "dataset.num_clients": 6,
+                "clients_per_round": 2, "local.epochs": 1, "local.steps": 2},
+    }))
+    (dep,) = [d for d in _api(api, "/deployments/filter", {}) if d["name"] == "sweep"]
+    before = {r["id"] for r in _api(api, "/flow_runs/filter", {})}
+    _cli(env, "deployment", "run", "sweep/sweep", "--params",
+         json.dumps({"sweep_file": str(sweep_file), "max_workers": 2}))
+    (flow_run,) = [r for r in _api(api, "/flow_runs/filter", {"deployments": {
+        "id": {"any_": [dep["id"]]}}}) if r["id"] not in before]
+
+    client = MlflowClient(stack["mlflow"])
+    query = "tags.sweep = 'cancelled' and tags.config_hash != ''"
+    deadline = time.monotonic() + 240
+    while True:
+        assert time.monotonic() < deadline, worker["log"].read_text()[-3000:]
+        exp = client.get_experiment_by_name("fedcore-deployments")
+        running = [] if exp is None else client.search_runs(
+            [exp.experiment_id], f"{query} and attributes.status = 'RUNNING' "
+            "and metrics.`train/loss` > -1")
+        if running:  # the ``gpu`` limit of 1 runs one cell at a time
+            break
+        time.sleep(1)
+    _cli(env, "flow-run", "cancel", flow_run["id"])
+
+    deadline = time.monotonic() + 180
+    while _api(api, f"/flow_runs/{flow_run['id']}")["state_type"] not in (
+        "CANCELLED", "CRASHED", "FAILED", "COMPLETED"
+    ):
+        assert time.monotonic() < deadline, worker["log"].read_text()[-3000:]
+        time.sleep(1)
+    state = _api(api, f"/flow_runs/{flow_run['id']}")
+    assert state["state_type"] == "CANCELLED", (state["state"], worker["log"].read_text()[-3000:])
+    assert worker["proc"].poll() is None, "the worker survives the cancellation"
+    exp_id = client.get_experiment_by_name("fedcore-deployments").experiment_id
+    cells = client.search_runs([exp_id], query)
+    assert len(cells) == 1  # the queued cell never started
+    for run in cells:
+        rounds = len(client.get_metric_history(run.info.run_id, "train/loss"))
+        assert run.info.status == "KILLED" and 0 < rounds < 400, (run.info.status, rounds)
+        assert run.data.tags["failure_reason"] == (
+            f"StopRequested: stopped by SIGTERM after round {rounds}")
+    (parent,) = client.search_runs([exp_id], "tags.`fedcore.role` = 'sweep' "
+                                   "and tags.sweep = 'cancelled'")
+    assert parent.info.status == "KILLED"
