@@ -13,31 +13,13 @@ from pathlib import Path
 import yaml
 from mlflow.tracking import MlflowClient
 
+from .processes import alive, children
+
 CELLS = {"seed": [0, 1, 2]}
 FAST = {"model.name": "mlp", "dataset.num_clients": 6, "clients_per_round": 3,
         "local.epochs": 1, "local.steps": 2, "rounds": 20, "eval_every": 1}
 
 
-def _children(pid: int) -> list[int]:
-    """Processes whose parent is ``pid`` (from /proc)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_killed_sweep_resumes_with_one_finished_run_per_cell(tmp_path):
@@ -63,14 +45,14 @@ def test_killed_sweep_resumes_with_one_finished_run_per_cell(tmp_path):
                                      "'RUNNING' and metrics.`train/loss` > -1")
         if running:
             break
-    servers = _children(first.pid)
+    servers = children(first.pid)
     assert servers, "the sweep runs its Prefect server as a child process"
     first.send_signal(signal.SIGKILL)
     first.wait()
     gone = time.monotonic() + 20
-    while any(_alive(p) for p in servers) and time.monotonic() < gone:
+    while any(alive(p) for p in servers) and time.monotonic() < gone:
         time.sleep(0.2)
-    assert not any(_alive(p) for p in servers), "the temporary Prefect server outlived the sweep"
+    assert not any(alive(p) for p in servers), "the temporary Prefect server outlived the sweep"
 
     again = subprocess.run(line, env=env, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-2000:]

@@ -16,6 +16,8 @@ import optuna
 import yaml
 from mlflow.tracking import MlflowClient
 
+from .processes import children, outlived
+
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"model.name": "mlp", "dataset.num_clients": 6, "clients_per_round": 3,
         "local.epochs": 1, "local.steps": 2, "eval_every": 1}
@@ -30,36 +32,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _children(pid: int) -> list[int]:
-    """Processes whose parent is ``pid`` (from /proc)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def _outlived(pids: list[int], grace_s: float = 20) -> list[str]:
-    """The command lines of ``pids`` still alive after ``grace_s`` (helpers that notice their
-    parent's exit, e.g. multiprocessing's resource tracker, take a moment)."""
-    deadline = time.monotonic() + grace_s
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return [Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")[:200]
-            for p in pids if _alive(p)]
 
 
 def _wait_for(proc: subprocess.Popen, client: MlflowClient, query: str, count: int) -> list:
@@ -110,13 +83,13 @@ def test_sigterm_stops_a_sweep_at_a_round_boundary_and_the_rerun_resumes(tmp_pat
     _wait_for(first, client, "tags.sweep = 'stop' and attributes.status = 'FINISHED'", 1)
     _wait_for(first, client, "tags.sweep = 'stop' and attributes.status = 'RUNNING' "
               "and metrics.`train/loss` > -1", 2)
-    servers = _children(first.pid)
+    servers = children(first.pid)
     assert servers, "the sweep runs its Prefect server as a child process"
     err, seconds = _stop(first, signal.SIGTERM)
     assert first.returncode == 143, err[-3000:]
     assert err.rstrip().splitlines()[-1].startswith("fedcore: stopped by SIGTERM; run the same "
                                                     "command again to resume"), err[-2000:]
-    assert not _outlived(servers), "the temporary Prefect server outlived the sweep"
+    assert not outlived(servers), "the temporary Prefect server outlived the sweep"
     assert not _runs(client, "tags.sweep = 'stop' and attributes.status = 'RUNNING'")
     killed = _runs(client, "tags.sweep = 'stop' and attributes.status = 'KILLED' "
                    "and tags.config_hash != ''")
@@ -161,10 +134,10 @@ def test_sigterm_stops_a_sweep_on_a_dask_local_cluster(tmp_path):
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     _wait_for(proc, client, "tags.sweep = 'dask' and attributes.status = 'RUNNING' "
               "and metrics.`train/loss` > -1", 2)
-    children = _children(proc.pid)  # the Prefect server and the cluster's processes
+    helpers = children(proc.pid)  # the Prefect server and the cluster's processes
     err, seconds = _stop(proc, signal.SIGTERM)
     assert proc.returncode == 143, err[-3000:]
-    assert not _outlived(children), "a server or Dask process outlived the sweep"
+    assert not outlived(helpers), "a server or Dask process outlived the sweep"
     assert not _runs(client, "tags.sweep = 'dask' and attributes.status = 'RUNNING'")
     killed = _runs(client, "tags.sweep = 'dask' and tags.config_hash != ''")
     assert len(killed) == 2 and {r.info.status for r in killed} == {"KILLED"}
@@ -233,11 +206,11 @@ def test_sigterm_stops_tune_with_two_workers_trials_fail_and_runs_killed(tmp_pat
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     _wait_for(proc, client, "tags.`fedcore.role` = 'trial' and attributes.status = 'RUNNING' "
               "and metrics.`train/loss` > -1", 2)
-    servers = _children(proc.pid)
+    servers = children(proc.pid)
     err, seconds = _stop(proc, signal.SIGTERM)
     assert proc.returncode == 143, err[-3000:]
     assert err.rstrip().splitlines()[-1].startswith("fedcore: stopped by SIGTERM;"), err[-2000:]
-    assert not _outlived(servers), "the temporary Prefect server outlived tune"
+    assert not outlived(servers), "the temporary Prefect server outlived tune"
     assert not _runs(client, "attributes.status = 'RUNNING'")
     trials = _runs(client, "tags.`fedcore.role` = 'trial'")
     assert len(trials) == 2  # no trial started after the signal
