@@ -75,6 +75,7 @@ def make_task_runner(
             "host": "127.0.0.1",
             "dashboard_address": None,
             "env": worker_env(api_url),
+            "preload": ["flows.dask_worker"],  # workers ignore a terminal's Ctrl-C
         },
     )
 

@@ -6,6 +6,8 @@ in the database under ``PREFECT_HOME`` (their leases lived in the dead server's 
 next sweep waits for them forever. :func:`prefect_api` instead starts the server here:
 
 * the server asks for ``PR_SET_PDEATHSIG`` (Linux): the kernel kills it when this process dies;
+* it runs in its own session, so a Ctrl-C in the terminal (SIGINT to the whole foreground
+  process group) reaches only fedcore, whose stop still needs the server, and not the server;
 * every process running through such a server holds a shared ``flock`` on
   ``PREFECT_HOME/temporary-servers.lock``; a process that can take it exclusively is the only
   one using that database, so any ``gpu`` slots still held are stale and the limit is reset.
@@ -76,6 +78,7 @@ def _server_class() -> type:
                     "--log-level", "error", "--lifespan", "on",
                 ],
                 env=env,
+                start_new_session=True,  # a terminal's Ctrl-C goes to fedcore, which stops it
             )
 
     return TemporaryServer

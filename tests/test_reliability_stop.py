@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
@@ -146,6 +147,42 @@ def test_sigterm_stops_a_sweep_on_a_dask_local_cluster(tmp_path):
         assert 0 < rounds < 300 and run.data.tags["failure_reason"] == (
             f"StopRequested: stopped by the sweep's stop request after round {rounds}")
     print(f"dask sweep: exited {seconds:.1f} s after SIGTERM")
+
+
+@pytest.mark.parametrize("runner", ["thread", "dask"])
+def test_ctrl_c_in_a_terminal_stops_a_sweep_and_not_its_helpers_first(tmp_path, runner):
+    """A terminal's Ctrl-C is SIGINT to the whole foreground process group. The temporary
+    Prefect server (its own session) and the LocalCluster's workers (they ignore SIGINT) keep
+    serving until the cells have stopped at a round boundary; without that the cells' API
+    calls to the dead server, or the dead workers' futures, hung the sweep."""
+    sweep_file = tmp_path / "group.yaml"
+    sweep_file.write_text(yaml.safe_dump({
+        "name": "group", "grid": {"seed": [0, 1, 2]}, "set": {**FAST, "rounds": 300}}))
+    env = _env(tmp_path)
+    line = [sys.executable, "-m", "fedcore.cli", "sweep", str(sweep_file), "--workers", "2",
+            "--runner", runner]
+    proc = subprocess.Popen(line, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # a terminal's foreground job
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    _wait_for(proc, client, "tags.sweep = 'group' and attributes.status = 'RUNNING' "
+              "and metrics.`train/loss` > -1", 2)
+    helpers = children(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=STOP_WITHIN_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    assert proc.returncode == 130, err[-3000:]
+    assert not outlived(helpers), "a server or Dask process outlived the sweep"
+    assert not _runs(client, "tags.sweep = 'group' and attributes.status = 'RUNNING'")
+    cells = _runs(client, "tags.sweep = 'group' and tags.config_hash != ''")
+    assert len(cells) == 2 and {r.info.status for r in cells} == {"KILLED"}, err[-3000:]
+    for run in cells:
+        assert 0 < len(client.get_metric_history(run.info.run_id, "train/loss")) < 300
+    (parent,) = _runs(client, "tags.`fedcore.role` = 'sweep'")
+    assert parent.info.status == "KILLED"
 
 
 def test_sigint_stops_fedcore_run_and_the_rerun_resumes_its_run(tmp_path):
