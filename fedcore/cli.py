@@ -4,6 +4,8 @@ or the MLflow UI."""
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import os
 import sys
 import textwrap
@@ -203,9 +205,19 @@ def cmd_claims(args: argparse.Namespace) -> int:
     return 0
 
 
+def _skip_final_collection() -> None:
+    """Run last at exit: freeze every object, so the interpreter's final garbage collection
+    does not walk torch's, MLflow's and pandas' millions of objects (1.3-1.5 s of every command's
+    exit on this machine). Threads are joined, atexit handlers have run and modules are still
+    torn down; only the cycle collection of the dying process is skipped."""
+    gc.freeze()
+
+
 def main(argv: list[str] | None = None) -> int:
     import fedcore
 
+    atexit.unregister(_skip_final_collection)  # once, however often main runs in a process
+    atexit.register(_skip_final_collection)  # registered first among fedcore's: runs last
     parser = argparse.ArgumentParser(prog="fedcore", description=__doc__, epilog=EPILOG)
     parser.add_argument(
         "--debug", action="store_true",
