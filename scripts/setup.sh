@@ -4,14 +4,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+NEED_MB=7000  # torch with its CUDA libraries (x86_64 PyPI wheels) makes the venv about 6.5 GB
+
+free_mb() { df -Pm . | awk 'NR == 2 {print $4}'; }
+
+pip_install() {
+  if ! .venv/bin/python -m pip install --quiet "$@" 2> >(grep -v "^WARNING: Location" >&2); then
+    echo "setup: pip could not install $* (its error is above)." >&2
+    echo "setup: free disk in $(pwd): $(free_mb) MB; the venv needs about $NEED_MB MB." >&2
+    exit 1
+  fi
+}
+
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.fedcore-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  .venv/bin/python -m pip install --quiet --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -m pip install --quiet -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -c "import fedcore, torch, mlflow, prefect" 
+  if [ "$(free_mb)" -lt "$NEED_MB" ]; then
+    echo "setup: warning: $(free_mb) MB free in $(pwd); the install needs about $NEED_MB MB." >&2
+  fi
+  pip_install --upgrade pip
+  pip_install -e ".[dev]"
+  .venv/bin/python -c "import fedcore, torch, mlflow, prefect"
   echo "$want" > "$stamp"
 fi
