@@ -61,6 +61,8 @@ class AFL(Aggregator):
         eval_model: Literal["last", "average"] = "last"
         server_lr: float = Field(1.0, gt=0.0)
 
+    hp: HParams
+
     @classmethod
     def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
         assert isinstance(hp, cls.HParams)

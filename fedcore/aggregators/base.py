@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from fedcore.layout import ParamLayout
-from fedcore.registry import HParams, Registry
+from fedcore.registry import HParams as BaseHParams
+from fedcore.registry import Registry
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
@@ -80,16 +81,17 @@ class Aggregator:
     """Base class. Subclasses define ``HParams`` and ``aggregate``; server state is attributes."""
 
     name: ClassVar[str]
-    HParams: ClassVar[type[HParams]] = HParams
+    HParams: ClassVar[type[BaseHParams]] = BaseHParams
+    hp: BaseHParams
     needs: ClassVar[frozenset[str]] = frozenset()
 
-    def __init__(self, hparams: HParams | None = None) -> None:
+    def __init__(self, hparams: BaseHParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()
         self.num_clients = 0
         self.layout: ParamLayout | None = None
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
         """Why ``cfg`` cannot run this rule (a one-line reason, checked at load); None: it can."""
         return None
 

@@ -26,6 +26,8 @@ class ConFIG(Aggregator):
         weights: Literal["equal", "data"] = "equal"
         server_lr: float = Field(1.0, gt=0.0)
 
+    hp: HParams
+
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # Pseudo-gradients g_k = theta - theta_k = -Delta_k (the one sign flip of this rule).
         pg = -batch.deltas

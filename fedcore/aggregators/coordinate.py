@@ -39,6 +39,8 @@ class TrimmedMean(Aggregator):
         trim_fraction: float = Field(0.1, ge=0.0, lt=0.5, description="beta")
         server_lr: float = Field(1.0, gt=0.0)
 
+    hp: HParams
+
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # sort each coordinate, drop floor(beta m) per side, mean the rest (trimmed_mean.md)
         b = num_trimmed(self.hp.trim_fraction, batch.m)
@@ -53,6 +55,8 @@ class CoordinateMedian(Aggregator):
 
     class HParams(HParams):
         server_lr: float = Field(1.0, gt=0.0)
+
+    hp: HParams
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # docs/methods/trimmed_mean.md: the beta -> 0.5 limit of the trimmed mean

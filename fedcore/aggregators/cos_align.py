@@ -50,6 +50,8 @@ class CosAlign(Aggregator):
         server_lr: float = Field(1.0, gt=0.0)
         zero_tol: float | None = Field(None, ge=0.0)
 
+    hp: HParams
+
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         hp = self.hp
         w, cos = alignment_weights(

@@ -89,6 +89,8 @@ class CRAFT(Aggregator):
         pinv_rtol: float | None = Field(None, ge=0.0, description="None: torch's default")
         solver: Literal["auto", "pinv"] = "auto"
 
+    hp: HParams
+
     def __init__(self, hparams: HParams | None = None) -> None:
         super().__init__(hparams)
         self.g_prev: torch.Tensor | None = None

@@ -161,6 +161,8 @@ class CRF(Aggregator):
                 raise ValueError("at least one label must be > 0")
             return v
 
+    hp: HParams
+
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         res = crf_inference(batch.deltas, batch.num_samples, self.hp)
         r_bar = res.expected_reliability

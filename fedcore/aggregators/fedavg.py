@@ -11,6 +11,8 @@ class FedAvg(Aggregator):
     class HParams(HParams):
         server_lr: float = 1.0
 
+    hp: HParams
+
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # theta_{t+1} = theta_t + eta_s * sum_k p_k Delta_k   (docs/methods/fedavg.md)
         return Aggregate(self.hp.server_lr * weighted_mean(batch.deltas, batch.weights))

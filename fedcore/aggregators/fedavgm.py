@@ -17,6 +17,8 @@ class FedAvgM(Aggregator):
         beta: float = Field(0.9, ge=0.0, lt=1.0)
         server_lr: float = Field(1.0, gt=0.0)
 
+    hp: HParams
+
     def __init__(self, hparams: HParams | None = None) -> None:
         super().__init__(hparams)
         self.momentum: torch.Tensor | None = None

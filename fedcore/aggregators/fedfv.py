@@ -60,6 +60,8 @@ class FedFV(Aggregator):
         tau: int = Field(1, ge=0, description="rounds of history checked for external conflicts")
         server_lr: float = Field(1.0, gt=0.0)
 
+    hp: HParams
+
     needs = frozenset({"loss_before"})
 
     def __init__(self, hparams: HParams | None = None) -> None:

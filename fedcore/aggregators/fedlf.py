@@ -58,6 +58,8 @@ class FedLF(Aggregator):
         server_lr: float = Field(1.0, gt=0.0)
         conflict_tol: float = Field(1e-6, ge=0.0, description="step 5: max_k(-g_k.d) allowed")
 
+    hp: HParams
+
     needs = frozenset({"loss_before"})
 
     def __init__(self, hparams: HParams | None = None) -> None:

@@ -21,6 +21,8 @@ class FedNova(Aggregator):
     class HParams(HParams):
         server_lr: float = Field(1.0, gt=0.0)
 
+    hp: HParams
+
     needs: ClassVar[frozenset[str]] = frozenset({"accumulation_norm"})
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:

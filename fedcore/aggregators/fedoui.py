@@ -30,6 +30,8 @@ class FedOUI(Aggregator):
         var_floor: float = Field(0.0, ge=0.0, description="[OUR CHOICE] s^2 floor, 0 = off")
         server_lr: float = Field(1.0, gt=0.0)
 
+    hp: HParams
+
     needs: ClassVar[frozenset[str]] = frozenset({"oui"})
 
     def __init__(self, hparams: HParams | None = None) -> None:

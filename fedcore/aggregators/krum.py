@@ -38,6 +38,8 @@ class Krum(Aggregator):
         num_byzantine: int | None = Field(None, ge=0, description="f; None = floor((m-3)/2)")
         server_lr: float = Field(1.0, gt=0.0)
 
+    hp: HParams
+
     def select(self, batch: UpdateBatch) -> tuple[torch.Tensor, dict[str, float]]:
         f = effective_byzantine(batch.m, self.hp.num_byzantine)
         scores = krum_scores(batch.deltas, f)
@@ -73,6 +75,8 @@ class MultiKrum(Krum):
         num_byzantine: int | None = Field(None, ge=0, description="f; None = floor((m-3)/2)")
         num_selected: int | None = Field(None, ge=1, description="M; None = m - f")
         server_lr: float = Field(1.0, gt=0.0)
+
+    hp: HParams
 
     def select(self, batch: UpdateBatch) -> tuple[torch.Tensor, dict[str, float]]:
         f = effective_byzantine(batch.m, self.hp.num_byzantine)

@@ -35,6 +35,8 @@ class QFedAvg(Aggregator):
                 )
             return data
 
+    hp: HParams
+
     needs: ClassVar[frozenset[str]] = frozenset({"loss_before", "local_lr"})
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:

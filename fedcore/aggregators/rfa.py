@@ -43,6 +43,8 @@ class RFA(Aggregator):
         tol: float = Field(0.0, ge=0.0, description="relative-objective early stop; 0 = off")
         server_lr: float = Field(1.0, gt=0.0)
 
+    hp: HParams
+
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # docs/methods/rfa.md: theta_{t+1} = theta_t + v, v the smoothed Weiszfeld estimate
         hp = self.hp
@@ -60,3 +62,6 @@ class GeometricMedian(RFA):
         nu: float = Field(1e-6, gt=0.0, description="smoothing")
         tol: float = Field(1e-5, ge=0.0, description="relative-objective early stop")
         server_lr: float = Field(1.0, gt=0.0)
+
+    hp: HParams
+

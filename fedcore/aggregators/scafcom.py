@@ -25,6 +25,8 @@ class Scafcom(ControlVariateServer):
         server_lr: float = Field(1.0, gt=0.0)  # eta_g in gamma = eta_g * lr * K
         gamma: float | None = Field(None, gt=0.0)  # absolute server step (SA-PEF: 3.0)
 
+    hp: HParams
+
     @classmethod
     def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
         client, named = global_client(cfg)

@@ -58,6 +58,8 @@ class Scaffold(ControlVariateServer):
         server_lr: float = Field(1.0, gt=0.0)  # eta_g
         weighting: Literal["uniform", "samples"] = "uniform"  # of the deltas; c is always 1/N
 
+    hp: HParams
+
     @classmethod
     def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
         client, named = global_client(cfg)

@@ -20,6 +20,8 @@ class SparseFedAvg(Aggregator):
         server_lr: float = 1.0
         support_normalised: bool = True
 
+    hp: HParams
+
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         if not self.hp.support_normalised:
             return Aggregate(self.hp.server_lr * weighted_mean(batch.deltas, batch.weights))

@@ -13,7 +13,8 @@ from torch import nn
 
 from fedcore.clients.sgd import sgd_step
 from fedcore.layout import ParamLayout, flat_params, load_flat_params
-from fedcore.registry import HParams, Registry
+from fedcore.registry import HParams as BaseHParams
+from fedcore.registry import Registry
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
@@ -163,7 +164,8 @@ class ClientAlgorithm:
     """Base client: plain local SGD on cross-entropy. Objectives override ``loss`` or hooks."""
 
     name: ClassVar[str]
-    HParams: ClassVar[type[HParams]] = HParams
+    HParams: ClassVar[type[BaseHParams]] = BaseHParams
+    hp: BaseHParams
     uplink: tuple[str, ...] = ("delta",)  # the vectors sent: "delta" and/or named extras
     personalized: ClassVar[bool] = False  # keeps personal models (``personal_params``), Ditto
     # The vectorised engine vmaps ``loss`` (with a BatchMask) for objectives that set this; the
@@ -171,7 +173,7 @@ class ClientAlgorithm:
     vectorisable: ClassVar[bool] = False
     not_vectorised: ClassVar[str] = "its loss has not been written for padded batches"
 
-    def __init__(self, hparams: HParams | None = None) -> None:
+    def __init__(self, hparams: BaseHParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()
 
     def not_vectorised_reason(self) -> str | None:
@@ -239,7 +241,7 @@ class ClientAlgorithm:
         """
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
         """Why ``cfg`` cannot run this client (a one-line reason, checked at load); None: it can."""
         return None
 

@@ -59,6 +59,8 @@ class DittoClient(ClientAlgorithm):
                 raise ValueError(str(exc)) from None
             return {"algorithm": name, **hp.model_dump(mode="json")}
 
+    hp: HParams
+
     def __init__(self, hparams: HParams | None = None) -> None:
         super().__init__(hparams)
         self.inner = REGISTRY.build(self.hp.inner)

@@ -18,6 +18,8 @@ class FedProxClient(ClientAlgorithm):
     class HParams(HParams):
         mu: float = Field(0.01, ge=0.0)
 
+    hp: HParams
+
     @property
     def proximal_mu(self) -> float:
         """The proximal coefficient (FedNova's accumulation norm reads it too)."""

@@ -20,6 +20,8 @@ class FedQuadClient(TupletClient):
         m1: float = Field(1.0, ge=0.0, lt=2.0)
         m2: float = Field(0.5, ge=0.0, lt=2.0)
 
+    hp: HParams
+
     def tuplet_loss(
         self, z: list[torch.Tensor], weights: torch.Tensor | None = None
     ) -> torch.Tensor:

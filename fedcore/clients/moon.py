@@ -52,6 +52,8 @@ class MoonClient(ClientAlgorithm):
         temperature: float = Field(0.5, gt=0.0)
         out_dim: int = Field(256, ge=1)
 
+    hp: HParams
+
     @property
     def projection_dim(self) -> int:
         return self.hp.out_dim

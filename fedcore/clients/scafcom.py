@@ -29,6 +29,8 @@ class ScafcomClient(ControlledClient):
     class HParams(HParams):
         beta: float = Field(0.2, gt=0.0, le=1.0)  # momentum weight; 1 = no momentum
 
+    hp: HParams
+
     uplink = ("cv_increment",)
 
     @classmethod

@@ -87,6 +87,8 @@ class ScaffoldClient(ControlledClient):
         control: Literal["option2", "option1"] = "option2"
         uplink: Literal["both", "reconstruct"] = "both"
 
+    hp: HParams
+
     def __init__(self, hparams: HParams | None = None) -> None:
         super().__init__(hparams)
         self.uplink = ("delta",) if self.hp.uplink == "reconstruct" else ("delta", "delta_c")

@@ -66,6 +66,8 @@ class SupConFLClient(ClientAlgorithm):
         beta: float = Field(1.0, ge=0.0)
         temperature: float = Field(0.1, gt=0.0)
 
+    hp: HParams
+
     def loss(
         self,
         model: nn.Module,

@@ -18,6 +18,8 @@ class TripletFLClient(TupletClient):
         beta: float = Field(1.0, ge=0.0)
         margin: float = Field(1.0, ge=0.0, lt=2.0)  # D in [0, 2], see TupletClient
 
+    hp: HParams
+
     def tuplet_loss(
         self, z: list[torch.Tensor], weights: torch.Tensor | None = None
     ) -> torch.Tensor:

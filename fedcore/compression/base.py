@@ -53,10 +53,11 @@ class Compressor:
     """
 
     name: ClassVar[str]
-    HParams: ClassVar[type[HParams]] = CompressionHParams
+    HParams: ClassVar[type[CompressionHParams]] = CompressionHParams
+    hp: CompressionHParams
     randomized: ClassVar[bool] = False
 
-    def __init__(self, hparams: HParams | None = None) -> None:
+    def __init__(self, hparams: CompressionHParams | None = None) -> None:
         from fedcore.compression.feedback import ErrorFeedback
 
         self.hp = hparams if hparams is not None else self.HParams()

@@ -17,6 +17,8 @@ class QSGD(Compressor):
     class HParams(CompressionHParams):
         levels: int = Field(16, ge=1)
 
+    hp: HParams
+
     def wire_bytes(self, d: int) -> int:
         """fp32 norm + per coordinate one sign bit and ceil(log2(levels + 1)) level bits."""
         return 4 + math.ceil(d * (1 + math.ceil(math.log2(self.hp.levels + 1))) / 8)

@@ -20,6 +20,8 @@ class SparseK(Compressor):
     class HParams(CompressionHParams):
         k_frac: float = Field(0.01, gt=0.0, le=1.0)
 
+    hp: HParams
+
     def indices(self, x: torch.Tensor, k: int, generator: torch.Generator | None) -> torch.Tensor:
         raise NotImplementedError
 
