@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/setup.sh
 .venv/bin/ruff check fedcore flows tests benchmarks
+.venv/bin/mypy  # the core and flows are type-checked ([tool.mypy] in pyproject.toml)
 .venv/bin/python -m pytest -q "$@"

@@ -82,7 +82,9 @@ def decode(obj: Any) -> Any:
 def rng_state() -> dict[str, Any]:
     """Every global generator: torch CPU and CUDA, numpy's legacy global, Python's ``random``."""
     with GLOBAL_RNG_LOCK:
-        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        state = np.random.get_state(legacy=True)
+        assert isinstance(state, tuple)  # the legacy form: (kind, keys, pos, has_gauss, gauss)
+        kind, keys, pos, has_gauss, gauss = state
         return {
             "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],

@@ -211,7 +211,9 @@ def experiments(spec: ClaimsSpec) -> dict[str, ExperimentConfig]:
     out: dict[str, ExperimentConfig] = {}
     for c in spec.claims:
         for run in (c.run, c.baseline):
-            for seed in spec.seeds if run is not None else ():
+            if run is None:
+                continue
+            for seed in spec.seeds:
                 cfg = spec.config(run, seed)
                 out.setdefault(cfg.config_hash(), cfg)
     return out
@@ -252,7 +254,9 @@ def run_claims(
 ) -> list[ClaimRow]:
     """Simulate every experiment of ``spec`` once (``simulate``: default untracked) and judge."""
     if simulate is None:
-        from fedcore.simulation import run as simulate
+        from fedcore.simulation import run as untracked
+
+        simulate = untracked
     todo = experiments(spec)
     results = {}
     for i, (h, cfg) in enumerate(todo.items(), 1):

@@ -112,6 +112,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             dask_address=args.dask_address, cells_per_gpu=args.cells_per_gpu,
             reuse_other_code=args.reuse_other_code,
         )
+    if not isinstance(rows, list):  # Cancelled (a stop): Prefect raises it first
+        return 1
     print()
     print_table(
         rows, ["status", "final/accuracy", "final/accuracy_worst10", "auc/accuracy", "cell"]

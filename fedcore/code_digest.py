@@ -49,8 +49,8 @@ def digest_of(root: Path, versions: dict[str, str]) -> str:
         name = path.relative_to(root).as_posix().encode()
         h.update(b"%d:%s:%d:" % (len(name), name, len(data)))
         h.update(data)
-    for name, version in sorted(versions.items()):
-        h.update(f"{name}=={version};".encode())
+    for library, version in sorted(versions.items()):
+        h.update(f"{library}=={version};".encode())
     return h.hexdigest()[:LENGTH]
 
 

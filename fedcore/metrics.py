@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from fedcore.models import FedModel
 
 
 @torch.no_grad()
@@ -28,7 +32,7 @@ def per_sample_eval(
 
 @torch.no_grad()
 def eval_with_embeddings(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 2048
+    model: FedModel, x: torch.Tensor, y: torch.Tensor, batch_size: int = 2048
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(correct, loss, embedding) for each sample from one forward pass, in eval mode.
 
@@ -86,7 +90,7 @@ def conflict_fraction(deltas: torch.Tensor, step: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def embeddings(model: nn.Module, x: torch.Tensor, batch_size: int = 2048) -> torch.Tensor:
+def embeddings(model: FedModel, x: torch.Tensor, batch_size: int = 2048) -> torch.Tensor:
     """``model.embedding(x)`` (the classifier's input) in eval mode, batched."""
     model.eval()
     parts = [model.embedding(x[s : s + batch_size]) for s in range(0, len(x), batch_size)]

@@ -54,11 +54,12 @@ class Registry(Generic[T]):
             raise KeyError(f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}")
         return self._entries[name]
 
-    def hparams(self, spec: dict[str, Any]) -> BaseModel:
+    def hparams(self, spec: dict[str, Any]) -> HParams:
         """Validate ``spec`` ({key: name, **hparams}) against the named entry's HParams."""
         spec = dict(spec)
         name = spec.pop(self.key)
-        return self.get(name).HParams(**spec)  # type: ignore[attr-defined]
+        model: type[HParams] = self.get(name).HParams  # type: ignore[attr-defined]
+        return model(**spec)
 
     def build(self, spec: dict[str, Any]) -> T:
         spec = dict(spec)

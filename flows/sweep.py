@@ -205,7 +205,8 @@ def sweep(
             for cell in spec.cells
         ]
         for cell, future in futures:
-            state = future.wait() or future.state
+            future.wait()
+            state = future.state
             if state.is_completed():
                 rows.append({"cell": cell.label, **future.result()})
             elif state.is_cancelled() and stopping.requested():

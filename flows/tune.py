@@ -76,7 +76,7 @@ def tune(
     rows: list[dict[str, Any]] = []
     running: set[PrefectFuture] = set()
     asked = 0
-    with ThreadPoolTaskRunner(max_workers=max_workers) as runner:
+    with ThreadPoolTaskRunner[dict[str, Any]](max_workers=max_workers) as runner:
         while True:
             while len(running) < max_workers and (spec.n_trials is None or asked < spec.n_trials):
                 if stopping.requested() or (

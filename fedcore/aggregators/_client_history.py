@@ -28,6 +28,10 @@ class ClientHistory:
         rows = [self.grads[c].to(like) for c in sorted(self.grads) if keep(c, self.last_round[c])]
         return torch.stack(rows) if rows else like.new_zeros((0, like.shape[-1]))
 
+    def seen_at(self, round: int, like: torch.Tensor) -> torch.Tensor:
+        """``select`` the clients last seen in ``round``."""
+        return self.select(lambda c, r: r == round, like)
+
     def state_dict(self) -> dict[str, Any]:
         ids = sorted(self.last_round)
         return {

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.layout import ParamLayout
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
@@ -53,7 +53,7 @@ def lambda_step_too_large(lambda_lr: float, m: int, n: int) -> bool:
 class AFL(Aggregator):
     needs = frozenset({"loss_before"})
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         lambda_lr: float = Field(0.01, ge=0.0)
         update: Literal["projected", "exponentiated"] = "projected"
         weighting: Literal["normalized", "unbiased"] = "normalized"
@@ -64,7 +64,7 @@ class AFL(Aggregator):
     hp: HParams
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
         assert isinstance(hp, cls.HParams)
         n, m = cfg.dataset.num_clients, cfg.clients_per_round
         if hp.lambda_min * n > 1.0:
@@ -89,6 +89,7 @@ class AFL(Aggregator):
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         hp, n = self.hp, self.num_clients
+        assert batch.client_ids is not None  # filled in UpdateBatch.__post_init__
         losses = batch.stats["loss_before"].detach().double().cpu()
         ok = torch.isfinite(losses)  # a non-finite F_k drops the client from both steps
         ids = batch.client_ids.cpu()[ok]

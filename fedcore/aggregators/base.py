@@ -123,7 +123,7 @@ def weighted_mean(deltas: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return weights @ deltas
 
 
-def global_client(cfg: ExperimentConfig) -> tuple[str, str]:
+def global_client(cfg: ExperimentConfig) -> tuple[str | None, str]:
     """The client objective whose updates reach the server, and how the config names it:
     ``method.client.algorithm``, or Ditto's ``inner`` one (Ditto sends its global update)."""
     client = cfg.method.client

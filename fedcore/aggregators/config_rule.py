@@ -9,7 +9,7 @@ from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.aggregators.craft import min_norm_solve
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 
 @register("config")
@@ -22,7 +22,7 @@ class ConFIG(Aggregator):
     (fraction of non-zero clients with g_k . g < 0).
     """
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         weights: Literal["equal", "data"] = "equal"
         server_lr: float = Field(1.0, gt=0.0)
 

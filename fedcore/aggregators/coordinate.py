@@ -12,7 +12,7 @@ import torch
 from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 
 def coordinate_median(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
@@ -35,7 +35,7 @@ class TrimmedMean(Aggregator):
     """Per coordinate: sort the m values, drop the floor(beta m) largest and smallest, average
     the rest (unweighted)."""
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         trim_fraction: float = Field(0.1, ge=0.0, lt=0.5, description="beta")
         server_lr: float = Field(1.0, gt=0.0)
 
@@ -53,7 +53,7 @@ class TrimmedMean(Aggregator):
 class CoordinateMedian(Aggregator):
     """Coordinate-wise median of the deltas (unweighted; np.median semantics for even m)."""
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         server_lr: float = Field(1.0, gt=0.0)
 
     hp: HParams

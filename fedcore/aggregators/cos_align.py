@@ -11,7 +11,7 @@ import torch
 from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 TINY = 1e-12  # below this a sum of weights counts as zero (the reference code's guard)
 
@@ -43,7 +43,7 @@ def alignment_weights(
 
 @register("cos_align")
 class CosAlign(Aggregator):
-    class HParams(HParams):
+    class HParams(BaseHParams):
         epsilon: float = Field(1e-3, gt=0.0)  # > 0: eps = 0 with r = 0 leaves FedAvg's weights
         eta: float = Field(1.0, ge=0.0)  # sharpness; 0 gives FedAvg's weights
         rho: float = Field(1.0, ge=0.0)  # size exponent

@@ -18,7 +18,7 @@ import torch
 from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 _GRAM_CHUNK_ELEMS = 1 << 23  # float64 elements per column chunk of the Gram product (64 MiB)
 _EPS64 = torch.finfo(torch.float64).eps
@@ -83,7 +83,7 @@ class CRAFT(Aggregator):
     - ``craft/agg_norm``: ||g|| of the whole aggregate (before server_lr).
     """
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         granularity: Literal["layer", "model"] = "layer"
         server_lr: float = Field(0.1, gt=0.0, description="absolute per-layer step (craft.md)")
         pinv_rtol: float | None = Field(None, ge=0.0, description="None: torch's default")
@@ -99,6 +99,7 @@ class CRAFT(Aggregator):
         # Pseudo-gradients g_k = theta - theta_k = -Delta_k (the one sign flip of this rule).
         pg = -batch.deltas
         d = pg.shape[1]
+        assert batch.layout is not None  # filled in UpdateBatch.__post_init__
         groups = ((0, d),) if self.hp.granularity == "model" else batch.layout.groups
         _check_tiling(groups, d)
         if self.g_prev is not None and self.g_prev.shape != (d,):

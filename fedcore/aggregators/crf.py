@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.aggregators.coordinate import coordinate_median
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 EPS = 1e-12
 
@@ -134,7 +134,7 @@ class CRF(Aggregator):
     """Weights w_k proportional to n_k E_Q[y_k], Q the mean-field posterior of a fully connected
     CRF over reliability labels (docs/methods/crf.md). Memoryless across rounds."""
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         labels: list[float] = Field(default_factory=lambda: [0.0, 0.25, 1.0])
         w_c: float = Field(2.0, ge=0.0, description="weight of the cosine agreement")
         w_d: float = Field(1.0, ge=0.0, description="weight of the distance anomaly")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register, weighted_mean
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 
 @register("fedavg")
 class FedAvg(Aggregator):
-    class HParams(HParams):
+    class HParams(BaseHParams):
         server_lr: float = 1.0
 
     hp: HParams

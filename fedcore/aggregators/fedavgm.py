@@ -8,12 +8,12 @@ import torch
 from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register, weighted_mean
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 
 @register("fedavgm")
 class FedAvgM(Aggregator):
-    class HParams(HParams):
+    class HParams(BaseHParams):
         beta: float = Field(0.9, ge=0.0, lt=1.0)
         server_lr: float = Field(1.0, gt=0.0)
 

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from fedcore.aggregators._client_history import ClientHistory
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 
 def project_internal(
@@ -55,7 +55,7 @@ class FedFV(Aggregator):
     The result is rescaled to ||mean_k g_k||.
     """
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         alpha: float = Field(0.1, ge=0.0, le=1.0, description="share of clients kept unprojected")
         tau: int = Field(1, ge=0, description="rounds of history checked for external conflicts")
         server_lr: float = Field(1.0, gt=0.0)
@@ -71,6 +71,7 @@ class FedFV(Aggregator):
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         alpha, tau, t = self.hp.alpha, self.hp.tau, batch.round
         g = -batch.deltas  # pseudo-gradients g_k = theta_t - theta_k: the one sign flip
+        assert batch.client_ids is not None  # filled in UpdateBatch.__post_init__
         # the history is updated before projecting, so h = 0 below is the current round
         self.history.update(batch.client_ids, g, t)
 
@@ -80,7 +81,7 @@ class FedFV(Aggregator):
         external = 0
         if t >= tau:
             for h in range(tau - 1, -1, -1):
-                hist = self.history.select(lambda c, r, h=h: r == t - h, like=g)
+                hist = self.history.seen_at(t - h, like=g)
                 conflicting = hist[hist @ g_hat < 0]
                 if conflicting.shape[0] == 0:
                     continue

@@ -10,7 +10,7 @@ from pydantic import Field
 from fedcore.aggregators._client_history import ClientHistory
 from fedcore.aggregators._min_norm import min_norm_weights
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 # ||h|| * ||l|| below this is float64 rounding of an exactly zero h (all losses equal)
 _H_REL_TOL = 1e-12
@@ -54,7 +54,7 @@ class FedLF(Aggregator):
     where every client gradient is zero gets d^q = 0.
     """
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         server_lr: float = Field(1.0, gt=0.0)
         conflict_tol: float = Field(1e-6, ge=0.0, description="step 5: max_k(-g_k.d) allowed")
 
@@ -72,6 +72,7 @@ class FedLF(Aggregator):
         g = -batch.deltas  # pseudo-gradients g_k = theta_t - theta_k: the one sign flip
         h = fairness_vector(batch.stats["loss_before"]).to(g)  # step 2
 
+        assert batch.client_ids is not None and batch.layout is not None  # see __post_init__
         # step 3, history: clients seen within tau = floor(#seen / m) rounds, offline now
         current = set(batch.client_ids.tolist())
         hist = g.new_zeros((0, g.shape[1]))

@@ -8,7 +8,7 @@ import torch
 from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 
 @register("fednova")
@@ -18,7 +18,7 @@ class FedNova(Aggregator):
     ``||a_k||_1`` comes from the client (``fedcore.clients.extras.accumulation_norm``).
     """
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         server_lr: float = Field(1.0, gt=0.0)
 
     hp: HParams

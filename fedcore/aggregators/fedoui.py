@@ -10,7 +10,7 @@ from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.oui import fedoui_weights, oui_scores
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 WINDOW_ROUNDS = 5  # window "last5": this round's OUIs plus those of the previous 4 rounds
 
@@ -22,7 +22,7 @@ class FedOUI(Aggregator):
     The OUI o_k comes from the client (``fedcore.clients.extras.oui``) on its fixed probe.
     """
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         rho: float = Field(1.0, ge=0.0, description="exponent of the sample count n_k")
         gamma: float = Field(1.0, ge=0.0, description="exponent of the score eps + s_k")
         eps: float = Field(1e-3, gt=0.0, lt=0.5, description="score floor and Beta-fit clip")

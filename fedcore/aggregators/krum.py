@@ -8,7 +8,7 @@ import torch
 from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class Krum(Aggregator):
     """Returns the delta of the client with the lowest Krum score. If m <= 2f + 2, f is reduced
     to the largest valid value (``krum/num_byzantine`` reports the f used)."""
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         num_byzantine: int | None = Field(None, ge=0, description="f; None = floor((m-3)/2)")
         server_lr: float = Field(1.0, gt=0.0)
 
@@ -47,13 +47,14 @@ class Krum(Aggregator):
         return chosen, self._metrics(f, 1)
 
     def _metrics(self, f: int, selected: int) -> dict[str, float]:
-        reduced = self.hp.num_byzantine is not None and f < self.hp.num_byzantine
-        if reduced and not getattr(self, "_reduction_noted", False):
+        asked = self.hp.num_byzantine
+        reduced = asked is not None and f < asked
+        if reduced and asked is not None and not getattr(self, "_reduction_noted", False):
             self._reduction_noted = True  # once per run, not once per round
             log.warning(
                 "%s: num_byzantine=%d needs at least %d clients per round (m > 2f + 2); "
                 "using f=%d (metric krum/num_byzantine)",
-                self.name, self.hp.num_byzantine, 2 * self.hp.num_byzantine + 3, f,
+                self.name, asked, 2 * asked + 3, f,
             )
         return {
             "krum/num_byzantine": float(f),
@@ -71,10 +72,8 @@ class Krum(Aggregator):
 class MultiKrum(Krum):
     """Plain (unweighted, as in Blanchard et al.) mean of the M lowest-score deltas."""
 
-    class HParams(HParams):
-        num_byzantine: int | None = Field(None, ge=0, description="f; None = floor((m-3)/2)")
+    class HParams(Krum.HParams):
         num_selected: int | None = Field(None, ge=1, description="M; None = m - f")
-        server_lr: float = Field(1.0, gt=0.0)
 
     hp: HParams
 

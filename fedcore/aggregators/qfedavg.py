@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from pydantic import Field, model_validator
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 LOSS_OFFSET = 1e-8  # added to F_k, as in easyFL's qfedavg.py
 
@@ -22,7 +22,7 @@ class QFedAvg(Aggregator):
     decayed lr gives a larger L). L is not a hyper-parameter.
     """
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         q: float = Field(1.0, ge=0.0, description="fairness exponent; 0 = uniform averaging")
 
         @model_validator(mode="before")

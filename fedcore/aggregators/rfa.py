@@ -6,7 +6,7 @@ import torch
 from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 
 def smoothed_weiszfeld(
@@ -37,7 +37,7 @@ def smoothed_weiszfeld(
 class RFA(Aggregator):
     """Robust federated aggregation: R smoothed Weiszfeld steps with alpha_k = p_k."""
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         iterations: int = Field(3, ge=0, description="R, Weiszfeld steps")
         nu: float = Field(1e-6, gt=0.0, description="smoothing")
         tol: float = Field(0.0, ge=0.0, description="relative-objective early stop; 0 = off")
@@ -57,11 +57,9 @@ class RFA(Aggregator):
 class GeometricMedian(RFA):
     """The same estimator as RFA run (close) to convergence."""
 
-    class HParams(HParams):
+    class HParams(RFA.HParams):  # RFA's fields, run longer by default
         iterations: int = Field(100, ge=0, description="maximum Weiszfeld steps")
-        nu: float = Field(1e-6, gt=0.0, description="smoothing")
         tol: float = Field(1e-5, ge=0.0, description="relative-objective early stop")
-        server_lr: float = Field(1.0, gt=0.0)
 
     hp: HParams
 

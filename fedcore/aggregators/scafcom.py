@@ -13,7 +13,7 @@ from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, UpdateBatch, global_client, register
 from fedcore.aggregators.scaffold import ControlVariateServer
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
@@ -21,14 +21,14 @@ if TYPE_CHECKING:
 
 @register("scafcom")
 class Scafcom(ControlVariateServer):
-    class HParams(HParams):
+    class HParams(BaseHParams):
         server_lr: float = Field(1.0, gt=0.0)  # eta_g in gamma = eta_g * lr * K
         gamma: float | None = Field(None, gt=0.0)  # absolute server step (SA-PEF: 3.0)
 
     hp: HParams
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
         client, named = global_client(cfg)
         if client != "scafcom":
             return (f"method.client.algorithm: rule scafcom needs client 'scafcom' (or 'ditto' "
@@ -36,6 +36,7 @@ class Scafcom(ControlVariateServer):
         return None
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
+        assert batch.num_steps is not None  # filled by the round loop
         moved = batch.num_steps > 0  # a client without a local step sent nothing useful
         inc = batch.extras["cv_increment"][moved.to(batch.deltas.device)]
         c = self.c.to(batch.deltas)

@@ -20,7 +20,7 @@ from fedcore.aggregators.base import (
     weighted_mean,
 )
 from fedcore.layout import ParamLayout
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
@@ -54,14 +54,14 @@ class ControlVariateServer(Aggregator):
 
 @register("scaffold")
 class Scaffold(ControlVariateServer):
-    class HParams(HParams):
+    class HParams(BaseHParams):
         server_lr: float = Field(1.0, gt=0.0)  # eta_g
         weighting: Literal["uniform", "samples"] = "uniform"  # of the deltas; c is always 1/N
 
     hp: HParams
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
         client, named = global_client(cfg)
         if client != "scaffold":
             return (f"method.client.algorithm: rule scaffold needs client 'scaffold' (or 'ditto' "
@@ -78,6 +78,7 @@ class Scaffold(ControlVariateServer):
         if "delta_c" in batch.extras:
             delta_c = batch.extras["delta_c"]
         else:  # uplink: reconstruct
+            assert batch.num_steps is not None  # filled by the round loop
             delta_c = reconstructed_delta_c(deltas, c, batch.num_steps, batch.stats["local_lr"])
         self.c = c + delta_c.sum(dim=0) / self.num_clients  # c <- c + (m/N) mean Delta c
         return Aggregate(step, {"scaffold/c_norm": float(self.c.norm())})

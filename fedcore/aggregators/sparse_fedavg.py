@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register, weighted_mean
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 
 @register("sparse_fedavg")
@@ -16,7 +16,7 @@ class SparseFedAvg(Aggregator):
     coordinates no client sent get 0. ``false`` is plain FedAvg (p_k weights over all clients).
     """
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         server_lr: float = 1.0
         support_normalised: bool = True
 

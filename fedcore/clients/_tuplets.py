@@ -8,9 +8,10 @@ for quadruplets) with CE over all images plus ``beta`` times the hinge term.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
+from pydantic import Field
 from torch import nn
 
 from fedcore.clients.base import (
@@ -21,6 +22,10 @@ from fedcore.clients.base import (
     batch_mean,
     cross_entropy,
 )
+from fedcore.registry import HParams as BaseHParams
+
+if TYPE_CHECKING:
+    from fedcore.models import ModelView
 
 
 def sample_tuplets(y: torch.Tensor, arity: int, generator: torch.Generator) -> torch.Tensor:
@@ -146,6 +151,14 @@ class TupletClient(ClientAlgorithm):
     vectorisable = True
     _current: int = 0  # tuplet size of the client being trained (0 = CE only)
 
+    class HParams(BaseHParams):
+        """The weight of the tuplet term, shared by every tuplet objective (which adds its
+        margins)."""
+
+        beta: float = Field(1.0, ge=0.0)
+
+    hp: HParams
+
     def tuplet_loss(
         self, z: list[torch.Tensor], weights: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -161,7 +174,7 @@ class TupletClient(ClientAlgorithm):
 
     def loss(
         self,
-        model: nn.Module,
+        model: ModelView,
         x: torch.Tensor,
         y: torch.Tensor,
         ctx: LocalContext,

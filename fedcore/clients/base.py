@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ from fedcore.registry import Registry
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
+    from fedcore.models import FedModel, ModelView
     from fedcore.round_context import RoundContext
 
 REGISTRY: Registry[ClientAlgorithm] = Registry("client algorithm", "algorithm", "fedcore.clients")
@@ -73,7 +74,7 @@ class LocalContext:
     seed: int = 0  # the experiment seed (FedOUI's probe seed)
     # The objective's ``frozen_models`` while it trains, set by the engine: gradient-free models
     # in eval mode with the model API (``model(x)``, ``embedding``, ``head``).
-    frozen: Mapping[str, nn.Module] = field(default_factory=dict)
+    frozen: Mapping[str, ModelView] = field(default_factory=dict)
 
     def global_tensors(self) -> list[torch.Tensor]:
         """The global parameters as views shaped like ``model.parameters()``, in order."""
@@ -193,7 +194,7 @@ class ClientAlgorithm:
 
     def loss(
         self,
-        model: nn.Module,
+        model: ModelView,
         x: torch.Tensor,
         y: torch.Tensor,
         ctx: LocalContext,
@@ -254,7 +255,7 @@ class ClientAlgorithm:
         """A personalised client's (flat params, buffers) from its state; None if not personal."""
         return None
 
-    def prepare_model(self, model: nn.Module) -> None:
+    def prepare_model(self, model: FedModel) -> None:
         """Adapt the freshly built model before theta is taken (MOON adds its projection head)."""
 
     def commit(
@@ -283,7 +284,7 @@ class ClientAlgorithm:
         stats = {k: fn(model, ctx) for k, fn in _extras().BEFORE_TRAINING.items() if k in ctx.needs}
         model.train()
         params = [p for p in model.parameters() if p.requires_grad]
-        buffers: list[torch.Tensor | None] = [None] * len(params)
+        momentum: list[torch.Tensor | None] = [None] * len(params)
         mu = self.proximal_mu
         anchors = ctx.global_tensors() if mu else None
         shift = self.gradient_shift(ctx)
@@ -293,16 +294,18 @@ class ClientAlgorithm:
         loss_sum = torch.zeros((), device=device)
         seen, steps = 0, 0
         ctx.frozen = {
-            name: frozen_copy(model, p, b) for name, (p, b) in self.frozen_models(ctx).items()
+            name: model_view(frozen_copy(model, p, b))
+            for name, (p, b) in self.frozen_models(ctx).items()
         }
+        view = model_view(model)
         for idx in self.batches(ctx):
             idx = idx.to(device)
             x, y = data.x_train[idx], data.y_train[idx]
             for p in params:
                 p.grad = None
-            loss = self.loss(model, x, y, ctx)
+            loss = self.loss(view, x, y, ctx)
             loss.backward()
-            sgd_step(params, [p.grad for p in params], buffers, sched, mu, anchors, shifts)
+            sgd_step(params, [p.grad for p in params], momentum, sched, mu, anchors, shifts)
             loss_sum += loss.detach() * len(idx)
             seen += len(idx)
             steps += 1
@@ -338,6 +341,12 @@ def frozen_copy(
     if buffers:
         twin.load_state_dict(buffers, strict=False)
     return twin.requires_grad_(False).eval()
+
+
+def model_view(model: nn.Module) -> ModelView:
+    """``model`` as the sequential engine hands it to an objective: any module offers
+    ``model(x)``; the objectives that call ``embedding``/``head`` run on FedModels."""
+    return cast("ModelView", model)  # nn.Module types its submodules as Tensor | Module
 
 
 def _extras():

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from pydantic import Field, field_validator
-from torch import nn
 
 from fedcore.clients.base import (
     REGISTRY,
@@ -25,10 +24,11 @@ from fedcore.clients.base import (
 )
 from fedcore.layout import load_flat_params
 from fedcore.metrics import per_sample_eval
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
+    from fedcore.models import FedModel, ModelView
     from fedcore.round_context import RoundContext
 
 
@@ -41,7 +41,7 @@ class DittoClient(ClientAlgorithm):
 
     vectorisable = True  # when the inner objective is (``not_vectorised_reason``)
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         lam: float = Field(0.1, ge=0.0)
         personal_steps: int | None = Field(None, ge=1)  # None: the local schedule's length
         personal_lr: float | None = Field(None, gt=0.0)  # None: the round's local lr
@@ -69,11 +69,13 @@ class DittoClient(ClientAlgorithm):
     personalized = True
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
         """The inner objective's own rules (SCAFFOLD's aggregator rule, ...)."""
         assert isinstance(hp, cls.HParams)
         inner = REGISTRY.get(hp.inner["algorithm"])
-        reason = inner.check_config(cfg, REGISTRY.hparams(hp.inner))
+        inner_hp = REGISTRY.hparams(hp.inner)  # an instance of inner.HParams
+        assert isinstance(inner_hp, BaseHParams)
+        reason = inner.check_config(cfg, inner_hp)
         return None if reason is None else f"{reason} (ditto's inner objective {inner.name})"
 
     def commit(
@@ -99,7 +101,7 @@ class DittoClient(ClientAlgorithm):
     def projection_dim(self) -> int | None:
         return self.inner.projection_dim
 
-    def prepare_model(self, model: nn.Module) -> None:
+    def prepare_model(self, model: FedModel) -> None:
         self.inner.prepare_model(model)
 
     def evaluate_clients(self, rc: RoundContext) -> dict[str, np.ndarray]:
@@ -155,7 +157,7 @@ class DittoClient(ClientAlgorithm):
 
     def personal_loss(
         self,
-        model: nn.Module,
+        model: ModelView,
         x: torch.Tensor,
         y: torch.Tensor,
         ctx: LocalContext,

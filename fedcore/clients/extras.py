@@ -7,13 +7,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from fedcore.clients.base import LocalContext
+from fedcore.clients.base import ClientAlgorithm, LocalContext
 from fedcore.oui import oui_from_preactivations, probe_indices
+
+if TYPE_CHECKING:
+    from fedcore.models import FedModel
 
 
 @torch.no_grad()
@@ -30,7 +33,9 @@ def loss_before(model: nn.Module, ctx: LocalContext) -> float:
     return float(total / max(len(y), 1))
 
 
-def accumulation_norm(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float:
+def accumulation_norm(
+    model: nn.Module, ctx: LocalContext, num_steps: int, algo: ClientAlgorithm
+) -> float:
     """FedNova's ||a_k||_1 for tau local steps (docs/methods/fednova.md)."""
     momentum, lr = ctx.schedule.momentum, ctx.schedule.lr
     mu = float(algo.proximal_mu)
@@ -41,13 +46,13 @@ def accumulation_norm(model: nn.Module, ctx: LocalContext, num_steps: int, algo:
     return float(num_steps)
 
 
-def local_lr(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float:
+def local_lr(model: nn.Module, ctx: LocalContext, num_steps: int, algo: ClientAlgorithm) -> float:
     """The round's local learning rate eta_l (q-FedAvg's L = 1 / eta_l)."""
     return float(ctx.schedule.lr)
 
 
 @torch.no_grad()
-def oui(model: nn.Module, ctx: LocalContext, num_steps: int, algo: Any) -> float:
+def oui(model: FedModel, ctx: LocalContext, num_steps: int, algo: ClientAlgorithm) -> float:
     """FedOUI's o_k: OUI of the local model on the client's fixed probe (docs/methods/fedoui.md).
 
     The probe indices are drawn once (``probe_indices``, seeded by the experiment seed) and

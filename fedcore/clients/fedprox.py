@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from fedcore.clients.base import ClientAlgorithm, register
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 
 @register("fedprox")
@@ -15,7 +15,7 @@ class FedProxClient(ClientAlgorithm):
 
     vectorisable = True
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         mu: float = Field(0.01, ge=0.0)
 
     hp: HParams

@@ -7,15 +7,13 @@ from pydantic import Field
 
 from fedcore.clients._tuplets import TupletClient, quadruplet_loss, triplet_loss
 from fedcore.clients.base import register
-from fedcore.registry import HParams
 
 
 @register("fedquad")
 class FedQuadClient(TupletClient):
     anchored = True  # second hinge on D(a, n2); QuadrupletFL overrides
 
-    class HParams(HParams):
-        beta: float = Field(1.0, ge=0.0)
+    class HParams(TupletClient.HParams):
         # D = 2 - 2 cos in [0, 2] on L2-normalised post-ReLU (non-negative) embeddings
         m1: float = Field(1.0, ge=0.0, lt=2.0)
         m2: float = Field(0.5, ge=0.0, lt=2.0)
@@ -27,5 +25,7 @@ class FedQuadClient(TupletClient):
     ) -> torch.Tensor:
         # l* = [D(a,p) - D(a,n1) + m1]_+ + [D(a,p) - D(a,n2) + m2]_+   (docs/methods/fedquad.md)
         if len(z) == 3:  # 2 local classes: first hinge only (docs/methods/fedquad.md)
-            return triplet_loss(*z, self.hp.m1, weights)
-        return quadruplet_loss(*z, self.hp.m1, self.hp.m2, self.anchored, weights)
+            za, zp, zn1 = z
+            return triplet_loss(za, zp, zn1, self.hp.m1, weights)
+        za, zp, zn1, zn2 = z
+        return quadruplet_loss(za, zp, zn1, zn2, self.hp.m1, self.hp.m2, self.anchored, weights)

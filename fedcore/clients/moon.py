@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from pydantic import Field
 from torch import nn
@@ -16,7 +18,10 @@ from fedcore.clients.base import (
     register,
 )
 from fedcore.layout import flat_params
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
+
+if TYPE_CHECKING:
+    from fedcore.models import FedModel, ModelView
 
 
 def moon_contrastive(
@@ -47,7 +52,7 @@ class MoonClient(ClientAlgorithm):
 
     vectorisable = True
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         mu: float = Field(1.0, ge=0.0)
         temperature: float = Field(0.5, gt=0.0)
         out_dim: int = Field(256, ge=1)
@@ -58,7 +63,7 @@ class MoonClient(ClientAlgorithm):
     def projection_dim(self) -> int:
         return self.hp.out_dim
 
-    def prepare_model(self, model: nn.Module) -> None:
+    def prepare_model(self, model: FedModel) -> None:
         model.add_projection_head(self.hp.out_dim)  # the head is part of theta
 
     def frozen_models(self, ctx: LocalContext) -> dict[str, FrozenParams]:
@@ -74,7 +79,7 @@ class MoonClient(ClientAlgorithm):
 
     def loss(
         self,
-        model: nn.Module,
+        model: ModelView,
         x: torch.Tensor,
         y: torch.Tensor,
         ctx: LocalContext,

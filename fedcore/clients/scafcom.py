@@ -16,7 +16,7 @@ from pydantic import Field
 
 from fedcore.clients.base import ClientUpdate, LocalContext, register
 from fedcore.clients.scaffold import CONTROL, ControlledClient, control_of, refuse_unless
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
@@ -26,7 +26,7 @@ MOMENTUM = "scafcom_v"  # v_i in the client store (absent: 0)
 
 @register("scafcom")
 class ScafcomClient(ControlledClient):
-    class HParams(HParams):
+    class HParams(BaseHParams):
         beta: float = Field(0.2, gt=0.0, le=1.0)  # momentum weight; 1 = no momentum
 
     hp: HParams
@@ -34,7 +34,7 @@ class ScafcomClient(ControlledClient):
     uplink = ("cv_increment",)
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
         return refuse_unless(cfg, "client scafcom", "scafcom", ef_free=True)
 
     def finish_update(self, update: ClientUpdate, ctx: LocalContext) -> None:

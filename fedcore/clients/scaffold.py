@@ -17,7 +17,7 @@ from torch import nn
 
 from fedcore.clients.base import ClientAlgorithm, ClientUpdate, LocalContext, register
 from fedcore.layout import flat_params, load_flat_params
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
@@ -83,7 +83,7 @@ class ScaffoldClient(ControlledClient):
     (send delta and Delta c_i, 8d bytes) or reconstruct (send delta only; the server rebuilds
     Delta c_i = -c - delta/(K lr) from what it knows, option2 only)."""
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         control: Literal["option2", "option1"] = "option2"
         uplink: Literal["both", "reconstruct"] = "both"
 
@@ -94,7 +94,7 @@ class ScaffoldClient(ControlledClient):
         self.uplink = ("delta",) if self.hp.uplink == "reconstruct" else ("delta", "delta_c")
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: HParams) -> str | None:
+    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
         assert isinstance(hp, cls.HParams)
         if hp.uplink == "reconstruct" and hp.control != "option2":
             return (

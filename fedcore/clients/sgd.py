@@ -36,6 +36,7 @@ def sgd_step(
         if g is None:
             continue
         if mu:
+            assert anchors is not None, "a proximal term needs anchors"
             g = g.add(p - anchors[i], alpha=mu)  # grad of (mu/2)||w - theta_t||^2
         if schedule.weight_decay:
             g = g.add(p, alpha=schedule.weight_decay)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from pydantic import Field
 from torch import nn
@@ -13,7 +15,10 @@ from fedcore.clients.base import (
     cross_entropy,
     register,
 )
-from fedcore.registry import HParams
+from fedcore.registry import HParams as BaseHParams
+
+if TYPE_CHECKING:
+    from fedcore.models import ModelView
 
 
 def supcon_loss(
@@ -62,7 +67,7 @@ def _masked_supcon(
 class SupConFLClient(ClientAlgorithm):
     vectorisable = True
 
-    class HParams(HParams):
+    class HParams(BaseHParams):
         beta: float = Field(1.0, ge=0.0)
         temperature: float = Field(0.1, gt=0.0)
 
@@ -70,7 +75,7 @@ class SupConFLClient(ClientAlgorithm):
 
     def loss(
         self,
-        model: nn.Module,
+        model: ModelView,
         x: torch.Tensor,
         y: torch.Tensor,
         ctx: LocalContext,

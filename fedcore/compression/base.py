@@ -26,13 +26,14 @@ register = REGISTRY.register
 class CompressionHParams(HParams):
     """Error-feedback hyper-parameters of every compressor (docs/methods/compression.md)."""
 
+    # default= by keyword: type checkers then see the defaults (``Compressor`` calls HParams())
     error_feedback: Literal["none", "ef", "saef", "sapef", "cser"] = "none"
-    alpha_r: float = Field(0.85, ge=0.0, le=1.0)
+    alpha_r: float = Field(default=0.85, ge=0.0, le=1.0)
     alpha_schedule: Literal["constant", "theory"] = "constant"
-    L: float = Field(1.0, gt=0.0)
-    H: int = Field(5, ge=1)
-    reset_frac: float = Field(0.1, gt=0.0, le=1.0)
-    probe_alpha: float = Field(1.0, ge=0.0)
+    L: float = Field(default=1.0, gt=0.0)
+    H: int = Field(default=5, ge=1)
+    reset_frac: float = Field(default=0.1, gt=0.0, le=1.0)
+    probe_alpha: float = Field(default=1.0, ge=0.0)
 
 
 @dataclass

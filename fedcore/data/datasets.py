@@ -14,13 +14,19 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 import numpy as np
 import torch
 
 from fedcore.data.cifar import read_cifar_batches
 from fedcore.data.idx import DataFileError, read_mnist_split
+
+if TYPE_CHECKING:
+    from torchvision.datasets import CIFAR10, MNIST
+    from typing_extensions import TypeIs
+
+    TorchvisionClass: TypeAlias = type[MNIST] | type[CIFAR10]
 
 DATASET_NAMES = (
     "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
@@ -58,7 +64,7 @@ class DatasetUnavailableError(RuntimeError):
 
 
 class _Spec(NamedTuple):
-    cls: type  # torchvision class: its file list, md5 sums and download
+    cls: TorchvisionClass  # torchvision class: its file list, md5 sums and download
     num_classes: int
     mean: tuple[float, ...]  # standard per-channel normalisation constants
     std: tuple[float, ...]
@@ -80,13 +86,13 @@ def _torchvision_specs() -> dict[str, _Spec]:
     }
 
 
-def _is_mnist(cls: type) -> bool:
+def _is_mnist(cls: TorchvisionClass) -> TypeIs[type[MNIST]]:
     from torchvision import datasets as tvd
 
     return issubclass(cls, tvd.MNIST)
 
 
-def _is_cifar(cls: type) -> bool:
+def _is_cifar(cls: TorchvisionClass) -> TypeIs[type[CIFAR10]]:
     from torchvision import datasets as tvd
 
     return issubclass(cls, tvd.CIFAR10)
@@ -151,14 +157,14 @@ def load_dataset(
     )
 
 
-def _download(cls: type, root: Path) -> None:
+def _download(cls: TorchvisionClass, root: Path) -> None:
     """Fetch ``cls``'s files into ``root`` with torchvision's downloader (no-op when present)."""
-    fetcher = cls.__new__(cls)
+    fetcher = object.__new__(cls)
     fetcher.root = str(root)
     fetcher.download()
 
 
-def _missing(cls: type, folder: Path, files: list[str]) -> list[str]:
+def _missing(cls: TorchvisionClass, folder: Path, files: list[str]) -> list[str]:
     """The expected files that are not there (MNIST's may be there as ``.gz`` only)."""
     gz = _is_mnist(cls)
     return [
@@ -167,7 +173,7 @@ def _missing(cls: type, folder: Path, files: list[str]) -> list[str]:
     ]
 
 
-def _bad_checksums(cls: type, folder: Path, files: list[str]) -> list[str]:
+def _bad_checksums(cls: type[CIFAR10], folder: Path, files: list[str]) -> list[str]:
     """CIFAR files whose md5 differs from the original's."""
     sums = dict(cls.train_list + cls.test_list) | {cls.meta["filename"]: cls.meta["md5"]}
     from torchvision.datasets.utils import check_integrity
@@ -231,11 +237,11 @@ def normalise_images(x: torch.Tensor, mean: tuple, std: tuple) -> torch.Tensor:
     return x.sub_(m).div_(s).contiguous()
 
 
-def _to_labels(targets: torch.Tensor | list[int]) -> torch.Tensor:
+def _to_labels(targets: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(np.asarray(targets), dtype=torch.int64)
 
 
-def _expected_files(cls: type, root: Path) -> tuple[Path, list[str]]:
+def _expected_files(cls: TorchvisionClass, root: Path) -> tuple[Path, list[str]]:
     """The folder torchvision reads ``cls`` from, and the file names it needs there."""
     if _is_mnist(cls):
         return root / cls.__name__ / "raw", [Path(url).stem for url, _ in cls.resources]

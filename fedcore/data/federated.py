@@ -165,13 +165,13 @@ def build_federated_data(
     noisy = np.empty(0, dtype=np.int64)
     if behaviour is not None and behaviour.noisy_fraction > 0:
         noisy = choose_clients(len(clients), behaviour.noisy_fraction, seed, "noisy")
-        for k in noisy:
+        for k in noisy.tolist():
             c = clients[k]
             c.y_train = flip_labels(
                 c.y_train,
                 behaviour.noise_rate,
                 arrays.num_classes,
-                numpy_rng(seed, "label_noise", int(k)),
+                numpy_rng(seed, "label_noise", k),
             )
     return FederatedData(
         clients,

@@ -12,10 +12,10 @@ from fedcore.config import ConfigError, ExperimentConfig
 
 if TYPE_CHECKING:
     import torch
-    from torch import nn
 
     from fedcore.clients import ClientUpdate
     from fedcore.layout import ParamLayout
+    from fedcore.models import FedModel
     from fedcore.round_context import RoundContext
 
 BACKENDS = ("auto", "sequential", "vectorised")
@@ -77,7 +77,7 @@ def validate_engine(cfg: ExperimentConfig) -> None:
 
 def build_engine(
     cfg: ExperimentConfig,
-    model: nn.Module,
+    model: FedModel,
     layout: ParamLayout,
     in_shape: tuple[int, ...],
     device: torch.device,

@@ -47,6 +47,7 @@ from fedcore.engines.sequential import (
     seed_global_rng,
 )
 from fedcore.layout import ParamLayout, load_flat_params
+from fedcore.models import FedModel
 from fedcore.round_context import RoundContext
 from fedcore.seeding import GLOBAL_RNG_LOCK
 
@@ -109,7 +110,7 @@ def algo_blocker(algo: ClientAlgorithm) -> str | None:
 class _Parts(nn.Module):
     """The wrapped model's forward, embedding or head, chosen per call (for functional_call)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: FedModel) -> None:
         super().__init__()
         self.m = model
 
@@ -146,7 +147,7 @@ class DropoutCall:
     shape: tuple[int, ...]  # per sample
 
 
-def dropout_calls(model: nn.Module, in_shape: tuple[int, ...], device) -> list[DropoutCall]:
+def dropout_calls(model: FedModel, in_shape: tuple[int, ...], device) -> list[DropoutCall]:
     """The active dropout modules in the order one forward pass calls them (each once)."""
     calls: list[DropoutCall] = []
     hooks = [
@@ -163,7 +164,7 @@ def dropout_calls(model: nn.Module, in_shape: tuple[int, ...], device) -> list[D
     return calls
 
 
-def _activation_numel(model: nn.Module, in_shape: tuple[int, ...], device) -> int:
+def _activation_numel(model: FedModel, in_shape: tuple[int, ...], device) -> int:
     """Per-sample numel of all leaf-module outputs (a bound on what backward keeps)."""
     total = [0]
     hooks = [
@@ -175,7 +176,7 @@ def _activation_numel(model: nn.Module, in_shape: tuple[int, ...], device) -> in
     return total[0]
 
 
-def _probe(model: nn.Module, in_shape: tuple[int, ...], device, hooks: list, batch: int) -> None:
+def _probe(model: FedModel, in_shape: tuple[int, ...], device, hooks: list, batch: int) -> None:
     """One forward pass of zeros through ``model`` for its ``hooks``, which are then removed.
 
     Eval mode and no grad: a training-mode pass would draw dropout noise from the global RNG
@@ -231,7 +232,7 @@ class VectorisedEngine:
 
     def __init__(
         self,
-        model: nn.Module,
+        model: FedModel,
         layout: ParamLayout,
         in_shape: tuple[int, ...],
         device: torch.device,
@@ -349,6 +350,7 @@ class VectorisedEngine:
             return
         for chunk in self._chunks(rc, clients):
             how = chunk[0].personal
+            assert how is not None  # every client here has a personal training
             final, _, _ = self._train_chunk(rc, chunk, _Objective(how.loss, how.schedule, how.mu))
             for row, client in zip(final, chunk, strict=True):
                 how.keep(client.ctx.state, row.clone(), {})  # no buffers: the models have none
@@ -431,8 +433,8 @@ class VectorisedEngine:
         step_grad = vmap(grad(one_client, has_aux=True))
         mu = objective.mu
         anchors = [rc.params] if mu else None
-        shift_rows = [c.shift for c in chunk]
-        shift = None if shift_rows[0] is None else torch.stack(shift_rows).to(device)
+        shift_rows = [c.shift for c in chunk if c.shift is not None]  # all or none: one objective
+        shift = torch.stack(shift_rows).to(device) if shift_rows else None
         params = torch.stack([c.start for c in chunk]).to(device)
         buf: torch.Tensor | None = None  # momentum, rows = clients still training
         loss_sum = torch.zeros(m, device=device)
@@ -468,6 +470,7 @@ class VectorisedEngine:
         """The eval-mode, gradient-free model copy that frozen views call (made once)."""
         if self._frozen_parts is None:
             twin = copy.deepcopy(rc.model).requires_grad_(False).eval()
+            assert isinstance(twin, FedModel)  # the model the engine was built for
             self._frozen_parts = _Parts(twin)
         return self._frozen_parts
 

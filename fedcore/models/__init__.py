@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from torch import nn
 
 MODEL_NAMES = ("mlp", "cnn", "smallcnn", "resnet20", "resnet56", "resnet110")
 NORMS = ("batch", "group")
+
+
+class ModelView(Protocol):
+    """The model API an objective's ``loss`` calls: a FedModel, or the vectorised engine's
+    functional view of one (``fedcore.engines.vectorised.FunctionalModel``)."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def embedding(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def head(self, h: torch.Tensor) -> torch.Tensor: ...
 
 
 class FedModel(nn.Module):
@@ -79,4 +92,7 @@ def build_model(
     return ResNet(_RESNET_DEPTHS[name], shape, num_classes, norm)
 
 
-__all__ = ["CNN", "MLP", "MODEL_NAMES", "NORMS", "FedModel", "ResNet", "SmallCNN", "build_model"]
+__all__ = [
+    "CNN", "MLP", "MODEL_NAMES", "NORMS", "FedModel", "ModelView", "ResNet", "SmallCNN",
+    "build_model",
+]

@@ -77,7 +77,9 @@ class ResNet(FedModel):
         """Spatial pre-ReLU map of the last block of layer3, shape (B, 64, h, w)."""
         x = F.relu(self.bn1(self.conv1(x)))
         x = self.layer3[:-1](self.layer2(self.layer1(x)))
-        return self.layer3[-1].preact(x)
+        last = self.layer3[-1]
+        assert isinstance(last, BasicBlock)
+        return last.preact(x)
 
     def preactivation(self, x: torch.Tensor) -> torch.Tensor:
         """Global-average-pooled pre-ReLU residual sum of ``layer3[-1]``, shape (B, 64).

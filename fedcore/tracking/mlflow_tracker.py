@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import yaml
@@ -63,7 +63,7 @@ _CLIENTS: dict[str, MlflowClient] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-def mlflow_client(settings: TrackingSettings | None = None) -> RetryingClient:
+def mlflow_client(settings: TrackingSettings | None = None) -> MlflowClient:
     """An MlflowClient whose calls retry while a shared SQLite store is locked.
 
     Constructing the client creates or migrates the store's schema; for a SQLite store that
@@ -77,7 +77,7 @@ def mlflow_client(settings: TrackingSettings | None = None) -> RetryingClient:
             with store_lock(settings.tracking_uri):
                 client = MlflowClient(tracking_uri=settings.tracking_uri)
             _CLIENTS[settings.tracking_uri] = client
-    return RetryingClient(client)
+    return cast(MlflowClient, RetryingClient(client))  # the same methods, each retried
 
 
 _OPENED: set[str] = set()  # SQLite stores this process has opened (their schema is ready)
@@ -242,11 +242,19 @@ class MLflowTracker(Callback):
         self._write(self._log_params, resolved)
         return self.run_id
 
+    @property
+    def active_run_id(self) -> str:
+        """The id of the run this tracker writes to (after ``start`` or ``resume``)."""
+        if self.run_id is None:
+            raise RuntimeError("MLflowTracker: no run yet; call start() or resume() first")
+        return self.run_id
+
     def _log_params(self, resolved: dict[str, Any]) -> None:
         params = [Param(k, v[:6000]) for k, v in sorted(flatten(resolved).items())]
         for i in range(0, len(params), 100):
-            self.client.log_batch(self.run_id, params=params[i : i + 100])
-        self.client.log_text(self.run_id, yaml.safe_dump(resolved, sort_keys=False), "config.yaml")
+            self.client.log_batch(self.active_run_id, params=params[i : i + 100])
+        config_yaml = yaml.safe_dump(resolved, sort_keys=False)
+        self.client.log_text(self.active_run_id, config_yaml, "config.yaml")
 
     def _write(self, fn: Any, *args: Any) -> None:
         """Hand ``fn(*args)`` to the metrics writer once the previous write is done."""
@@ -298,10 +306,10 @@ class MLflowTracker(Callback):
     def _log_start(self, tags: dict[str, str], dataset: Any) -> None:
         """The run's start tags and its federated dataset as the run's dataset input (name,
         partition, digest), written by the metrics writer."""
-        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        self.client.log_batch(self.active_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         from fedcore.tracking.inputs import log_dataset_input
 
-        log_dataset_input(self.client, self.run_id, dataset)
+        log_dataset_input(self.client, self.active_run_id, dataset)
 
     def _log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Log the metrics this run does not have at ``step`` yet."""
@@ -309,7 +317,7 @@ class MLflowTracker(Callback):
         new = {k: v for k, v in metrics.items() if (k, step) not in self._logged}
         batch = [Metric(k, float(v), ts, step) for k, v in new.items()]
         for i in range(0, len(batch), 500):
-            self.client.log_batch(self.run_id, metrics=batch[i : i + 500])
+            self.client.log_batch(self.active_run_id, metrics=batch[i : i + 500])
         self._logged.update((m.key, step) for m in batch)
 
     def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:
@@ -318,15 +326,18 @@ class MLflowTracker(Callback):
     def on_checkpoint(self, path: Path) -> None:
         """Upload the newest checkpoint as ``checkpoint/checkpoint.pt`` (replacing the last)."""
         with tempfile.TemporaryDirectory() as tmp:
-            shutil.copyfile(path, Path(tmp) / "checkpoint.pt")
-            self.client.log_artifact(self.run_id, str(Path(tmp) / "checkpoint.pt"), "checkpoint")
-        self.client.set_tag(self.run_id, "fedcore.checkpoint", Path(path).name)
+            copy = Path(tmp) / "checkpoint.pt"
+            shutil.copyfile(path, copy)
+            self.client.log_artifact(self.active_run_id, str(copy), "checkpoint")
+        self.client.set_tag(self.active_run_id, "fedcore.checkpoint", Path(path).name)
 
     def download_checkpoint(self) -> dict[str, Any] | None:
         """The run's uploaded checkpoint (the fallback when the local folder is gone)."""
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                local = self.client.download_artifacts(self.run_id, "checkpoint/checkpoint.pt", tmp)
+                local = self.client.download_artifacts(
+                    self.active_run_id, "checkpoint/checkpoint.pt", tmp
+                )
             except Exception:  # noqa: BLE001  (no checkpoint was uploaded)
                 return None
             return checkpoint.load(
@@ -342,8 +353,8 @@ class MLflowTracker(Callback):
         from fedcore.tracking.system_metrics import RunSystemMetrics
 
         self._system_metrics = RunSystemMetrics(
-            self.run_id, self.settings.tracking_uri, self.settings.system_metrics_interval, device,
-            resume=self._resumed,
+            self.active_run_id, self.settings.tracking_uri,
+            self.settings.system_metrics_interval, device, resume=self._resumed,
         )
 
     def _stop_system_metrics(self) -> None:
@@ -375,7 +386,7 @@ class MLflowTracker(Callback):
         if self._sim is not None:
             from fedcore.tracking.models import log_models
 
-            log_models(self.client, self.run_id, self._sim)
+            log_models(self.client, self.active_run_id, self._sim)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
             table = per_client_frame(result.client_tables)
@@ -384,8 +395,8 @@ class MLflowTracker(Callback):
             curves_png(result.history, out / "curves.png")
             final = result.client_tables[-1]
             fairness_png(final.accuracy, final.round, out / "fairness.png")
-            self.client.log_artifacts(self.run_id, str(out))
-        self.client.set_terminated(self.run_id, "FINISHED")
+            self.client.log_artifacts(self.active_run_id, str(out))
+        self.client.set_terminated(self.active_run_id, "FINISHED")
 
     def fail(self, reason: str, status: str = "FAILED") -> None:
         """End the run FAILED (or KILLED, for a pruned trial) with the reason as a tag.

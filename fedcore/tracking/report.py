@@ -98,7 +98,7 @@ def sweep_runs(
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Mean and std over seeds of every column, per method x dataset x alpha (x varied keys)."""
     keys = _group_keys(runs)
-    stats = {}
+    stats: dict[str, tuple[str, Any]] = {}  # column: (source column, pandas aggregation)
     for key, _, _ in COLUMNS:
         stats[f"{key}_mean"] = (key, "mean")
         stats[f"{key}_std"] = (key, lambda s: float(np.std(s, ddof=1)) if s.count() > 1 else 0.0)

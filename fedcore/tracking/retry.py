@@ -23,11 +23,12 @@ LOCKED = ("database is locked", "database table is locked", "database schema is 
 def is_locked(exc: BaseException) -> bool:
     """True for a SQLite lock error, raw (sqlalchemy/sqlite3) or wrapped in MlflowException."""
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if any(text in str(exc).lower() for text in LOCKED):
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if any(text in str(link).lower() for text in LOCKED):
             return True
-        exc = exc.__cause__ or exc.__context__
+        link = link.__cause__ or link.__context__
     return False
 
 

@@ -56,8 +56,9 @@ def run_tracked(
             tracker.resume(previous.info.run_id)
         else:
             tracker.start(cfg.resolved(), cfg.config_hash())
-        supersede([r for r in unfinished if not same_code(r)], tracker.run_id, tracker.settings)
-        _ACTIVE.add(tracker.run_id)
+        run_id = tracker.active_run_id
+        supersede([r for r in unfinished if not same_code(r)], run_id, tracker.settings)
+        _ACTIVE.add(run_id)
     sim.callbacks = [tracker, *callbacks]
     try:
         state = checkpoint.latest(checkpoint.run_folder(cfg)) if resume else None
@@ -69,15 +70,14 @@ def run_tracked(
         result = sim.run()
     except BaseException as exc:  # an exception's ``run_status`` (e.g. KILLED) wins over FAILED
         tracker.fail(f"{type(exc).__name__}: {exc}", getattr(exc, "run_status", "FAILED"))
-        _label(exc, tracker.run_id, sim.round)
-        _ACTIVE.discard(tracker.run_id)
+        _label(exc, run_id, sim.round)
+        _ACTIVE.discard(run_id)
         raise
     if tracker.finished is None:
-        _ACTIVE.discard(tracker.run_id)
+        _ACTIVE.discard(run_id)
     else:  # still this process's run until its end is written
-        run_id = tracker.run_id
         tracker.finished.add_done_callback(lambda _: _ACTIVE.discard(run_id))
-    return tracker.run_id, result
+    return run_id, result
 
 
 def _label(exc: BaseException, run_id: str | None, round: int) -> None:

@@ -26,10 +26,13 @@ def tune_command(
 
     if workers > 1:
         from flows.server import prefect_api
-        from flows.tune import tune
+        from flows.tune import tune as tune_flow
 
         with prefect_api():  # a temporary server dies with this process
-            rows = tune(str(find_study_file(study_file).resolve()), overrides, workers)
+            flow_rows = tune_flow(str(find_study_file(study_file).resolve()), overrides, workers)
+        if not isinstance(flow_rows, list):  # Cancelled (a stop): Prefect raises it first
+            return 1
+        rows = flow_rows
     else:
         from fedcore.tuning.study import tune
 

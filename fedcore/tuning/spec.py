@@ -83,7 +83,13 @@ class Param:
         if self.type == "categorical":
             return list(self.choices)
         cast = int if self.type == "int" else float
-        return [cast(self.low), cast(self.high)]
+        return [cast(bound) for bound in self.bounds()]
+
+    def bounds(self) -> tuple[float, float]:
+        """(low, high) of a numeric dimension."""
+        if self.low is None or self.high is None:
+            raise ValueError(f"{self.key}: a {self.type} parameter has no bounds")
+        return self.low, self.high
 
     def choice_labels(self) -> list[Any]:
         """Categorical choices as Optuna stores them: scalars as is, lists as YAML flow text."""
@@ -280,14 +286,8 @@ def _param(key: str, raw: Any) -> Param:
         if len(set(map(repr, labels))) != len(labels):
             raise ConfigError(f"{where}.choices: duplicate choices in {choices}")
         return Param(key, kind, choices=tuple(choices))
-    low, high = raw.get("low"), raw.get("high")
     number = int if kind == "int" else (int, float)
-    for bound, value in (("low", low), ("high", high)):
-        if not isinstance(value, number) or isinstance(value, bool):
-            what = "an int" if kind == "int" else "a number"
-            raise ConfigError(f"{where}.{bound}: expected {what} (got {value!r})")
-        if not math.isfinite(value):
-            raise ConfigError(f"{where}.{bound}: expected a finite number (got {value!r})")
+    low, high = (_bound(f"{where}.{b}", raw.get(b), kind) for b in ("low", "high"))
     if low > high:
         raise ConfigError(f"{where}: low={low} > high={high}; expected low <= high")
     log = bool(raw.get("log", False))
@@ -298,6 +298,17 @@ def _param(key: str, raw: Any) -> Param:
                              or not math.isfinite(step)):
         raise ConfigError(f"{where}.step: expected a positive number, and no log (got {step!r})")
     return Param(key, kind, low=low, high=high, log=log, step=step)
+
+
+def _bound(where: str, value: Any, kind: str) -> float:
+    """A search bound: a finite number (an int for an int parameter)."""
+    number = int if kind == "int" else (int, float)
+    if not isinstance(value, number) or isinstance(value, bool):
+        what = "an int" if kind == "int" else "a number"
+        raise ConfigError(f"{where}: expected {what} (got {value!r})")
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a finite number (got {value!r})")
+    return value
 
 
 def _objectives(metric: Any, direction: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -174,9 +174,10 @@ def load_existing(spec: StudySpec) -> optuna.Study:
 def suggest(trial: optuna.Trial, p: Param) -> Any:
     if p.type == "categorical":
         return p.from_label(trial.suggest_categorical(p.key, p.choice_labels()))
+    low, high = p.bounds()
     if p.type == "int":
-        return trial.suggest_int(p.key, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
-    return trial.suggest_float(p.key, float(p.low), float(p.high), step=p.step, log=p.log)
+        return trial.suggest_int(p.key, int(low), int(high), step=int(p.step or 1), log=p.log)
+    return trial.suggest_float(p.key, float(low), float(high), step=p.step, log=p.log)
 
 
 class PruningReporter(Callback):
@@ -209,7 +210,7 @@ def study_parent_run(spec: StudySpec) -> str:
     client = mlflow_client(settings)
     exp_id = get_experiment_id(client, settings)
     query = _parent_query(spec)
-    found = client.search_runs([exp_id], filter_string=query)
+    found = list(client.search_runs([exp_id], filter_string=query))
     if not found:
         run = client.create_run(
             exp_id,
@@ -222,7 +223,7 @@ def study_parent_run(spec: StudySpec) -> str:
         client.log_param(run.info.run_id, "search", ",".join(p.key for p in spec.params))
         log_source(client, run.info.run_id, spec.path,
                    [f"{k}={v}" for k, v in spec.overrides.items()], "study.yaml")
-        found = client.search_runs([exp_id], filter_string=query)
+        found = list(client.search_runs([exp_id], filter_string=query))
         keep = min(found, key=lambda r: (r.info.start_time, r.info.run_id))
         if keep.info.run_id != run.info.run_id:  # another process created it first
             client.delete_run(run.info.run_id)
@@ -268,7 +269,7 @@ def _run_trial(
         config_values = {p.key: suggest(trial, p) for p in spec.params}
         cfg = spec.config_for(config_values)
         trial.set_user_attr("config", cfg.resolved())  # what `tune --best` writes back
-        callbacks = []
+        callbacks: list[Callback] = []
         if spec.pruner["type"] != "none":
             callbacks.append(PruningReporter(trial, spec.pruner["metric"]))
         tags = {"fedcore.role": "trial", "study": spec.study_name,
@@ -297,6 +298,7 @@ def _run_trial(
         trial.set_user_attr("mlflow_run_url", _run_url(run_id))
         mlflow_client(load_settings()).set_tag(run_id, "trial_state", state)
     if state == "COMPLETE":
+        assert values is not None  # a COMPLETE trial has its metrics
         study.tell(trial, values if spec.multi_objective else values[0])
     else:
         study.tell(trial, state=TrialState.PRUNED if state == "PRUNED" else TrialState.FAIL)
