@@ -153,7 +153,7 @@ def load(
     raw = torch.load(path, map_location=map_location, weights_only=True)
     if raw.get("format") != FORMAT:
         raise ValueError(f"checkpoint {path}: unknown format {raw.get('format')!r}")
-    state = decode(raw)
+    state: dict[str, Any] = decode(raw)
     state[ORIGIN] = {
         "file": origin or str(path),
         "remedy": remedy or f"delete the folder {Path(path).parent} and rerun from round 1",

@@ -18,7 +18,7 @@ from fedcore.callbacks import Callback
 from fedcore.config import ConfigError, load_config, parse_overrides
 
 if TYPE_CHECKING:
-    from fedcore.simulation import Simulation
+    from fedcore.simulation import ClientTable, Result, Simulation
 
 DEBUG_ENV = "FEDCORE_DEBUG"  # set to 1: failures show their traceback (as --debug)
 EPILOG = "Overrides are KEY=VALUE with dotted keys, e.g. dataset.alpha=0.1 rounds=50."
@@ -50,14 +50,16 @@ class ProgressBar(Callback):
             desc=sim.cfg.method.name,
         )
 
-    def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:
+    def on_round_end(
+        self, round: int, metrics: dict[str, float], clients: ClientTable | None
+    ) -> None:
         if "test/accuracy" in metrics:
             self.bar.set_postfix(
                 acc=f"{metrics['test/accuracy']:.3f}", loss=f"{metrics['train/loss']:.3f}"
             )
         self.bar.update(1)
 
-    def on_run_end(self, result: Any) -> None:
+    def on_run_end(self, result: Result) -> None:
         self.close()
 
     def close(self) -> None:
@@ -330,7 +332,8 @@ RESUME = {
 def _call(args: argparse.Namespace) -> int:
     """Run the command; one-line errors (exit code 2: bad input, 1: a failure)."""
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except ConfigError as exc:
         print(f"fedcore: error: {exc}", file=sys.stderr)
         return 2

@@ -22,9 +22,11 @@ def _paper_method(name: str, folder: str) -> dict[str, Any] | None:
     if not path.is_file() or TUNE_BEST_MARK in path.read_text():
         return None
     try:
-        return build_config({"method": name, "model": {"name": "mlp"}}).resolved()["method"]
+        resolved = build_config({"method": name, "model": {"name": "mlp"}}).resolved()
     except ConfigError:
         return None
+    method: dict[str, Any] = resolved["method"]
+    return method
 
 
 def paper_method(name: str) -> dict[str, Any] | None:

@@ -91,7 +91,8 @@ def beta_scores(ouis: np.ndarray, fit: BetaFit) -> np.ndarray:
     from scipy import stats
 
     cdf = stats.beta.cdf(o, fit.alpha, fit.beta)
-    return 2.0 * np.minimum(cdf, 1.0 - cdf)
+    scores: np.ndarray = 2.0 * np.minimum(cdf, 1.0 - cdf)
+    return scores
 
 
 def percentile_scores(ouis: np.ndarray) -> np.ndarray:
@@ -100,7 +101,8 @@ def percentile_scores(ouis: np.ndarray) -> np.ndarray:
     from scipy import stats
 
     p = stats.rankdata(o, method="average") / (o.size + 1.0)
-    return 2.0 * np.minimum(p, 1.0 - p)
+    scores: np.ndarray = 2.0 * np.minimum(p, 1.0 - p)
+    return scores
 
 
 def oui_scores(

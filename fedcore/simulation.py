@@ -550,6 +550,6 @@ def summarize(history: list[dict[str, float]], target: float | None) -> dict[str
     return out
 
 
-def run(cfg: ExperimentConfig, callbacks: list[Callback] | tuple = ()) -> Result:
+def run(cfg: ExperimentConfig, callbacks: list[Callback] | tuple[Callback, ...] = ()) -> Result:
     """Run one simulation of ``cfg``, reporting to ``callbacks``."""
     return Simulation(cfg, callbacks).run()

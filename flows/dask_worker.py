@@ -9,9 +9,12 @@ end after the round in flight as the thread runner's cells do.
 from __future__ import annotations
 
 import signal
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from distributed import Worker
 
 
-def dask_setup(worker: Any) -> None:
+def dask_setup(worker: Worker) -> None:
     """Called in the worker process's main thread before it takes tasks."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)

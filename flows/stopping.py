@@ -7,11 +7,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prefect.states import Cancelled, State
+from prefect.states import Cancelled
 
 from fedcore import stopping
+
+if TYPE_CHECKING:
+    from prefect import State
 
 
 def hold_sigterm() -> None:
@@ -20,7 +23,7 @@ def hold_sigterm() -> None:
     stopping.hold_sigterm()
 
 
-def stopped_state(what: str) -> State:
+def stopped_state(what: str) -> State[Any]:
     """The Cancelled state a stopped flow or task returns (``what``: e.g. ``sweep kill``)."""
     return Cancelled(message=f"{what} stopped by {stopping.signal_name()}")
 

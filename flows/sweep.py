@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from prefect import flow, task
-from prefect.states import State
+from prefect import State, flow, task
 from pydantic import Field
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
@@ -33,8 +32,12 @@ from flows.runners import (
 from flows.server import owns_server
 from flows.stopping import hold_sigterm, relay_stop_to_dask, stopped_state, watch_dask_event
 
+if TYPE_CHECKING:
+    from prefect import Task
+    from prefect.client.schemas.objects import TaskRun
 
-def _retry_unless_diverged(task: Any, task_run: Any, state: Any) -> bool:
+
+def _retry_unless_diverged(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
     """Retry a failed cell once, but not a divergence (it would diverge again)."""
     try:
         state.result()
@@ -61,7 +64,7 @@ def simulate_cell(
     finish_in_background: bool = False,
     reuse_other_code: bool = False,
     stop_event: str | None = None,
-) -> dict[str, Any] | State:
+) -> dict[str, Any] | State[Any]:
     """Simulate one cell (its resolved config) as a child run of the sweep.
 
     ``settings`` (the flow's MLflow store) travel with the task, so a Dask worker records into
@@ -83,7 +86,7 @@ def simulate_cell(
 def _simulate_cell(
     resolved: dict[str, Any], parent_run_id: str, sweep: str, settings: TrackingSettings | None,
     cells_per_gpu: int, finish_in_background: bool, reuse_other_code: bool,
-) -> dict[str, Any] | State:
+) -> dict[str, Any] | State[Any]:
     cfg = build_config(resolved)
     done = finished_run(cfg.config_hash(), settings, any_code=reuse_other_code)
     if done is not None:
@@ -110,16 +113,16 @@ def parent_run(spec: SweepSpec, settings: TrackingSettings | None = None) -> str
         [exp_id], filter_string=f"tags.sweep_hash = '{spec.sweep_hash}'", max_results=1
     )
     if found:
-        run_id = found[0].info.run_id
+        run_id: str = found[0].info.run_id
         client.update_run(run_id, status="RUNNING")
         return run_id
-    run = client.create_run(
+    run_id = client.create_run(
         exp_id,
         run_name=f"sweep-{spec.name}",
         tags={"sweep": spec.name, "sweep_hash": spec.sweep_hash, "fedcore.role": "sweep"},
-    )
-    client.log_param(run.info.run_id, "cells", len(spec.cells))
-    return run.info.run_id
+    ).info.run_id
+    client.log_param(run_id, "cells", len(spec.cells))
+    return run_id
 
 
 @flow(name="sweep", log_prints=True)
@@ -139,7 +142,7 @@ def sweep(
     reuse_other_code: Annotated[bool, Field(
         description="skip cells with a FINISHED run made by other code too (default: only by "
         "this code; README 'Which code made a number')")] = False,
-) -> list[dict[str, Any]] | State:
+) -> list[dict[str, Any]] | State[Any]:
     """Run every cell of SWEEP_FILE; cells with a FINISHED run of the same config made by the
     same code (code digest) are skipped.
 

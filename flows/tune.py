@@ -8,10 +8,9 @@ from typing import Annotated, Any
 
 import optuna
 from optuna.trial import TrialState
-from prefect import flow, task
+from prefect import State, flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture, as_completed
-from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
@@ -52,7 +51,7 @@ def tune(
               "sampler.*, pruner.*, heartbeat.*) or base experiment keys applied to every trial"),
     ] = None,
     max_workers: Annotated[int, Field(ge=1, description="trials run at once")] = 1,
-) -> list[dict[str, Any]] | State:
+) -> list[dict[str, Any]] | State[Any]:
     """Run (or resume) the study of STUDY_FILE with ``max_workers`` trials at a time.
 
     The trials share one sampler; other processes on the same storage share the study. A trial
@@ -74,7 +73,7 @@ def tune(
     parent = study_parent_run(spec)
     deadline = time.monotonic() + spec.timeout if spec.timeout else None
     rows: list[dict[str, Any]] = []
-    running: set[PrefectFuture] = set()
+    running: set[PrefectFuture[dict[str, Any]]] = set()
     asked = 0
     with ThreadPoolTaskRunner[dict[str, Any]](max_workers=max_workers) as runner:
         while True:

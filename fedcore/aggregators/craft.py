@@ -49,7 +49,8 @@ def min_norm_solve(
     if rtol is None:
         rtol = torch.finfo(u.dtype).eps * max(m, d)
     if solver == "pinv" or d < m or rtol <= 4.0 * math.sqrt(_EPS64 * m * (d + m)):
-        return torch.linalg.pinv(u, rtol=rtol) @ v
+        pinv: torch.Tensor = torch.linalg.pinv(u, rtol=rtol)
+        return pinv @ v
     gram = torch.zeros(m, m, dtype=torch.float64, device=u.device)
     chunk = max(1, _GRAM_CHUNK_ELEMS // m)
     for start in range(0, d, chunk):
@@ -59,7 +60,7 @@ def min_norm_solve(
     sig = lam.clamp_min(0.0).sqrt()
     keep = sig > rtol * sig.max()  # torch.linalg.pinv's truncation rule
     inv_lam = torch.where(keep, 1.0 / torch.where(keep, lam, 1.0), 0.0)
-    coef = vecs @ (inv_lam * (vecs.T @ v.double()))
+    coef: torch.Tensor = vecs @ (inv_lam * (vecs.T @ v.double()))
     return coef.to(u.dtype) @ u
 
 

@@ -33,7 +33,7 @@ def fairness_vector(losses: torch.Tensor) -> torch.Tensor:
 
 def _rescale_rows(rows: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
     """Each non-zero row rescaled to norm mu; zero rows are dropped (they have no direction)."""
-    norms = rows.norm(dim=1)
+    norms: torch.Tensor = rows.norm(dim=1)
     nz = norms > 0
     return rows[nz] * (mu / norms[nz]).unsqueeze(1)
 

@@ -140,7 +140,9 @@ class ClientUpdate:
     pending: dict[str, torch.Tensor] = field(default_factory=dict)  # state to commit, not sent
 
 
-def minibatches(n: int, schedule: LocalSchedule, generator: torch.Generator):
+def minibatches(
+    n: int, schedule: LocalSchedule, generator: torch.Generator
+) -> Iterator[torch.Tensor]:
     """Index batches: ``steps`` batches if set, else ``epochs`` shuffled passes over n samples."""
     bs = min(schedule.batch_size, n)
     if schedule.steps is not None:
@@ -251,7 +253,9 @@ class ClientAlgorithm:
         """Width of a projection head the model gets in ``prepare_model`` (MOON); None: none."""
         return None
 
-    def personal_params(self, state: dict[str, Any]) -> tuple[torch.Tensor, dict] | None:
+    def personal_params(
+        self, state: dict[str, Any]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]] | None:
         """A personalised client's (flat params, buffers) from its state; None if not personal."""
         return None
 
@@ -276,12 +280,14 @@ class ClientAlgorithm:
         return {}
 
     def local_update(self, ctx: LocalContext) -> ClientUpdate:
+        from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
+
         model, data, sched = ctx.model, ctx.data, ctx.schedule
         start = ctx.start_params if ctx.start_params is not None else ctx.global_params
         load_flat_params(model, start)  # the delta below stays measured from global_params
         if ctx.global_buffers:
             model.load_state_dict(ctx.global_buffers, strict=False)
-        stats = {k: fn(model, ctx) for k, fn in _extras().BEFORE_TRAINING.items() if k in ctx.needs}
+        stats = {k: fn(model, ctx) for k, fn in BEFORE_TRAINING.items() if k in ctx.needs}
         model.train()
         params = [p for p in model.parameters() if p.requires_grad]
         momentum: list[torch.Tensor | None] = [None] * len(params)
@@ -312,7 +318,7 @@ class ClientAlgorithm:
         ctx.frozen = {}
         stats["num_steps"] = float(steps)
         self.end_training(model, ctx, stats)
-        for key, fn in _extras().AFTER_TRAINING.items():
+        for key, fn in AFTER_TRAINING.items():
             if key in ctx.needs:
                 stats[key] = fn(model, ctx, steps, self)
         delta = flat_params(model) - ctx.global_params
@@ -347,12 +353,6 @@ def model_view(model: nn.Module) -> ModelView:
     """``model`` as the sequential engine hands it to an objective: any module offers
     ``model(x)``; the objectives that call ``embedding``/``head`` run on FedModels."""
     return cast("ModelView", model)  # nn.Module types its submodules as Tensor | Module
-
-
-def _extras():
-    from fedcore.clients import extras
-
-    return extras
 
 
 def train_personal(ctx: LocalContext, plan: PersonalTraining) -> None:

@@ -123,7 +123,9 @@ class DittoClient(ClientAlgorithm):
             model.load_state_dict(rc.buffers, strict=False)
         return {"personal_accuracy": acc}
 
-    def personal_params(self, state: dict[str, Any]) -> tuple[torch.Tensor, dict] | None:
+    def personal_params(
+        self, state: dict[str, Any]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]] | None:
         if "ditto_personal" not in state:
             return None
         return state["ditto_personal"], state["ditto_personal_buffers"]

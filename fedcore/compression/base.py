@@ -16,6 +16,7 @@ from pydantic import Field
 from fedcore.registry import HParams, Registry
 
 if TYPE_CHECKING:
+    from fedcore.clients.base import LocalSchedule
     from fedcore.round_context import RoundContext
     from fedcore.store import ClientStore
 
@@ -76,7 +77,7 @@ class Compressor:
         docs/methods/sapef.md); False: running statistics are plain sample-weighted means."""
         return self.feedback.active
 
-    def begin_round(self, round: int, schedule: Any) -> None:
+    def begin_round(self, round: int, schedule: LocalSchedule) -> None:
         self.feedback.begin_round(round, schedule)
 
     @property

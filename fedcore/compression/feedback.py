@@ -9,12 +9,16 @@ and ``u = (1 - alpha) e + g`` with ``g = w_r - w_T`` is ``u = delta + (1 - alpha
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedcore.compression.base import RoundEnd
+from fedcore.compression.base import CompressionHParams, RoundEnd
 from fedcore.compression.topk import num_kept
+
+if TYPE_CHECKING:
+    from fedcore.clients.base import LocalSchedule
+    from fedcore.store import ClientStore
 
 RESIDUAL = "ef_residual"
 ALPHA = "ef_alpha"  # the client's alpha of the current round (alpha_schedule "theory")
@@ -33,12 +37,12 @@ def alpha_star(lr: float, L: float, T: int) -> float:
 class ErrorFeedback:
     """Per-client residual bookkeeping; the residual lives in the client's store entry."""
 
-    def __init__(self, hp: Any) -> None:
+    def __init__(self, hp: CompressionHParams) -> None:
         self.hp = hp
         self.variant: str = hp.error_feedback
         self.round = 0
         self.alpha = 0.0
-        self.schedule: Any = None
+        self.schedule: LocalSchedule | None = None
 
     @property
     def active(self) -> bool:
@@ -49,12 +53,12 @@ class ErrorFeedback:
         """alpha_schedule "theory": alpha depends on the local steps T each client takes."""
         return self.variant == "sapef" and self.hp.alpha_schedule == "theory"
 
-    def begin_round(self, round: int, schedule: Any) -> None:
+    def begin_round(self, round: int, schedule: LocalSchedule) -> None:
         self.round = round
         self.schedule = schedule
         self.alpha = self.alpha_for(schedule, schedule.steps)
 
-    def alpha_for(self, schedule: Any, num_steps: int | None) -> float:
+    def alpha_for(self, schedule: LocalSchedule, num_steps: int | None) -> float:
         """The round's alpha; "theory" needs T = ``num_steps``, the local steps taken."""
         if self.variant in ("none", "ef", "cser"):
             return 0.0
@@ -73,8 +77,10 @@ class ErrorFeedback:
         """The step-ahead start w_r - alpha e; ``num_steps`` (T of this client) sets alpha
         under the "theory" schedule."""
         if self.per_client_alpha and num_steps is not None:
+            assert self.schedule is not None  # set by begin_round
             state[ALPHA] = self.alpha_for(self.schedule, num_steps)
-        alpha, residual = self.client_alpha(state), state.get(RESIDUAL)
+        alpha = self.client_alpha(state)
+        residual: torch.Tensor | None = state.get(RESIDUAL)
         if not self.active or residual is None or alpha == 0.0:
             return None
         return global_params + alpha * residual  # preview w_r - alpha e (compression.md)
@@ -109,7 +115,7 @@ class ErrorFeedback:
         state[DIGEST], state[DIGEST_ROUND] = digest, self.round
         return 8 * k1
 
-    def end_round(self, client_ids: list[int], store: Any) -> RoundEnd:
+    def end_round(self, client_ids: list[int], store: ClientStore) -> RoundEnd:
         if not self.active:
             return RoundEnd()
         states = [store[k] for k in client_ids]

@@ -15,7 +15,9 @@ from fedcore.layout import flat_params, load_flat_params
 PROBE_SIZE = 256  # the first PROBE_SIZE samples of the global test set: fixed across rounds
 
 
-def flat_grad(model: nn.Module, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor):
+def flat_grad(
+    model: nn.Module, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
     load_flat_params(model, params)
     trainable = [p for p in model.parameters() if p.requires_grad]
     loss = nn.functional.cross_entropy(model(x), y)

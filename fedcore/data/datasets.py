@@ -224,13 +224,17 @@ def _load_digits(seed: int, global_test_fraction: float) -> DatasetArrays:
     return DatasetArrays(x_tr, torch.from_numpy(y_tr), x_te, torch.from_numpy(y_te), 10, "digits")
 
 
-def _to_images(data: torch.Tensor | np.ndarray, mean: tuple, std: tuple) -> torch.Tensor:
+def _to_images(
+    data: torch.Tensor | np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]
+) -> torch.Tensor:
     """uint8 N x H x W (MNIST) or N x H x W x C (CIFAR) -> normalised float32 N x C x H x W."""
     x = torch.as_tensor(data)
     return normalise_images(x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2), mean, std)
 
 
-def normalise_images(x: torch.Tensor, mean: tuple, std: tuple) -> torch.Tensor:
+def normalise_images(
+    x: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]
+) -> torch.Tensor:
     """uint8 N x C x H x W -> float32 ``(x / 255 - mean) / std`` per channel, contiguous."""
     x = x.to(torch.float32).div_(255.0)
     m, s = (torch.tensor(v, dtype=torch.float32).view(1, -1, 1, 1) for v in (mean, std))

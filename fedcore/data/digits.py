@@ -69,7 +69,7 @@ def _approximate_mode(
     """How many of ``n_draws`` each class gets: its floored proportional share, plus one for the
     classes with the largest leftover fractions (ties drawn at random) until ``n_draws``."""
     continuous = class_counts / class_counts.sum() * n_draws
-    floored = np.floor(continuous)
+    floored: np.ndarray = np.floor(continuous)
     need_to_add = int(n_draws - floored.sum())
     if need_to_add > 0:
         remainder = continuous - floored

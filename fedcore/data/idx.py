@@ -8,6 +8,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 MNIST_FILES = (
     "train-images-idx3-ubyte",
@@ -102,7 +103,10 @@ def read_mnist_split(
     return images, labels
 
 
-def write_mnist_like(raw: Path, x_tr, y_tr, x_te, y_te, gz: bool = False) -> None:
+def write_mnist_like(
+    raw: Path, x_tr: ArrayLike, y_tr: ArrayLike, x_te: ArrayLike, y_te: ArrayLike,
+    gz: bool = False,
+) -> None:
     """Write train/test images and labels as the four files torchvision's MNIST reads."""
     for stem, arr in zip(MNIST_FILES, (x_tr, y_tr, x_te, y_te), strict=True):
         write_idx(raw / stem, np.asarray(arr, dtype=np.uint8), gz=gz)

@@ -127,7 +127,8 @@ def read_rgb_torchvision(path: Path) -> torch.Tensor:
     """uint8 3 x H x W through ``torchvision.io.decode_image`` (libjpeg), greyscale as RGB."""
     from torchvision.io import ImageReadMode, decode_image
 
-    return decode_image(str(path), mode=ImageReadMode.RGB)
+    image: torch.Tensor = decode_image(str(path), mode=ImageReadMode.RGB)
+    return image
 
 
 def _default_reader() -> Callable[[Path], torch.Tensor]:

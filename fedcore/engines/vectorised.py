@@ -21,6 +21,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -51,11 +52,20 @@ from fedcore.models import FedModel
 from fedcore.round_context import RoundContext
 from fedcore.seeding import GLOBAL_RNG_LOCK
 
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
+
 log = logging.getLogger("fedcore")
 
 NAME = "vectorised"
 CPU_MEMORY_SHARE = 0.25  # share of available RAM a chunk may use on CPU
 CUDA_MEMORY_SHARE = 0.5  # share of free device memory a chunk may use on CUDA
+
+FrozenParamDicts = dict[str, dict[str, torch.Tensor]]  # functional_call's parameters, by model name
+# a chunk's inputs: x, y, per-step index, image mask, tuplet mask, and the dropout noise
+ChunkTensors = tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]
+]
 
 
 def model_blocker(model: nn.Module) -> str | None:
@@ -117,9 +127,8 @@ class _Parts(nn.Module):
     def forward(self, x: torch.Tensor, part: str) -> torch.Tensor:
         if part == "embedding":
             return self.m.embedding(x)
-        if part == "head":
-            return self.m.head(x)
-        return self.m(x)
+        out: torch.Tensor = self.m.head(x) if part == "head" else self.m(x)
+        return out
 
 
 class FunctionalModel:
@@ -131,13 +140,17 @@ class FunctionalModel:
         self.params: dict[str, torch.Tensor] = {}
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.parts, self.params, (x, "all"))
+        return self._call(x, "all")
 
     def embedding(self, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.parts, self.params, (x, "embedding"))
+        return self._call(x, "embedding")
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.parts, self.params, (h, "head"))
+        return self._call(h, "head")
+
+    def _call(self, x: torch.Tensor, part: str) -> torch.Tensor:
+        out: torch.Tensor = functional_call(self.parts, self.params, (x, part))
+        return out
 
 
 @dataclass(frozen=True)
@@ -147,7 +160,9 @@ class DropoutCall:
     shape: tuple[int, ...]  # per sample
 
 
-def dropout_calls(model: FedModel, in_shape: tuple[int, ...], device) -> list[DropoutCall]:
+def dropout_calls(
+    model: FedModel, in_shape: tuple[int, ...], device: torch.device
+) -> list[DropoutCall]:
     """The active dropout modules in the order one forward pass calls them (each once)."""
     calls: list[DropoutCall] = []
     hooks = [
@@ -164,7 +179,7 @@ def dropout_calls(model: FedModel, in_shape: tuple[int, ...], device) -> list[Dr
     return calls
 
 
-def _activation_numel(model: FedModel, in_shape: tuple[int, ...], device) -> int:
+def _activation_numel(model: FedModel, in_shape: tuple[int, ...], device: torch.device) -> int:
     """Per-sample numel of all leaf-module outputs (a bound on what backward keeps)."""
     total = [0]
     hooks = [
@@ -176,7 +191,13 @@ def _activation_numel(model: FedModel, in_shape: tuple[int, ...], device) -> int
     return total[0]
 
 
-def _probe(model: FedModel, in_shape: tuple[int, ...], device, hooks: list, batch: int) -> None:
+def _probe(
+    model: FedModel,
+    in_shape: tuple[int, ...],
+    device: torch.device,
+    hooks: list[RemovableHandle],
+    batch: int,
+) -> None:
     """One forward pass of zeros through ``model`` for its ``hooks``, which are then removed.
 
     Eval mode and no grad: a training-mode pass would draw dropout noise from the global RNG
@@ -355,7 +376,7 @@ class VectorisedEngine:
             for row, client in zip(final, chunk, strict=True):
                 how.keep(client.ctx.state, row.clone(), {})  # no buffers: the models have none
 
-    def _tensors(self, rc: RoundContext, chunk: list[_Client], arity: int):
+    def _tensors(self, rc: RoundContext, chunk: list[_Client], arity: int) -> ChunkTensors:
         """Padded per-step index, masks and dropout noise of a chunk, on the device."""
         device, m = rc.device, len(chunk)
         steps = max(len(c.batches) for c in chunk)
@@ -401,7 +422,9 @@ class VectorisedEngine:
         y = torch.cat([c.ctx.data.y_train for c in chunk])
         return (x, y, index.to(device), image_mask.to(device), tuplet_mask.to(device), noise)
 
-    def _train_chunk(self, rc: RoundContext, chunk: list[_Client], objective: _Objective):
+    def _train_chunk(
+        self, rc: RoundContext, chunk: list[_Client], objective: _Objective
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         """Train ``chunk`` with ``objective``: (final params m x d, mean train losses, steps)."""
         device, m = rc.device, len(chunk)
         sched, arity = objective.schedule, objective.arity
@@ -421,7 +444,15 @@ class VectorisedEngine:
         if views:
             ctx = replace(ctx, frozen=views)
 
-        def one_client(params, x, y, img_mask, tup_mask, masks, frozen):
+        def one_client(
+            params: dict[str, torch.Tensor],
+            x: torch.Tensor,
+            y: torch.Tensor,
+            img_mask: torch.Tensor,
+            tup_mask: torch.Tensor,
+            masks: tuple[torch.Tensor, ...],
+            frozen: FrozenParamDicts,
+        ) -> tuple[torch.Tensor, torch.Tensor]:
             feed.masks = masks
             view.params = params
             for name, tensors in frozen.items():  # this client's row of each stacked model
@@ -474,13 +505,15 @@ class VectorisedEngine:
             self._frozen_parts = _Parts(twin)
         return self._frozen_parts
 
-    def _frozen_params(self, rc: RoundContext, chunk: list[_Client]):
+    def _frozen_params(
+        self, rc: RoundContext, chunk: list[_Client]
+    ) -> tuple[FrozenParamDicts, dict[str, torch.Tensor]]:
         """The chunk's frozen models: (shared parameter dicts, stacked m x d tensors) by name.
 
         A frozen model whose params are the round's global params for every client is shared
         (one copy, not vmapped); any other is stacked with one row per client.
         """
-        shared: dict[str, dict[str, torch.Tensor]] = {}
+        shared: FrozenParamDicts = {}
         stacked: dict[str, torch.Tensor] = {}
         for name in chunk[0].frozen:
             rows = [c.frozen[name][0] for c in chunk]

@@ -60,7 +60,8 @@ class FedModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Class logits, shape (B, num_classes)."""
-        return self.head(self.embedding(x))
+        logits: torch.Tensor = self.head(self.embedding(x))
+        return logits
 
 
 # Imported after FedModel is defined: the submodules subclass it.

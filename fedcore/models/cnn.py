@@ -29,11 +29,13 @@ class CNN(FedModel):
     def _conv(self, x: torch.Tensor) -> torch.Tensor:
         """Both conv-ReLU-pool stages, flattened."""
         x = self.pool(F.relu(self.conv1(x)))
-        return self.pool(F.relu(self.conv2(x))).flatten(1)
+        x = self.pool(F.relu(self.conv2(x)))
+        return x.flatten(1)
 
     def preactivation(self, x: torch.Tensor) -> torch.Tensor:
         """Output of ``fc2`` before dropout2; features == relu(preactivation) in eval mode."""
-        return self.fc2(F.relu(self.dropout1(self.fc1(self._conv(x)))))
+        h: torch.Tensor = self.fc2(F.relu(self.dropout1(self.fc1(self._conv(x)))))
+        return h
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """relu(dropout2(fc2(.))) as in CRAFT (dropout before the ReLU), shape (B, 192)."""

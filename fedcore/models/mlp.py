@@ -23,7 +23,8 @@ class MLP(FedModel):
 
     def preactivation(self, x: torch.Tensor) -> torch.Tensor:
         """Output of ``fc2`` (the input of the last ReLU); features == relu(preactivation)."""
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+        h: torch.Tensor = self.fc2(F.relu(self.fc1(x.flatten(1))))
+        return h
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """ReLU of ``fc2``'s output, shape (B, 200)."""

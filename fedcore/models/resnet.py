@@ -43,7 +43,8 @@ class BasicBlock(nn.Module):
     def preact(self, x: torch.Tensor) -> torch.Tensor:
         """Residual sum before the block's final ReLU."""
         out = F.relu(self.bn1(self.conv1(x)))
-        return self.bn2(self.conv2(out)) + self.shortcut(x)
+        pre: torch.Tensor = self.bn2(self.conv2(out)) + self.shortcut(x)
+        return pre
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """relu(preact(x))."""

@@ -26,11 +26,13 @@ class SmallCNN(FedModel):
     def _conv(self, x: torch.Tensor) -> torch.Tensor:
         """Both conv-ReLU-pool stages, flattened."""
         x = self.pool(F.relu(self.conv1(x)))
-        return self.pool(F.relu(self.conv2(x))).flatten(1)
+        x = self.pool(F.relu(self.conv2(x)))
+        return x.flatten(1)
 
     def preactivation(self, x: torch.Tensor) -> torch.Tensor:
         """fc1(flatten(conv features)), the input of the last ReLU (FedOUI's H, d = 128)."""
-        return self.fc1(self._conv(x))
+        h: torch.Tensor = self.fc1(self._conv(x))
+        return h
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """ReLU of ``fc1``'s output, shape (B, 128)."""

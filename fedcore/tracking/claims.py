@@ -6,11 +6,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedcore.claims import ClaimRow, ClaimsSpec, markdown, run_claims
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
 from fedcore.tracking.runner import run_tracked
 from fedcore.tracking.settings import TrackingSettings, load_settings
+
+if TYPE_CHECKING:
+    from fedcore.config import ExperimentConfig
+    from fedcore.simulation import Result
 
 
 def run_claims_tracked(
@@ -32,7 +37,7 @@ def run_claims_tracked(
               "claims.seeds": ",".join(map(str, spec.seeds))},
     ).info.run_id
 
-    def simulate(cfg):
+    def simulate(cfg: ExperimentConfig) -> Result:
         return run_tracked(cfg, parent_run_id=parent, tags={"claims": spec.name},
                            settings=settings, resume=False)[1]
 

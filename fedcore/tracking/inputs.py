@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mlflow.entities import Dataset, DatasetInput, InputTag
 
 from fedcore.data.federated import partition_digest
 
 if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+    from fedcore.config import DatasetConfig
     from fedcore.simulation import Simulation
 
 
-def dataset_source(cfg: Any) -> str:
+def dataset_source(cfg: DatasetConfig) -> str:
     """Where the dataset's files are read from (digits: the copy shipped in the package)."""
     if cfg.name == "digits":
         from fedcore.data.digits import DIGITS_SOURCE
@@ -53,7 +56,7 @@ def dataset_input(sim: Simulation) -> DatasetInput:
     return DatasetInput(dataset, tags)
 
 
-def log_dataset_input(client: Any, run_id: str, dataset: DatasetInput) -> None:
+def log_dataset_input(client: MlflowClient, run_id: str, dataset: DatasetInput) -> None:
     """Log ``dataset`` as the run's input. MLflow stores a dataset once per experiment: when runs
     of the same data start together (a study's or sweep's parallel workers), all but one insert
     fail on the unique (experiment, name, digest); the dataset then exists and a second call

@@ -10,7 +10,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,8 +34,11 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 if TYPE_CHECKING:
     import pandas as pd
+    import torch
+    from mlflow.entities import DatasetInput
 
-    from fedcore.simulation import Simulation
+    from fedcore.simulation import ClientTable, Result, Simulation
+    from fedcore.tracking.system_metrics import RunSystemMetrics
 
 log = logging.getLogger("fedcore")
 
@@ -113,9 +116,9 @@ class _Writers:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pools: dict[str, ThreadPoolExecutor] = {}
-        self._finishing: set[Future] = set()
+        self._finishing: set[Future[None]] = set()
 
-    def submit(self, pool: str, fn: Any, *args: Any) -> Future:
+    def submit(self, pool: str, fn: Callable[..., None], *args: Any) -> Future[None]:
         with self._lock:
             if pool not in self._pools:
                 self._pools[pool] = ThreadPoolExecutor(1, thread_name_prefix=f"fedcore-{pool}")
@@ -214,15 +217,15 @@ class MLflowTracker(Callback):
     ) -> None:
         self.settings = settings or load_settings()
         self.finish_in_background = finish_in_background
-        self.finished: Future | None = None  # the background end of the run, if any
-        self._pending: Future | None = None  # the last write handed to the metrics writer
+        self.finished: Future[None] | None = None  # the background end of the run, if any
+        self._pending: Future[None] | None = None  # the last write handed to the metrics writer
         self.client = mlflow_client(self.settings)
         self.parent_run_id = parent_run_id
         self.run_name = run_name
         self.extra_tags = dict(tags or {})
         self.run_id: str | None = None
         self._logged: set[tuple[str, int]] = set()  # (metric, step) already in the run
-        self._system_metrics: Any = None  # RunSystemMetrics while the run trains
+        self._system_metrics: RunSystemMetrics | None = None  # while the run trains
         self._sim: Simulation | None = None  # the simulation, for its final models
         self._resumed = False
 
@@ -256,7 +259,7 @@ class MLflowTracker(Callback):
         config_yaml = yaml.safe_dump(resolved, sort_keys=False)
         self.client.log_text(self.active_run_id, config_yaml, "config.yaml")
 
-    def _write(self, fn: Any, *args: Any) -> None:
+    def _write(self, fn: Callable[..., None], *args: Any) -> None:
         """Hand ``fn(*args)`` to the metrics writer once the previous write is done."""
         self.flush()
         self._pending = WRITERS.submit("metrics", fn, *args)
@@ -303,7 +306,7 @@ class MLflowTracker(Callback):
             r = int(h["round"])
             self.on_round_end(r, {k: v for k, v in h.items() if k != "round"}, tables.get(r))
 
-    def _log_start(self, tags: dict[str, str], dataset: Any) -> None:
+    def _log_start(self, tags: dict[str, str], dataset: DatasetInput) -> None:
         """The run's start tags and its federated dataset as the run's dataset input (name,
         partition, digest), written by the metrics writer."""
         self.client.log_batch(self.active_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
@@ -320,7 +323,9 @@ class MLflowTracker(Callback):
             self.client.log_batch(self.active_run_id, metrics=batch[i : i + 500])
         self._logged.update((m.key, step) for m in batch)
 
-    def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:
+    def on_round_end(
+        self, round: int, metrics: dict[str, float], clients: ClientTable | None
+    ) -> None:
         self._write(self._log_metrics, dict(metrics), round)
 
     def on_checkpoint(self, path: Path) -> None:
@@ -347,7 +352,7 @@ class MLflowTracker(Callback):
                 "from round 1",
             )
 
-    def _start_system_metrics(self, device: Any) -> None:
+    def _start_system_metrics(self, device: torch.device) -> None:
         if not self.settings.system_metrics or self._system_metrics is not None:
             return
         from fedcore.tracking.system_metrics import RunSystemMetrics
@@ -362,14 +367,14 @@ class MLflowTracker(Callback):
             self._system_metrics.stop()
             self._system_metrics = None
 
-    def on_run_end(self, result: Any) -> None:
+    def on_run_end(self, result: Result) -> None:
         self.flush()
         if self.finish_in_background:
             self.finished = WRITERS.submit("finish", self._finish_or_fail, result)
         else:
             self._finish(result)
 
-    def _finish_or_fail(self, result: Any) -> None:
+    def _finish_or_fail(self, result: Result) -> None:
         try:
             self._finish(result)
         except Exception as exc:
@@ -377,11 +382,11 @@ class MLflowTracker(Callback):
             self.fail(f"{type(exc).__name__}: {exc}")
             raise
 
-    def _finish(self, result: Any) -> None:
+    def _finish(self, result: Result) -> None:
         """Summary metrics, the per-client table and the figures; then FINISHED."""
         from fedcore.tracking.plots import curves_png, fairness_png
 
-        self._log_metrics(result.summary, result.history[-1]["round"])
+        self._log_metrics(result.summary, int(result.history[-1]["round"]))
         self._stop_system_metrics()
         if self._sim is not None:
             from fedcore.tracking.models import log_models
@@ -414,7 +419,7 @@ class MLflowTracker(Callback):
         self.client.set_terminated(self.run_id, status)
 
 
-def per_client_frame(tables: list[Any]) -> pd.DataFrame:
+def per_client_frame(tables: list[ClientTable]) -> pd.DataFrame:
     """One row per (evaluated round, client); aggregator stats are NaN where not reported."""
     import pandas as pd
 

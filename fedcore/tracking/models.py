@@ -18,6 +18,8 @@ from fedcore.layout import load_flat_params
 from fedcore.models import build_model
 
 if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
     from fedcore.simulation import Simulation
 
 GLOBAL_ARTIFACT = "model/global.pt"
@@ -60,7 +62,7 @@ def personal_states(sim: Simulation) -> dict[int, dict[str, Any]]:
     return out
 
 
-def log_models(client: Any, run_id: str, sim: Simulation) -> list[str]:
+def log_models(client: MlflowClient, run_id: str, sim: Simulation) -> list[str]:
     """Upload the final global model (and personal models) to the run; returns their paths."""
     spec = model_spec(sim)
     logged = []

@@ -6,16 +6,19 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedcore.tracking.provenance import provenance_tags
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI
 NOTE_LIMIT = 60000
 
 
-def log_source(client: Any, run_id: str, yaml_path: str | Path | None, overrides: list[str],
-               artifact_name: str) -> None:
+def log_source(client: MlflowClient, run_id: str, yaml_path: str | Path | None,
+               overrides: list[str], artifact_name: str) -> None:
     """Provenance tags, the sweep/study file as artifact ``artifact_name`` and the overrides."""
     from mlflow.entities import RunTag
 
@@ -31,7 +34,7 @@ def log_source(client: Any, run_id: str, yaml_path: str | Path | None, overrides
         client.log_text(run_id, text, artifact_name)
 
 
-def set_description(client: Any, run_id: str, markdown: str) -> None:
+def set_description(client: MlflowClient, run_id: str, markdown: str) -> None:
     client.set_tag(run_id, NOTE_TAG, markdown[:NOTE_LIMIT])
 
 
@@ -52,7 +55,9 @@ SWEEP_COLUMNS = ["cell", "status", "final/accuracy", "final/accuracy_worst10", "
                  "run_id"]
 
 
-def sweep_summary(client: Any, run_id: str, name: str, rows: list[dict[str, Any]]) -> str:
+def sweep_summary(
+    client: MlflowClient, run_id: str, name: str, rows: list[dict[str, Any]]
+) -> str:
     """Cell counts and the best final accuracy as metrics; the cell table as description.
 
     Returns the Markdown description.

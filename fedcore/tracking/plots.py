@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-def _pyplot():
+
+def _pyplot() -> ModuleType:
     """pyplot on the Agg backend (reports and studies; a run's figures use :func:`_figure`)."""
     import matplotlib
 
@@ -18,7 +23,7 @@ def _pyplot():
     return plt
 
 
-def _figure(figsize: tuple[float, float]) -> Any:
+def _figure(figsize: tuple[float, float]) -> Figure:
     """A standalone figure (no pyplot: cheaper to import, no global state shared between the
     threads that end runs in the background); saved with Agg like pyplot's."""
     from matplotlib.figure import Figure
@@ -26,7 +31,7 @@ def _figure(figsize: tuple[float, float]) -> Any:
     return Figure(figsize=figsize)
 
 
-def integer_ticks(ax) -> None:
+def integer_ticks(ax: Axes) -> None:
     """Whole-number ticks on the x axis (rounds are integers: no 2.5, 7.5)."""
     from matplotlib.ticker import MaxNLocator
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,9 @@ from fedcore.tracking.provenance import (
 )
 from fedcore.tracking.runner import finished_run, other_code_runs
 from fedcore.tracking.settings import TrackingSettings, load_settings
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 GROUP = ["method", "hparams", "dataset", "alpha"]
 COLUMNS = [
@@ -141,7 +144,7 @@ def markdown_table(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _histories(client: Any, run_ids: list[str], metric: str) -> dict[str, pd.Series]:
+def _histories(client: MlflowClient, run_ids: list[str], metric: str) -> dict[str, pd.Series]:
     out = {}
     for run_id in run_ids:
         hist = client.get_metric_history(run_id, metric)
@@ -222,11 +225,12 @@ def accuracy_vs_gb_png(
     plt.close(fig)
 
 
-def _final_client_accuracy(client: Any, run_id: str, tmp: Path) -> np.ndarray:
+def _final_client_accuracy(client: MlflowClient, run_id: str, tmp: Path) -> np.ndarray:
     local = client.download_artifacts(run_id, "per_client.parquet", str(tmp))
     frame = pd.read_parquet(local)
     last = frame[frame["round"] == frame["round"].max()]
-    return last["accuracy"].dropna().to_numpy()
+    accuracy: np.ndarray = last["accuracy"].dropna().to_numpy()
+    return accuracy
 
 
 def build_report(

@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fedcore import checkpoint, code_digest, stopping
 from fedcore.config import ExperimentConfig
@@ -17,6 +17,9 @@ from fedcore.tracking.mlflow_tracker import MLflowTracker, get_experiment_id, ml
 from fedcore.tracking.provenance import CODE_DIGEST_TAG, code_label
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
 log = logging.getLogger("fedcore")
 SUPERSEDED_TAG = "fedcore.superseded_by"
 
@@ -24,7 +27,7 @@ SUPERSEDED_TAG = "fedcore.superseded_by"
 def run_tracked(
     cfg: ExperimentConfig,
     parent_run_id: str | None = None,
-    callbacks: list[Callback] | tuple = (),
+    callbacks: list[Callback] | tuple[Callback, ...] = (),
     tags: dict[str, str] | None = None,
     settings: TrackingSettings | None = None,
     device: str | None = None,
@@ -94,7 +97,7 @@ _CLAIM = threading.Lock()
 _ACTIVE: set[str] = set()  # runs this process is writing now (never resumed by another thread)
 
 
-def unfinished_runs(config_hash: str, settings: TrackingSettings | None = None) -> list[Any]:
+def unfinished_runs(config_hash: str, settings: TrackingSettings | None = None) -> list[Run]:
     """The runs with this config hash that did not finish and that no live process owns,
     newest first, of any code; runs already superseded are left out.
 
@@ -109,12 +112,12 @@ def unfinished_runs(config_hash: str, settings: TrackingSettings | None = None) 
     ]
 
 
-def same_code(run: Any) -> bool:
+def same_code(run: Run) -> bool:
     """Whether ``run`` was made by the code of this process (same code digest)."""
     return run.data.tags.get(CODE_DIGEST_TAG) == code_digest.current()
 
 
-def supersede(runs: list[Any], new_run_id: str, settings: TrackingSettings | None) -> None:
+def supersede(runs: list[Run], new_run_id: str, settings: TrackingSettings | None) -> None:
     """Mark unfinished runs of other code as never to be resumed: tag ``fedcore.superseded_by``
     with the run that replaces them, and end a RUNNING one (its writer is dead) as KILLED; a
     FAILED or KILLED run keeps its status. Logs one line per run."""
@@ -146,7 +149,7 @@ def _writer_alive(tags: dict[str, str]) -> bool:
 
 def finished_run(
     config_hash: str, settings: TrackingSettings | None = None, any_code: bool = False
-) -> Any | None:
+) -> Run | None:
     """The newest FINISHED run with this config hash made by this code (any code with
     ``any_code``), if any."""
     runs = runs_with_hash(config_hash, "= 'FINISHED'", 1, settings,
@@ -156,7 +159,7 @@ def finished_run(
 
 def other_code_runs(
     config_hashes: Iterable[str], settings: TrackingSettings | None = None
-) -> list[Any]:
+) -> list[Run]:
     """For every config hash without a FINISHED run of this code, its newest FINISHED run of
     other code (hashes with neither are left out)."""
     found = []
@@ -183,7 +186,7 @@ def other_code_note(config_hashes: Iterable[str], settings: TrackingSettings | N
 def runs_with_hash(
     config_hash: str, status: str, limit: int, settings: TrackingSettings | None = None,
     code: str | None = None,
-) -> list[Any]:
+) -> list[Run]:
     """Runs with this config hash whose status matches ``status`` (e.g. ``"= 'FINISHED'"``),
     newest first; with ``code``, only runs of that code digest."""
     settings = settings or load_settings()

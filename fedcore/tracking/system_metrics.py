@@ -9,10 +9,13 @@ is installed, else the run's CUDA device memory read through torch.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+if TYPE_CHECKING:
+    import torch
 
 logging.getLogger("mlflow.system_metrics").setLevel(logging.ERROR)
 
@@ -20,7 +23,7 @@ logging.getLogger("mlflow.system_metrics").setLevel(logging.ERROR)
 class TorchCudaMonitor(BaseMetricsMonitor):
     """Memory of one CUDA device (device-wide used and total, and this process's reserved)."""
 
-    def __init__(self, device: Any) -> None:
+    def __init__(self, device: torch.device) -> None:
         super().__init__()
         import torch
 
@@ -45,7 +48,12 @@ class RunSystemMetrics:
     """Samples the machine while one run trains; ``stop()`` before the run is terminated."""
 
     def __init__(
-        self, run_id: str, tracking_uri: str, interval: float, device: Any, resume: bool = False
+        self,
+        run_id: str,
+        tracking_uri: str,
+        interval: float,
+        device: torch.device,
+        resume: bool = False,
     ) -> None:
         """``resume``: a resumed run's samples continue after its last system-metric step."""
         self.monitor = SystemMetricsMonitor(

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedcore.config import ConfigError, ExperimentConfig, parse_overrides
 from fedcore.invocation import fedcore_command
-from fedcore.tuning.spec import find_study_file, load_study
+from fedcore.tuning.spec import StudySpec, find_study_file, load_study
+
+if TYPE_CHECKING:
+    from fedcore.tuning.study import TrialOutcome
 
 
 def tune_command(
@@ -36,7 +40,7 @@ def tune_command(
     else:
         from fedcore.tuning.study import tune
 
-        def show(o):
+        def show(o: TrialOutcome) -> None:
             print(describe(spec, o.number, o.state, o.values, o.params), flush=True)
 
         _, outcomes = tune(spec, on_trial=show)
@@ -46,7 +50,7 @@ def tune_command(
     return 0
 
 
-def _bound_configs(spec) -> Iterator[ExperimentConfig]:
+def _bound_configs(spec: StudySpec) -> Iterator[ExperimentConfig]:
     """The configs at every bound / choice of the search space (what load_study validated)."""
     anchor = {p.key: p.candidates()[0] for p in spec.params}
     yield spec.config_for(anchor)
@@ -55,7 +59,7 @@ def _bound_configs(spec) -> Iterator[ExperimentConfig]:
             yield spec.config_for({**anchor, p.key: value})
 
 
-def _best(spec, out: str | None) -> int:
+def _best(spec: StudySpec, out: str | None) -> int:
     from fedcore.tuning.results import describe, state_counts, write_best
     from fedcore.tuning.study import load_existing
 

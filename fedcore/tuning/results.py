@@ -6,6 +6,7 @@ import re
 import tempfile
 import warnings
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -202,7 +203,9 @@ def trials_markdown(study: optuna.Study, spec: StudySpec) -> str:
             + markdown_rows(rows, columns))
 
 
-def describe(spec: StudySpec, number: int, state: str, values: Any, params: dict[str, Any]) -> str:
+def describe(
+    spec: StudySpec, number: int, state: str, values: Sequence[float] | None, params: dict[str, Any]
+) -> str:
     """One line per trial: state, number, objective values and tuned params."""
     score = (
         "  ".join(f"{m}={v:.4f}" for m, v in zip(spec.metrics, values, strict=True))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.exceptions import ExperimentalWarning
@@ -27,6 +28,9 @@ from fedcore.tracking.mlflow_tracker import store_lock
 from fedcore.tracking.parents import log_source
 from fedcore.tracking.runner import run_tracked
 from fedcore.tuning.spec import Param, StudySpec
+
+if TYPE_CHECKING:
+    from fedcore.simulation import ClientTable
 
 SQLITE_TIMEOUT_S = 600  # how long a process waits for another's write lock on a shared SQLite file
 RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
@@ -187,7 +191,9 @@ class PruningReporter(Callback):
         self.trial = trial
         self.metric = metric
 
-    def on_round_end(self, round: int, metrics: dict[str, float], clients: Any) -> None:
+    def on_round_end(
+        self, round: int, metrics: dict[str, float], clients: ClientTable | None
+    ) -> None:
         if self.metric not in metrics:
             return
         self.trial.report(float(metrics[self.metric]), round)
@@ -228,7 +234,7 @@ def study_parent_run(spec: StudySpec) -> str:
         if keep.info.run_id != run.info.run_id:  # another process created it first
             client.delete_run(run.info.run_id)
         found = [keep]
-    run_id = min(found, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id
+    run_id: str = min(found, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id
     client.update_run(run_id, status="RUNNING")
     return run_id
 
@@ -247,7 +253,8 @@ def _find_parent_run(spec: StudySpec) -> str | None:
     found = client.search_runs([get_experiment_id(client, settings)], _parent_query(spec))
     if not found:
         return None
-    return min(found, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id
+    run_id: str = min(found, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id
+    return run_id
 
 
 def run_trial(
@@ -327,7 +334,10 @@ def _trial_run_id(parent_run_id: str, number: int) -> str | None:
 
 
 def optimize(
-    study: optuna.Study, spec: StudySpec, parent_run_id: str, on_trial: Any = None
+    study: optuna.Study,
+    spec: StudySpec,
+    parent_run_id: str,
+    on_trial: Callable[[TrialOutcome], None] | None = None,
 ) -> list[TrialOutcome]:
     """Run trials one after another until n_trials ran in this process or timeout passed
     (or a stop was requested: SIGTERM / SIGINT)."""
@@ -345,7 +355,9 @@ def optimize(
     return outcomes
 
 
-def tune(spec: StudySpec, on_trial: Any = None) -> tuple[optuna.Study, list[TrialOutcome]]:
+def tune(
+    spec: StudySpec, on_trial: Callable[[TrialOutcome], None] | None = None
+) -> tuple[optuna.Study, list[TrialOutcome]]:
     """Open (or resume) the study, run its trials in this process, and report on the parent run."""
     from fedcore.tuning.results import finish_parent
 
