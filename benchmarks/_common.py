@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -17,8 +19,15 @@ def shared_mnist_root() -> Path | None:
     for shared in (ROOT.parent / "shared", ROOT / "shared", Path("/work/shared")):
         src = shared / "data" / "mnist-t10k"
         if (src / "t10k-images-idx3-ubyte.gz").is_file():
-            return repack_mnist_t10k(src, Path(tempfile.mkdtemp(prefix="fedcore-mnist-")))
+            return repack_mnist_t10k(src, temporary_folder("fedcore-mnist-"))
     return None
+
+
+def temporary_folder(prefix: str) -> Path:
+    """A new folder under the system's temp dir, removed when this process exits."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def best_of(fn: Callable[[], object], repeats: int = 3) -> float:

@@ -13,9 +13,9 @@ import argparse
 import logging
 import multiprocessing as mp
 import sqlite3
-import tempfile
 import time
-from pathlib import Path
+
+from benchmarks._common import temporary_folder
 
 
 class _Count(logging.Handler):
@@ -56,7 +56,7 @@ def _worker(args: tuple[str, str, bool, int, int]) -> tuple[str | None, int, int
 def measure(processes: int, rounds: int, keys: int, retry: bool) -> dict[str, float]:
     from mlflow.tracking import MlflowClient
 
-    db = Path(tempfile.mkdtemp(prefix="fedcore-sqlite-")) / "mlflow.db"
+    db = temporary_folder("fedcore-sqlite-") / "mlflow.db"
     uri = f"sqlite:///{db}"
     exp_id = MlflowClient(uri).create_experiment("concurrency")  # schema before the workers
     t0 = time.perf_counter()

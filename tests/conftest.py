@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
 _TMP = Path(tempfile.mkdtemp(prefix="fedcore-tests-"))
+atexit.register(shutil.rmtree, _TMP, ignore_errors=True)  # removed when the session ends
 os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{_TMP / 'mlflow.db'}"
 os.environ["FEDCORE_ARTIFACT_LOCATION"] = str(_TMP / "artifacts")
 os.environ["PREFECT_HOME"] = str(_TMP / "prefect")
