@@ -131,3 +131,13 @@ def global_client(cfg: ExperimentConfig) -> tuple[str | None, str]:
         inner = client.get("inner", {}).get("algorithm")
         return inner, f"'ditto' with inner {inner!r}"
     return client.get("algorithm"), repr(client.get("algorithm"))
+
+
+def needs_own_client(cfg: ExperimentConfig, rule: str) -> str | None:
+    """Why ``cfg`` cannot run ``rule``, a rule whose client objective has the same name
+    (SCAFFOLD, SCAFCOM: the server reads that client's extra uplink); None: it can."""
+    client, named = global_client(cfg)
+    if client != rule:
+        return (f"method.client.algorithm: rule {rule} needs client {rule!r} (or 'ditto' "
+                f"with inner {rule!r}), got {named}")
+    return None

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregate, UpdateBatch, global_client, register
+from fedcore.aggregators.base import Aggregate, UpdateBatch, needs_own_client, register
 from fedcore.aggregators.scaffold import ControlVariateServer
 from fedcore.registry import HParams as BaseHParams
 
@@ -29,11 +29,7 @@ class Scafcom(ControlVariateServer):
 
     @classmethod
     def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
-        client, named = global_client(cfg)
-        if client != "scafcom":
-            return (f"method.client.algorithm: rule scafcom needs client 'scafcom' (or 'ditto' "
-                    f"with inner 'scafcom'), got {named}")
-        return None
+        return needs_own_client(cfg, "scafcom")
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         assert batch.num_steps is not None  # filled by the round loop

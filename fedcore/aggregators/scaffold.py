@@ -15,7 +15,7 @@ from fedcore.aggregators.base import (
     Aggregate,
     Aggregator,
     UpdateBatch,
-    global_client,
+    needs_own_client,
     register,
     weighted_mean,
 )
@@ -62,11 +62,7 @@ class Scaffold(ControlVariateServer):
 
     @classmethod
     def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
-        client, named = global_client(cfg)
-        if client != "scaffold":
-            return (f"method.client.algorithm: rule scaffold needs client 'scaffold' (or 'ditto' "
-                    f"with inner 'scaffold'), got {named}")
-        return None
+        return needs_own_client(cfg, "scaffold")
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         deltas = batch.deltas
