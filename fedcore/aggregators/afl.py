@@ -89,7 +89,6 @@ class AFL(Aggregator):
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         hp, n = self.hp, self.num_clients
-        assert batch.client_ids is not None  # filled in UpdateBatch.__post_init__
         losses = batch.stats["loss_before"].detach().double().cpu()
         ok = torch.isfinite(losses)  # a non-finite F_k drops the client from both steps
         ids = batch.client_ids.cpu()[ok]

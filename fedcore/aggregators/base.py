@@ -34,9 +34,10 @@ class UpdateBatch:
 
     deltas: torch.Tensor
     num_samples: torch.Tensor
-    layout: ParamLayout | None = None
+    # layout and client_ids may be left out: __post_init__ fills them (one group; 0..m-1)
+    layout: ParamLayout = None  # type: ignore[assignment]
     stats: dict[str, torch.Tensor] = field(default_factory=dict)
-    client_ids: torch.Tensor | None = None
+    client_ids: torch.Tensor = None  # type: ignore[assignment]
     round: int = 0
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
     num_steps: torch.Tensor | None = None  # K_k, the optimiser steps each client took

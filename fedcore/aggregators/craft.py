@@ -100,7 +100,6 @@ class CRAFT(Aggregator):
         # Pseudo-gradients g_k = theta - theta_k = -Delta_k (the one sign flip of this rule).
         pg = -batch.deltas
         d = pg.shape[1]
-        assert batch.layout is not None  # filled in UpdateBatch.__post_init__
         groups = ((0, d),) if self.hp.granularity == "model" else batch.layout.groups
         _check_tiling(groups, d)
         if self.g_prev is not None and self.g_prev.shape != (d,):

@@ -71,7 +71,6 @@ class FedFV(Aggregator):
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         alpha, tau, t = self.hp.alpha, self.hp.tau, batch.round
         g = -batch.deltas  # pseudo-gradients g_k = theta_t - theta_k: the one sign flip
-        assert batch.client_ids is not None  # filled in UpdateBatch.__post_init__
         # the history is updated before projecting, so h = 0 below is the current round
         self.history.update(batch.client_ids, g, t)
 

@@ -72,7 +72,6 @@ class FedLF(Aggregator):
         g = -batch.deltas  # pseudo-gradients g_k = theta_t - theta_k: the one sign flip
         h = fairness_vector(batch.stats["loss_before"]).to(g)  # step 2
 
-        assert batch.client_ids is not None and batch.layout is not None  # see __post_init__
         # step 3, history: clients seen within tau = floor(#seen / m) rounds, offline now
         current = set(batch.client_ids.tolist())
         hist = g.new_zeros((0, g.shape[1]))
