@@ -1,31 +1,39 @@
 """Seed-paper claims checked on small offline experiments (``fedcore claims``).
 
 A claims file (``configs/claims.yaml``) fixes, before anything runs, the base experiment, the
-seeds and, per claim, the method's run, the baseline's run, the metric and the test. Running it
-simulates every distinct experiment once per seed and judges each claim on the measured numbers;
-a claim that does not hold is reported as not holding, with what was measured. Everything here is
-plain computation on :class:`fedcore.simulation.Result` objects; MLflow lives in
-``fedcore.tracking.claims``.
+seeds and, per claim, the paper's local recipe, the method's run, the baseline's run, the metric
+and the test. Running it simulates every distinct experiment once per seed and judges each claim
+by a paired t-test over seeds (:mod:`fedcore.stats`, Holm-adjusted over the file's claims):
+``holds`` when the test finds the claimed direction, ``contradicted`` when it finds the opposite,
+``inconclusive`` otherwise (with the seeds a test would need). A check that holds by construction
+is an ``implementation check`` and is judged ``passes``/``fails``, apart from the claims.
+Everything here is plain computation on :class:`fedcore.simulation.Result` objects; MLflow lives
+in ``fedcore.tracking.claims``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fedcore.config import ConfigError, ExperimentConfig, build_config, read_yaml
+from fedcore.config import ConfigError, ExperimentConfig, build_config, config_dir, read_yaml
+from fedcore.hparams import regime
 from fedcore.simulation import Result
-from fedcore.sweep import read_base
+from fedcore.stats import Comparison, compare, holm, mean_interval
+from fedcore.sweep import read_base, tuning_studies
 
 TESTS = ("zero_every_round", "at_least", "lower", "noisy_below_clean")
 REDUCES = ("final", "mean", "max")
-CLAIM_KEYS = ("id", "paper", "claim", "test", "run", "baseline", "metric", "reduce")
-FILE_KEYS = ("name", "base", "set", "seeds", "claims")
+KINDS = ("claim", "robustness check", "implementation check")
+CLAIM_KEYS = ("id", "paper", "claim", "kind", "recipe", "test", "run", "baseline", "metric",
+              "reduce")
+FILE_KEYS = ("name", "base", "set", "seeds", "studies", "claims")
+VERDICTS = ("holds", "contradicted", "inconclusive", "passes", "fails")
 
 
 @dataclass(frozen=True)
@@ -40,18 +48,45 @@ class Claim:
     baseline: dict[str, Any] | None
     metric: str
     reduce: str
+    kind: str = "claim"
+    recipe: str | None = None  # configs/experiments/<recipe>.yaml: its local block, both runs
 
 
 @dataclass(frozen=True)
 class ClaimsSpec:
+    """A validated claims file. A run's keys, from weakest: ``base``, ``fixed`` (the file's
+    ``set``), the claim's recipe (its local optimiser), the claim's run, ``overrides`` (the
+    command line), the seed."""
+
     name: str
     base: dict[str, Any]
     fixed: dict[str, Any]
     seeds: tuple[int, ...]
     claims: tuple[Claim, ...]
+    overrides: dict[str, Any] = field(default_factory=dict)
+    tuning: dict[str, str] = field(default_factory=dict)
 
-    def config(self, run: dict[str, Any], seed: int) -> ExperimentConfig:
-        return build_config(self.base, {**run, **self.fixed, "seed": seed})
+    def config(self, run: dict[str, Any], seed: int,
+               recipe: str | None = None) -> ExperimentConfig:
+        local = recipe_local(recipe) if recipe else {}
+        return build_config(self.base, {**self.fixed, **local, **run, **self.overrides,
+                                        "seed": seed})
+
+    def configs(self, claim: Claim, seed: int) -> tuple[ExperimentConfig, ExperimentConfig | None]:
+        """The claim's run and baseline (None) at ``seed``."""
+        base = claim.baseline
+        return (self.config(claim.run, seed, claim.recipe),
+                None if base is None else self.config(base, seed, claim.recipe))
+
+
+def recipe_local(name: str) -> dict[str, Any]:
+    """The local block of ``configs/experiments/<name>.yaml`` as dotted overrides."""
+    path = config_dir() / "experiments" / f"{name}.yaml"
+    if not path.is_file():
+        have = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
+        raise ConfigError(f"recipe: unknown {name!r}; allowed: {have}")
+    local = read_yaml(path).get("local") or {}
+    return {f"local.{k}": v for k, v in local.items()}
 
 
 @dataclass(frozen=True)
@@ -62,9 +97,17 @@ class ClaimRow:
     claim: str
     setting: str
     measured: str
-    holds: bool
+    verdict: str
     values: tuple[float, ...]
     baseline_values: tuple[float, ...] | None
+    kind: str = "claim"
+    regime: str = ""
+    comparison: Comparison | None = None
+
+    @property
+    def holds(self) -> bool:
+        """The paired test found the claimed direction (or an implementation check passed)."""
+        return self.verdict in ("holds", "passes")
 
 
 def load_claims(path: str | Path, overrides: dict[str, Any] | None = None) -> ClaimsSpec:
@@ -87,9 +130,11 @@ def load_claims(path: str | Path, overrides: dict[str, Any] | None = None) -> Cl
     spec = ClaimsSpec(
         name=str(raw.get("name") or path.stem),
         base=read_base(raw.get("base"), path),
-        fixed={**(raw.get("set") or {}), **overrides},
+        fixed=dict(raw.get("set") or {}),
         seeds=tuple(seeds),
         claims=tuple(_claim(i, c) for i, c in enumerate(raw.get("claims") or [])),
+        overrides=overrides,
+        tuning=tuning_studies(raw.get("studies"), seeds, "claims"),
     )
     if not spec.claims:
         raise ConfigError("claims.claims: expected a non-empty list of claims")
@@ -97,14 +142,11 @@ def load_claims(path: str | Path, overrides: dict[str, Any] | None = None) -> Cl
     if len(set(ids)) != len(ids):
         raise ConfigError(f"claims.claims: duplicate id in {ids}")
     for c in spec.claims:
-        for run in (c.run, c.baseline):
-            if run is None:
-                continue
-            try:
-                for seed in spec.seeds:
-                    spec.config(run, seed)
-            except ConfigError as exc:
-                raise ConfigError(f"claims.{c.id}: {exc}") from None
+        try:
+            for seed in spec.seeds:
+                spec.configs(c, seed)
+        except ConfigError as exc:
+            raise ConfigError(f"claims.{c.id}: {exc}") from None
     return spec
 
 
@@ -123,6 +165,20 @@ def _claim(index: int, raw: Any) -> Claim:
     reduce = raw.get("reduce", "final")
     if reduce not in REDUCES:
         raise ConfigError(f"{where}.reduce: unknown {reduce!r}; allowed: {', '.join(REDUCES)}")
+    kind = raw.get("kind", "claim")
+    if kind not in KINDS:
+        raise ConfigError(f"{where}.kind: unknown {kind!r}; allowed: {', '.join(KINDS)}")
+    if (raw["test"] == "zero_every_round") != (kind == "implementation check"):
+        raise ConfigError(f"{where}.kind: test zero_every_round holds by construction, so it is "
+                          "an implementation check, and only it is")
+    recipe = raw.get("recipe")
+    if recipe is not None:
+        if not isinstance(recipe, str):
+            raise ConfigError(f"{where}.recipe: expected the name of a configs/experiments file")
+        try:
+            recipe_local(recipe)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.{exc}") from None
     compares = raw["test"] in ("at_least", "lower")
     if compares != ("baseline" in raw):
         need = "needs" if compares else "takes no"
@@ -131,7 +187,7 @@ def _claim(index: int, raw: Any) -> Claim:
         if key in raw and not isinstance(raw[key], dict):
             raise ConfigError(f"{where}.{key}: expected a mapping of KEY: value")
     return Claim(str(raw["id"]), str(raw["paper"]), str(raw["claim"]), raw["test"],
-                 dict(raw["run"]), raw.get("baseline"), str(raw["metric"]), reduce)
+                 dict(raw["run"]), raw.get("baseline"), str(raw["metric"]), reduce, kind, recipe)
 
 
 def measure(result: Result, metric: str, reduce: str, rounds: int) -> float:
@@ -164,45 +220,65 @@ def noisy_and_clean(result: Result, stat: str) -> tuple[float, float]:
 
 
 def _stats(values: list[float] | tuple[float, ...]) -> str:
-    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-    return f"{np.mean(values):.4g} ± {std:.2g}"
+    return mean_interval(values).text(".4g")
 
 
-def judge(test: str, values: list[float], baseline: list[float] | None) -> bool:
-    """Whether a claim holds on the seeds' values (means over seeds are compared).
+def judge(test: str, values: list[float], baseline: list[float] | None) -> Comparison | None:
+    """The paired test of a claim on the seeds' values (unadjusted; None for
+    ``zero_every_round``, which is checked exactly).
 
-    zero_every_round: every value (the max over rounds) is 0; at_least: mean >= baseline mean;
-    lower: mean < baseline mean; noisy_below_clean: ``values`` are clean - noisy per seed, their
-    mean is > 0. A NaN anywhere means the claim does not hold.
+    at_least and lower: ``values`` against ``baseline`` (higher resp. lower is the claimed
+    direction); noisy_below_clean: ``values`` are clean - noisy per seed, tested against 0.
     """
-    if any(math.isnan(v) for v in [*values, *(baseline or [])]):
-        return False
     if test == "zero_every_round":
-        return all(v == 0 for v in values)
+        return None
     if test == "noisy_below_clean":
-        return float(np.mean(values)) > 0
+        return compare(values, [0.0] * len(values), higher_is_better=True)
     if baseline is None:
         raise ValueError(f"test {test} needs baseline values")
-    if test == "at_least":
-        return float(np.mean(values)) >= float(np.mean(baseline))
-    if test == "lower":
-        return float(np.mean(values)) < float(np.mean(baseline))
+    if test in ("at_least", "lower"):
+        return compare(values, baseline, higher_is_better=test == "at_least")
     raise ValueError(f"unknown test {test!r}; allowed: {', '.join(TESTS)}")
 
 
+def verdict(test: str, values: list[float], comparison: Comparison | None) -> str:
+    """holds / contradicted / inconclusive from a (Holm-adjusted) comparison; passes / fails
+    for an implementation check. A NaN value makes a claim inconclusive."""
+    if test == "zero_every_round":
+        return "passes" if values and all(v == 0 for v in values) else "fails"
+    if comparison is None:
+        return "inconclusive"
+    return {"better": "holds", "worse": "contradicted"}.get(comparison.verdict, "inconclusive")
+
+
 def setting(spec: ClaimsSpec, claim: Claim) -> str:
-    """The claim's experiment in words: data, model, partition, clients, rounds, seeds, runs."""
-    cfg = spec.config(claim.run, spec.seeds[0])
-    ds = cfg.dataset
+    """The claim's experiment in words: data, model, partition, clients, rounds, seeds, the
+    local recipe, runs."""
+    cfg, base_cfg = spec.configs(claim, spec.seeds[0])
+    ds, lo = cfg.dataset, cfg.local
     skew = f"Dir {ds.alpha}" if ds.partition == "dirichlet" else ds.partition
+    work = f"{lo.steps} steps" if lo.steps else f"{lo.epochs} epoch{'s' * (lo.epochs > 1)}"
     text = (f"{ds.name} {cfg.model.name}, {skew}, {ds.num_clients} clients "
-            f"({cfg.clients_per_round}/round), {cfg.rounds} rounds, {len(spec.seeds)} seeds")
-    extra = ", ".join(f"{k}={v}" for k, v in claim.run.items() if k != "method")
+            f"({cfg.clients_per_round}/round), {cfg.rounds} rounds, {len(spec.seeds)} seeds; "
+            f"local: {claim.recipe or 'default'} recipe ({work}, batch {lo.batch_size}, "
+            f"lr {lo.lr}, momentum {lo.momentum}"
+            + (f", wd {lo.weight_decay}" if lo.weight_decay else "")
+            + (f", {lo.lr_schedule}" if lo.lr_schedule != "constant" else "") + ")")
+    skip = {"method", "dataset.alpha"}
+    extra = ", ".join(f"{k}={v}" for k, v in claim.run.items() if k not in skip)
     text += f"; {cfg.method.name}" + (f" ({extra})" if extra else "")
-    if claim.baseline is not None:
-        base = build_config(spec.base, {**claim.baseline, **spec.fixed}).method.name
-        extra = ", ".join(f"{k}={v}" for k, v in claim.baseline.items() if k != "method")
-        text += f" vs {base}" + (f" ({extra})" if extra else "")
+    if claim.baseline is not None and base_cfg is not None:
+        extra = ", ".join(f"{k}={v}" for k, v in claim.baseline.items() if k not in skip)
+        text += f" vs {base_cfg.method.name}" + (f" ({extra})" if extra else "")
+    return text
+
+
+def regime_text(spec: ClaimsSpec, claim: Claim) -> str:
+    """The regime of the claim's run and of its baseline (``fedcore.hparams``)."""
+    cfg, base_cfg = spec.configs(claim, spec.seeds[0])
+    text = regime(cfg.resolved()).label
+    if base_cfg is not None:
+        text += f"; baseline: {regime(base_cfg.resolved()).label}"
     return text
 
 
@@ -210,39 +286,50 @@ def experiments(spec: ClaimsSpec) -> dict[str, ExperimentConfig]:
     """Every distinct experiment of the claims, by config hash, in claim order."""
     out: dict[str, ExperimentConfig] = {}
     for c in spec.claims:
-        for run in (c.run, c.baseline):
-            if run is None:
-                continue
-            for seed in spec.seeds:
-                cfg = spec.config(run, seed)
-                out.setdefault(cfg.config_hash(), cfg)
+        for seed in spec.seeds:
+            for cfg in spec.configs(c, seed):
+                if cfg is not None:
+                    out.setdefault(cfg.config_hash(), cfg)
     return out
 
 
 def evaluate(spec: ClaimsSpec, results: dict[str, Result]) -> list[ClaimRow]:
-    """Judge every claim on ``results`` (by config hash; see :func:`experiments`)."""
-    rows = []
+    """Judge every claim on ``results`` (by config hash; see :func:`experiments`); the claims'
+    paired tests are Holm-adjusted together."""
+    measured_rows = []
     for c in spec.claims:
-        runs = [results[spec.config(c.run, s).config_hash()] for s in spec.seeds]
+        pairs = [spec.configs(c, s) for s in spec.seeds]
+        runs = [results[run.config_hash()] for run, _ in pairs]
         rounds = runs[0].config["rounds"]
         base = None
         if c.test == "noisy_below_clean":
-            pairs = [noisy_and_clean(r, c.metric) for r in runs]
-            values = [clean - noisy for noisy, clean in pairs]
-            measured = (f"noisy {_stats([p[0] for p in pairs])} vs clean "
-                        f"{_stats([p[1] for p in pairs])} ({c.metric})")
+            split = [noisy_and_clean(r, c.metric) for r in runs]
+            values = [clean - noisy for noisy, clean in split]
+            measured = (f"noisy {_stats([p[0] for p in split])} vs clean "
+                        f"{_stats([p[1] for p in split])} ({c.metric})")
         else:
             values = [measure(r, c.metric, c.reduce, rounds) for r in runs]
             how = "" if c.reduce == "final" else f"{c.reduce} over rounds of "
             measured = f"{how}{c.metric}: {_stats(values)}"
             if c.baseline is not None:
-                base = [measure(results[spec.config(c.baseline, s).config_hash()], c.metric,
-                                c.reduce, rounds) for s in spec.seeds]
+                base = [measure(results[b.config_hash()], c.metric, c.reduce, rounds)
+                        for _, b in pairs if b is not None]
                 measured += f" vs {_stats(base)}"
+        finite = not any(math.isnan(v) for v in [*values, *(base or [])])
+        test = judge(c.test, values, base) if finite else None
+        measured_rows.append((c, measured, values, base, test))
+    tested = [t for *_, t in measured_rows if t is not None]
+    adjusted = iter(holm(tested))
+    rows = []
+    for c, measured, values, base, test in measured_rows:
+        comparison = next(adjusted) if test is not None else None
+        if comparison is not None:
+            measured += f"; paired difference {comparison.text('+.4g')}"
         rows.append(ClaimRow(
             id=c.id, claim=f"{c.paper}: {c.claim}", setting=setting(spec, c), measured=measured,
-            holds=judge(c.test, values, base), values=tuple(values),
-            baseline_values=None if base is None else tuple(base),
+            verdict=verdict(c.test, values, comparison), values=tuple(values),
+            baseline_values=None if base is None else tuple(base), kind=c.kind,
+            regime=regime_text(spec, c), comparison=comparison,
         ))
     return rows
 
@@ -268,9 +355,31 @@ def run_claims(
     return evaluate(spec, results)
 
 
+def verdict_text(row: ClaimRow) -> str:
+    """``holds``, ``contradicted``, ``inconclusive (~N seeds)``, ``passes`` or ``fails``."""
+    c = row.comparison
+    if row.verdict == "inconclusive" and c is not None and c.verdict == "indistinguishable":
+        return f"inconclusive (~{c.seeds_needed} seeds)" if c.seeds_needed else \
+            "inconclusive (no difference)"
+    return row.verdict
+
+
 def markdown(rows: list[ClaimRow]) -> str:
-    """The claims table: claim | setting | measured (mean ± std over seeds) | holds."""
-    lines = ["| claim | setting | measured (mean ± std over seeds) | holds |", "|---|---|---|---|"]
-    lines += [f"| {r.claim} | {r.setting} | {r.measured} | {'yes' if r.holds else 'NO'} |"
-              for r in rows]
+    """The claims table: claim | kind | setting | regime | measured | verdict."""
+    lines = ["| claim | kind | setting | regime | measured (mean [95 % interval] over seeds) "
+             "| verdict |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.claim} | {r.kind} | {r.setting} | {r.regime} | {r.measured} | "
+              f"**{verdict_text(r)}** |" for r in rows]
     return "\n".join(lines)
+
+
+def tally(rows: list[ClaimRow]) -> str:
+    """``claims: 2 hold, 1 contradicted, 5 inconclusive; implementation checks: 1 passes``."""
+    parts = []
+    for kinds, name in ((("claim", "robustness check"), "claims"),
+                        (("implementation check",), "implementation checks")):
+        mine = [r.verdict for r in rows if r.kind in kinds]
+        if mine:
+            counts = ", ".join(f"{mine.count(v)} {v}" for v in VERDICTS if v in mine)
+            parts.append(f"{name}: {counts}")
+    return "; ".join(parts)

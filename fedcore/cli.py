@@ -133,7 +133,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else project_root() / "reports" / spec.name
     try:
         report = build_report(spec, out, parent_run_id=sweep_parent_run(spec),
-                              any_code=args.any_code)
+                              any_code=args.any_code, reference=args.reference)
     except LookupError as exc:
         print(f"fedcore: error: {exc}", file=sys.stderr)
         return 1
@@ -189,7 +189,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_claims(args: argparse.Namespace) -> int:
-    from fedcore.claims import load_claims, markdown
+    from fedcore.claims import load_claims, markdown, tally
     from fedcore.config import config_dir
 
     path, overrides = _split_args(args.items)
@@ -202,8 +202,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
     run_id, rows, seconds = run_claims_tracked(spec, progress=progress)
     table = markdown(rows)
     print(table)
-    print(f"\n{sum(r.holds for r in rows)} of {len(rows)} claims hold; {seconds:.0f} s; "
-          f"MLflow run {run_id}")
+    print(f"\n{tally(rows)}; {seconds:.0f} s; MLflow run {run_id}")
     if args.out:
         Path(args.out).write_text(table + "\n")
     return 0
@@ -272,6 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         "--any-code", action="store_true",
         help="table the newest FINISHED run of each cell made by any code (default: only "
         "runs made by this code, its code digest)",
+    )
+    p_report.add_argument(
+        "--reference", default="fedavg",
+        help="the row every row is tested against at the same dataset and alpha: a method "
+        "with one row per setting, or a row label as the table prints it (default: fedavg)",
     )
     p_report.set_defaults(func=cmd_report)
     p_tune = sub.add_parser(

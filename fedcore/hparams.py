@@ -1,17 +1,26 @@
-"""Whether a run's method runs at its paper's hyperparameters or at tuned ones.
+"""A run's regime in three parts: the method's hyperparameters, the local optimiser, the data.
 
-The shipped method files (``configs/methods/<name>.yaml``) hold each method's paper defaults. A
-run's method is ``paper`` when it resolves to exactly that file's method, and ``tuned`` when any
-hyperparameter differs (set by a study's best trial or by hand), when no shipped file has its
-name, or when its file was written by ``fedcore tune --best``.
+- method: the shipped method files (``configs/methods/<name>.yaml``) hold each method's paper
+  defaults. ``paper`` when the run resolves to exactly that file's method; ``tuned`` when any
+  hyperparameter differs (a study's best trial or a hand edit), when no shipped file has its
+  name, or when its file was written by ``fedcore tune --best``.
+- local: the paper recipes (``configs/experiments/<paper>.yaml``) hold each paper's local
+  optimiser. ``paper`` when the run's ``local`` block equals a recipe of its own method;
+  ``<recipe> recipe`` when it equals another paper's (a baseline run in that paper's regime);
+  ``default`` when it is the default experiment's (``configs/experiment.yaml``); else ``tuned``.
+- data: ``paper`` when dataset, partition and alpha equal a recipe of the method; ``default``
+  on the default experiment's dataset; else ``other``.
+
+The regime's label is ``paper`` only when all three parts are; otherwise it names each part.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from fedcore.config import ConfigError, build_config, config_dir
+from fedcore.config import ConfigError, LocalConfig, build_config, config_dir, read_yaml
 
 TUNE_BEST_MARK = "Written by `fedcore tune --best`"
 
@@ -67,4 +76,78 @@ def hparams_tags(method: dict[str, Any]) -> dict[str, str]:
     tags = {"hparams": label}
     if label == "tuned" and paper_method(str(method["name"])) is not None:
         tags["hparams_changed"] = ", ".join(f"{k}={v}" for k, v in hparams_changes(method).items())
+    return tags
+
+
+@cache
+def _recipes(folder: str) -> tuple[tuple[str, str, dict[str, Any], tuple[Any, ...]], ...]:
+    """(recipe name, method name, resolved local block, (dataset, partition, alpha)) per recipe."""
+    out = []
+    for path in sorted((config_dir() / "experiments").glob("*.yaml")):
+        raw = read_yaml(path)
+        method = raw.get("method", "fedavg")
+        name = method if isinstance(method, str) else str(method.get("name", ""))
+        local = LocalConfig.model_validate(raw.get("local") or {}).model_dump()
+        ds = raw.get("dataset") or {}
+        out.append((path.stem, name, local,
+                    (ds.get("name"), ds.get("partition", "dirichlet"), ds.get("alpha"))))
+    return tuple(out)
+
+
+@cache
+def _default_experiment(folder: str) -> tuple[dict[str, Any], str]:
+    raw = read_yaml(config_dir() / "experiment.yaml")
+    local = LocalConfig.model_validate(raw.get("local") or {}).model_dump()
+    return local, str((raw.get("dataset") or {}).get("name", "digits"))
+
+
+def local_label(resolved: dict[str, Any]) -> str:
+    """``paper``, ``<recipe> recipe``, ``default`` or ``tuned`` for a resolved config's local."""
+    method, local = str(resolved["method"]["name"]), resolved["local"]
+    recipes = _recipes(str(config_dir()))
+    if any(m == method and r_local == local for _, m, r_local, _ in recipes):
+        return "paper"
+    for recipe, _, r_local, _ in recipes:
+        if r_local == local:
+            return f"{recipe} recipe"
+    return "default" if local == _default_experiment(str(config_dir()))[0] else "tuned"
+
+
+def data_label(resolved: dict[str, Any]) -> str:
+    """``paper``, ``default`` or ``other`` for a resolved config's dataset setting."""
+    method, ds = str(resolved["method"]["name"]), resolved["dataset"]
+    mine = (ds["name"], ds["partition"], ds["alpha"])
+    if any(m == method and setting == mine for _, m, _, setting in _recipes(str(config_dir()))):
+        return "paper"
+    return "default" if ds["name"] == _default_experiment(str(config_dir()))[1] else "other"
+
+
+@dataclass(frozen=True)
+class Regime:
+    """The three parts of a run's regime (see the module docstring)."""
+
+    method: str
+    local: str
+    data: str
+
+    @property
+    def label(self) -> str:
+        """``paper`` when every part is, else ``method tuned · local default · data default``."""
+        if self.method == self.local == self.data == "paper":
+            return "paper"
+        return f"method {self.method} · local {self.local} · data {self.data}"
+
+
+def regime(resolved: dict[str, Any]) -> Regime:
+    """The regime of a resolved experiment config."""
+    return Regime(hparams_label(resolved["method"]), local_label(resolved), data_label(resolved))
+
+
+def regime_tags(resolved: dict[str, Any]) -> dict[str, str]:
+    """MLflow tags: ``hparams`` (the regime's label), ``hparams_method``, ``hparams_local``,
+    ``hparams_data`` and, when the method is tuned, ``hparams_changed``."""
+    r = regime(resolved)
+    tags = hparams_tags(resolved["method"])
+    tags.update({"hparams": r.label, "hparams_method": r.method, "hparams_local": r.local,
+                 "hparams_data": r.data})
     return tags

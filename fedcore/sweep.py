@@ -6,11 +6,13 @@ import hashlib
 import itertools
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fedcore.config import ConfigError, ExperimentConfig, build_config, read_yaml
+
+SWEEP_KEYS = ("name", "base", "grid", "set", "studies")
 
 
 @dataclass(frozen=True)
@@ -27,8 +29,16 @@ class Cell:
 
 @dataclass(frozen=True)
 class SweepSpec:
+    """A sweep's validated cells; ``tuning``: per method, the study its tuned rows come from
+    (``craft_server_lr: 30 trials, seed 1000``)."""
+
     name: str
     cells: list[Cell]
+    tuning: dict[str, str] = field(default_factory=dict)
+
+    def tuning_text(self, method: str) -> str:
+        """The study a tuned row of ``method`` comes from, or ``by hand``."""
+        return self.tuning.get(method, "by hand")
 
     @property
     def sweep_hash(self) -> str:
@@ -56,10 +66,10 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
     """
     path = Path(path)
     spec = read_yaml(path)
-    unknown = set(spec) - {"name", "base", "grid", "set"}
+    unknown = set(spec) - set(SWEEP_KEYS)
     if unknown:
         raise ConfigError(
-            f"sweep: unknown key {sorted(unknown)[0]!r}; allowed: name, base, grid, set"
+            f"sweep: unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(SWEEP_KEYS)}"
         )
     base = read_base(spec.get("base"), path)
     grid = spec.get("grid") or {}
@@ -79,7 +89,37 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
             label = " ".join(f"{k}={v}" for k, v in point.items())
             raise ConfigError(f"sweep cell [{label}]: {exc}") from None
         cells.append(Cell(point, cfg))
-    return SweepSpec(spec.get("name") or path.stem, cells)
+    return SweepSpec(spec.get("name") or path.stem, cells,
+                     tuning_studies(spec.get("studies"), [c.config.seed for c in cells], "sweep"))
+
+
+def tuning_studies(raw: Any, seeds: Iterable[int], where: str) -> dict[str, str]:
+    """``studies: {method: study}`` of a sweep or claims file: the shipped study each method's
+    tuned rows come from, refused when the study tuned on a seed that the file evaluates on.
+
+    Returns per method ``<study>: <budget>, seed(s) <...>`` for the report's ``tuning`` column.
+    """
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise ConfigError(f"{where}.studies: expected a mapping of METHOD: study name")
+    from fedcore.tuning.spec import load_study
+
+    evaluated = set(seeds)
+    out = {}
+    for method, name in raw.items():
+        try:
+            study = load_study(name)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.studies.{method}: {exc}") from None
+        shared = sorted(evaluated & set(study.seeds))
+        if shared:
+            raise ConfigError(f"{where}.studies.{method}: study {name!r} tuned on seed "
+                              f"{shared[0]}, which this file evaluates on; tuning seeds must be "
+                              "disjoint from evaluation seeds")
+        seeds_text = ", ".join(map(str, study.seeds))
+        out[str(method)] = f"{study.name}: {study.budget}, seed {seeds_text}"
+    return out
 
 
 def check_resources(configs: Iterable[ExperimentConfig], devices: bool = True) -> None:

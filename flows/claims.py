@@ -25,4 +25,5 @@ def claims(claims_file: str | None = None, overrides: list[str] | None = None) -
     run_id, rows, seconds = run_claims_tracked(spec, progress=print)
     print(markdown(rows))
     return {"run_id": run_id, "seconds": seconds,
-            "holds": {r.id: r.holds for r in rows}, "table": markdown(rows)}
+            "holds": {r.id: r.holds for r in rows}, "verdicts": {r.id: r.verdict for r in rows},
+            "table": markdown(rows)}

@@ -16,7 +16,7 @@ from fedcore.tracking.report import build_report, sweep_parent_run
 @flow(name="report", log_prints=True)
 def report(
     sweep_file: str, overrides: list[str] | None = None, out_dir: str | None = None,
-    any_code: bool = False,
+    any_code: bool = False, reference: str = "fedavg",
 ) -> dict[str, Any]:
     """Write SWEEP_FILE's report to OUT_DIR (default reports/<sweep>) and its parent MLflow run.
 
@@ -25,10 +25,11 @@ def report(
         overrides: KEY=VALUE strings, the overrides the sweep was run with.
         out_dir: output folder; None = reports/<sweep name> in the project.
         any_code: table each cell's newest FINISHED run of any code, not only this code's.
+        reference: the row every row is tested against (a method or a row label).
     """
     spec = load_sweep(sweep_file, parse_overrides(overrides or []))
     out = Path(out_dir) if out_dir else project_root() / "reports" / spec.name
     result = build_report(spec, out, parent_run_id=sweep_parent_run(spec),
-                          any_code=any_code)
+                          any_code=any_code, reference=reference)
     print(f"report of sweep {spec.name!r}: {len(result.runs)} runs -> {out}")
     return {"out_dir": str(out), "runs": len(result.runs), "files": [str(f) for f in result.files]}

@@ -14,6 +14,7 @@ from fedcore.claims import (
     markdown,
     measure,
     run_claims,
+    verdict,
 )
 from fedcore.config import ConfigError, config_dir
 from fedcore.simulation import Result
@@ -31,22 +32,41 @@ def _file(tmp_path, claims, **top):
     return path
 
 
-# fedavg is never strictly below itself: a claim that cannot hold, by construction
+# fedavg against itself: identical numbers on every seed, so the test can never decide
 FAILING = {"id": "fedavg_below_itself", "paper": "FedAvg", "claim": "lower loss than FedAvg",
            "test": "lower", "run": {"method": "fedavg"}, "baseline": {"method": "fedavg"},
            "metric": "final/loss"}
-HOLDING = {"id": "fedavg_at_least_itself", "paper": "FedAvg", "claim": "accuracy >= FedAvg's",
-           "test": "at_least", "run": {"method": "fedavg"}, "baseline": {"method": "fedavg"},
-           "metric": "final/accuracy"}
+# a local step 10^5 times smaller barely moves the model: clearly worse than FedAvg's
+CONTRADICTED = {"id": "frozen_at_least_fedavg", "paper": "FedAvg",
+                "claim": "a frozen model's accuracy >= FedAvg's", "test": "at_least",
+                "run": {"method": "fedavg", "local.lr": 1.0e-7, "local.steps": 5},
+                "baseline": {"method": "fedavg", "local.steps": 5}, "metric": "final/accuracy"}
 
 
-def test_shipped_claims_cover_the_five_papers_with_three_seeds():
+def test_shipped_claims_cover_the_five_papers_in_their_regimes():
     spec = load_claims(config_dir() / "claims.yaml")
-    assert len(spec.seeds) >= 3
+    assert len(spec.seeds) >= 5
     assert {c.paper for c in spec.claims} == PAPERS
-    assert len(spec.claims) == 9
-    # shared runs (the FedAvg baseline at alpha 0.1) are simulated once per seed
-    assert len(experiments(spec)) == 8 * len(spec.seeds)
+    assert len(spec.claims) == 11
+    # a baseline shares its paper's recipe, so FedAvg runs once per recipe, alpha and seed
+    assert len(experiments(spec)) == 14 * len(spec.seeds)
+    by_id = {c.id: c for c in spec.claims}
+    for c in spec.claims:  # every claim runs its paper's local recipe on both sides
+        assert c.recipe is not None
+        run, base = spec.configs(c, 0)
+        assert base is None or base.local == run.local
+    assert by_id["craft_conflict"].kind == "implementation check"
+    assert by_id["crf_reliability"].kind == "robustness check"
+    crf_run, crf_base = spec.configs(by_id["crf_accuracy"], 0)
+    assert crf_run.clients.noisy_fraction == 0 and crf_base is not None
+    assert crf_base.clients.noisy_fraction == 0
+    fedquad = [spec.configs(c, 0)[0] for c in spec.claims if c.paper == "FedQuad"]
+    assert sorted({cfg.dataset.alpha for cfg in fedquad}) == [0.3, 0.5]
+    fedoui, _ = spec.configs(by_id["fedoui_auc"], 0)
+    assert fedoui.dataset.test_fraction == 0 and by_id["fedoui_auc"].metric.endswith("trapz")
+    sapef, _ = spec.configs(by_id["sapef_rounds"], 0)
+    assert (sapef.local.steps, sapef.local.momentum, sapef.local.lr_schedule) == (
+        5, 0.9, "warmup_cosine")
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -63,16 +83,38 @@ def test_bad_claims_are_one_line_errors(tmp_path, change, message):
         load_claims(_file(tmp_path, [FAILING]), {"seeds": []})
 
 
-def test_judge_on_constructed_values():
-    assert judge("at_least", [0.8, 0.9], [0.85, 0.85]) is True
-    assert judge("at_least", [0.7, 0.8], [0.85, 0.85]) is False
-    assert judge("lower", [3.0, 3.0], [3.0, 3.0]) is False  # equal is not lower
-    assert judge("lower", [2.0, 3.0], [3.0, 3.0]) is True
-    assert judge("zero_every_round", [0.0, 0.0, 0.0], None) is True
-    assert judge("zero_every_round", [0.0, 0.05, 0.0], None) is False
-    assert judge("noisy_below_clean", [0.2, -0.1], None) is True
-    assert judge("noisy_below_clean", [-0.2, 0.1], None) is False
-    assert judge("at_least", [math.nan], [0.1]) is False
+def _verdict(test, values, baseline=None):
+    return verdict(test, values, judge(test, values, baseline))
+
+
+def test_claims_are_judged_by_the_paired_test():
+    base = [0.80, 0.82, 0.79, 0.85, 0.81]
+    up = [b + d for b, d in zip(base, [0.05, 0.06, 0.04, 0.05, 0.07], strict=True)]
+    assert _verdict("at_least", up, base) == "holds"
+    assert _verdict("at_least", base, up) == "contradicted"
+    assert _verdict("lower", base, up) == "holds"
+    assert _verdict("at_least", base, base) == "inconclusive"  # same numbers: no difference
+    # a higher mean is not enough: +0.01 on average, with seed noise of +-0.05
+    noisy = [b + d for b, d in zip(base, [0.06, -0.05, 0.04, -0.04, 0.04], strict=True)]
+    assert _verdict("at_least", noisy, base) == "inconclusive"
+    assert judge("at_least", noisy, base).seeds_needed > 5
+    assert _verdict("noisy_below_clean", [0.2, 0.25, 0.22]) == "holds"
+    assert _verdict("noisy_below_clean", [0.2, -0.1, 0.05]) == "inconclusive"
+    assert verdict("zero_every_round", [0.0, 0.0, 0.0], None) == "passes"
+    assert verdict("zero_every_round", [0.0, 0.05, 0.0], None) == "fails"
+    assert verdict("at_least", [math.nan], None) == "inconclusive"
+
+
+def test_implementation_checks_and_recipes_are_validated(tmp_path):
+    check = {**FAILING, "test": "zero_every_round", "baseline": None}
+    del check["baseline"]
+    with pytest.raises(ConfigError, match="claims.claims.0..kind: test zero_every_round holds"):
+        load_claims(_file(tmp_path, [check]))
+    with pytest.raises(ConfigError, match="recipe: unknown 'nope'; allowed: craft"):
+        load_claims(_file(tmp_path, [{**FAILING, "recipe": "nope"}]))
+    spec = load_claims(_file(tmp_path, [{**FAILING, "recipe": "sapef"}]))
+    run, base = spec.configs(spec.claims[0], 0)
+    assert run.local.steps == 5 and base is not None and base.local == run.local
 
 
 def test_measure_reduces_over_rounds_and_censors_rounds_to_target():
@@ -93,52 +135,59 @@ def test_tiny_run_of_the_shipped_claims_gives_the_whole_table():
     rows = run_claims(spec)
     assert [r.id for r in rows] == [c.id for c in spec.claims]
     table = markdown(rows).splitlines()
-    assert table[0] == "| claim | setting | measured (mean ± std over seeds) | holds |"
+    assert table[0].startswith("| claim | kind | setting | regime | measured")
     assert len(table) == 2 + len(rows)
     for line, row in zip(table[2:], rows, strict=True):
         cells = [c.strip() for c in line.strip("|").split("|")]
-        assert len(cells) == 4 and cells[3] in ("yes", "NO")
-        assert cells[1].startswith("digits mlp, Dir 0.1, 6 clients (3/round), 2 rounds, 1 seeds")
-        assert " ± " in cells[2]
-        assert (cells[3] == "yes") == row.holds
+        assert len(cells) == 6 and cells[5].strip("*").split(" ")[0] in (
+            "holds", "contradicted", "inconclusive", "passes", "fails")
+        assert cells[2].startswith("digits mlp, Dir 0.")
+        assert "6 clients (3/round), 2 rounds, 1 seeds; local: " in cells[2]
+        assert "(1 seed, no interval)" in cells[4]
+        assert cells[3].startswith("method paper · local paper · data default")
         assert all(math.isfinite(v) for v in row.values)
     crf = next(r for r in rows if r.id == "crf_reliability")
     assert "noisy" in crf.measured and "clean" in crf.measured
 
 
-def test_a_failing_claim_is_reported_as_not_holding(tmp_path):
-    spec = load_claims(_file(tmp_path, [FAILING, HOLDING]))
+def test_a_contradicted_claim_and_an_undecidable_one(tmp_path):
+    spec = load_claims(_file(tmp_path, [FAILING, CONTRADICTED], seeds=[0, 1, 2]))
     rows = run_claims(spec)
-    assert [r.holds for r in rows] == [False, True]
+    assert [r.verdict for r in rows] == ["inconclusive", "contradicted"]
     assert rows[0].values == rows[0].baseline_values  # measured, and shown: the same run
-    assert markdown(rows).splitlines()[2].endswith("| NO |")
+    assert markdown(rows).splitlines()[2].endswith("| **inconclusive (no difference)** |")
+    assert rows[1].comparison is not None and rows[1].comparison.p_adjusted < 0.05
 
 
 def test_tracked_claims_are_one_parent_run_with_the_table(tracking, tmp_path, capsys):
     from fedcore.cli import main
     from fedcore.tracking import get_experiment_id, mlflow_client
 
-    path = _file(tmp_path, [FAILING, HOLDING])
+    path = _file(tmp_path, [FAILING, CONTRADICTED], seeds=[0, 1, 2])
     assert main(["claims", str(path), "--out", str(tmp_path / "t.md")]) == 0
     out = capsys.readouterr().out
-    assert "| FedAvg: lower loss than FedAvg |" in out and "1 of 2 claims hold" in out
+    assert "| FedAvg: lower loss than FedAvg |" in out
+    assert "claims: 1 contradicted, 1 inconclusive" in out
     client = mlflow_client(tracking)
     runs = client.search_runs([get_experiment_id(client, tracking)])
     parent = next(r for r in runs if r.data.tags.get("fedcore.role") == "claims")
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert parent.info.status == "FINISHED" and len(children) == 1  # one distinct experiment
+    # three distinct experiments (fedavg at 2 and at 5 local steps, the frozen one) x 3 seeds
+    assert parent.info.status == "FINISHED" and len(children) == 9
     assert parent.data.metrics["holds/fedavg_below_itself"] == 0.0
-    assert parent.data.metrics["holds/fedavg_at_least_itself"] == 1.0
+    assert parent.data.tags["verdict/frozen_at_least_fedavg"] == "contradicted"
     note = parent.data.tags["mlflow.note.content"]
-    assert note.startswith("Claims `tiny`: 1 of 2 hold") and "| NO |" in note
+    assert note.startswith("Claims `tiny`: claims: 1 contradicted, 1 inconclusive")
+    assert "**contradicted**" in note
     assert [a.path for a in client.list_artifacts(parent.info.run_id, "claims")] == [
         "claims/table.md"]
-    assert (tmp_path / "t.md").read_text().splitlines()[0].startswith("| claim | setting")
+    assert (tmp_path / "t.md").read_text().splitlines()[0].startswith("| claim | kind")
 
 
 def test_prefect_flow_claims(tracking, tmp_path, prefect_harness):
     from flows.claims import claims
 
-    out = claims(str(_file(tmp_path, [HOLDING])), ["rounds=1"])
-    assert out["holds"] == {"fedavg_at_least_itself": True}
-    assert "| yes |" in out["table"]
+    out = claims(str(_file(tmp_path, [CONTRADICTED], seeds=[0, 1, 2])))
+    assert out["holds"] == {"frozen_at_least_fedavg": False}
+    assert out["verdicts"] == {"frozen_at_least_fedavg": "contradicted"}
+    assert "| **contradicted** |" in out["table"]

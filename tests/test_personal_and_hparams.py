@@ -38,7 +38,7 @@ def _study(tmp_path, method, metric):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({
         "base": str(config_dir() / "experiment.yaml"),
-        "set": {"method": method, "model.name": "mlp", "rounds": 2},
+        "set": {"method": method, "model.name": "mlp", "rounds": 2, "seed": 1000},
         "search": {"local.lr": {"type": "float", "low": 0.01, "high": 0.1}},
         "metric": metric, "n_trials": 1, "storage": f"sqlite:///{tmp_path / 'o.db'}",
     }))
@@ -101,23 +101,26 @@ def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(track
     ids = [run_tracked(cell.config)[0] for cell in spec.cells]
     client = mlflow_client(load_settings())
     tags = [client.get_run(i).data.tags for i in ids]
-    assert [t["hparams"] for t in tags] == ["paper", "paper", "tuned"]
+    assert [t["hparams_method"] for t in tags] == ["paper", "paper", "tuned"]
+    assert {t["hparams_local"] for t in tags} == {"tuned"}  # local.epochs/steps set by hand
+    assert {t["hparams_data"] for t in tags} == {"default"}
+    assert tags[0]["hparams"] == "method paper · local tuned · data default"
     assert tags[2]["hparams_changed"] == "aggregator.server_lr=0.7"
     report = build_report(spec, tmp_path / "out")
     table = report.table.set_index("method")
-    assert list(table["hparams"]) == ["paper", "paper", "tuned"]
+    assert list(table["hparams"]) == [t["hparams"] for t in tags]
     ditto = client.get_run(ids[1]).data.metrics
     assert table.loc["ditto", "personal_accuracy_mean"] == pytest.approx(
         ditto["final/personal_accuracy_mean"])
     assert table.loc["ditto", "personal_jain_mean"] == pytest.approx(ditto["final/personal_jain"])
     assert np.isnan(table.loc["fedavg", "personal_accuracy_mean"])
     md = (tmp_path / "out" / "table.md").read_text().splitlines()
-    header = [c.strip() for c in next(r for r in md if r.startswith("| method")).split("|")]
+    header = [c.strip() for c in next(r for r in md if r.startswith("| row")).split("|")]
     fedavg = [c.strip() for c in next(r for r in md if r.startswith("| fedavg")).split("|")]
     row = dict(zip(header, fedavg, strict=True))
-    assert row["hparams"] == "paper" and row["personal accuracy"] == ""
-    assert "| craft | tuned |" in "\n".join(md)
-    assert row["method.aggregator.server_lr"] == ""  # only the craft grid sets it
+    assert row["regime"] == tags[0]["hparams"] and row["personal accuracy"] == ""
+    # the row says what the cell sets beyond method and seed
+    assert "| craft (tuned) server_lr=0.7 | method tuned · local tuned" in "\n".join(md)
 
 
 def test_main_job_runs_every_method_at_paper_but_the_craft_rows_it_marks_tuned():

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from scipy import stats
 
 from fedcore.config import config_dir
 from fedcore.sweep import load_sweep
@@ -40,7 +41,7 @@ def ran_sweep(tracking, tmp_path):
     return path, spec, parent
 
 
-def test_table_is_mean_and_std_over_seeds_of_the_recorded_runs(ran_sweep, tmp_path):
+def test_table_is_mean_and_interval_over_seeds_of_the_recorded_runs(ran_sweep, tmp_path):
     path, spec, parent = ran_sweep
     assert sweep_parent_run(spec) == parent
     report = build_report(spec, tmp_path / "out", parent_run_id=parent)
@@ -53,7 +54,10 @@ def test_table_is_mean_and_std_over_seeds_of_the_recorded_runs(ran_sweep, tmp_pa
         got = [client.get_run(r).data.metrics for r in runs["run_id"]]
         acc = [m["final/accuracy"] for m in got]
         assert table.loc[method, "accuracy_mean"] == pytest.approx(np.mean(acc))
-        assert table.loc[method, "accuracy_std"] == pytest.approx(np.std(acc, ddof=1))
+        low, high = stats.t.interval(0.95, 1, loc=np.mean(acc), scale=stats.sem(acc))
+        if np.std(acc) > 0:
+            assert (table.loc[method, "accuracy_low"], table.loc[method, "accuracy_high"]) == (
+                pytest.approx((low, high)))
         worst = [m["final/accuracy_worst10"] for m in got]
         assert table.loc[method, "worst10_mean"] == pytest.approx(np.mean(worst))
         gb = [m["comm/bytes_up_total"] / 1e9 for m in got]
@@ -63,15 +67,27 @@ def test_table_is_mean_and_std_over_seeds_of_the_recorded_runs(ran_sweep, tmp_pa
     assert table.loc["fedavg_topk", "gb_sent_mean"] < table.loc["fedavg", "gb_sent_mean"] / 5
     names = {f.name for f in report.files}
     assert names == {"table.md", "table.html", "table.csv", "runs.csv", "convergence.png",
-                     "client_accuracy.png", "accuracy_vs_gb.png"}
+                     "forest.png", "client_accuracy.png", "accuracy_vs_gb.png"}
     assert all(f.stat().st_size > 0 for f in report.files)
     md = (tmp_path / "out" / "table.md").read_text()
     for label in ("final accuracy", "worst-10 %", "client accuracy std", "Jain", "AUC",
                   "rounds to target", "GB sent"):
         assert f"| {label} " in md or f"| {label} |" in md
     assert "4 finished runs of 4 cells" in md
+    for label in ("Δ accuracy vs ref", "Δ worst-10 % vs ref", "best?", "regime", "tuning"):
+        assert f"| {label} |" in md
+    lines = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
+    # local.epochs 1 is not the default experiment's 5: the local part is named as changed
+    assert "| reference |" in lines["fedavg (tuned)"]
+    assert ", p=" in lines["fedavg_topk (tuned)"]
+    assert "method paper · local tuned · data default | by hand |" in lines["fedavg (tuned)"]
+    # the paired test of the report is the one of fedcore.stats on the runs' seeds
+    topk = report.tests[0].comparison
+    by = {m: report.runs[report.runs["method"] == m].set_index("seed")["accuracy"]
+          for m in ("fedavg", "fedavg_topk")}
+    assert topk.difference.mean == pytest.approx(float((by["fedavg_topk"] - by["fedavg"]).mean()))
     csv = pd.read_csv(tmp_path / "out" / "table.csv")
-    assert {"accuracy_mean", "auc_std", "rounds_to_target_mean"} <= set(csv.columns)
+    assert {"accuracy_mean", "auc_low", "rounds_to_target_mean"} <= set(csv.columns)
     html = (tmp_path / "out" / "table.html").read_text(encoding="utf-8")
     assert "<table" in html and '<meta charset="utf-8">' in html
     logged = {a.path for a in client.list_artifacts(parent, "report")}
@@ -96,7 +112,10 @@ def test_cli_and_flow_write_the_report(ran_sweep, tmp_path, prefect_harness, cap
 
     path, _, _ = ran_sweep
     assert main(["report", str(path), "--out", str(tmp_path / "cli")]) == 0
-    assert "| fedavg_topk |" in capsys.readouterr().out
+    assert "| fedavg_topk (tuned) |" in capsys.readouterr().out
     out = report(str(path), out_dir=str(tmp_path / "flow"))
     assert out["runs"] == 4 and (tmp_path / "flow" / "convergence.png").is_file()
     assert main(["report", str(path), "dataset.alpha=-1"]) == 2
+    assert main(["report", str(path), "--out", str(tmp_path / "r"), "--reference", "nope"]) == 1
+    assert "reference 'nope' matches no row" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()  # refused before anything is written

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedcore.claims import ClaimRow, ClaimsSpec, markdown, run_claims
+from fedcore.claims import ClaimRow, ClaimsSpec, markdown, run_claims, tally
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
 from fedcore.tracking.runner import run_tracked
 from fedcore.tracking.settings import TrackingSettings, load_settings
@@ -50,8 +50,7 @@ def run_claims_tracked(
         raise
     seconds = time.perf_counter() - start
     table = markdown(rows)
-    held = sum(r.holds for r in rows)
-    note = (f"Claims `{spec.name}`: {held} of {len(rows)} hold "
+    note = (f"Claims `{spec.name}`: {tally(rows)} "
             f"(seeds {list(spec.seeds)}, {seconds:.0f} s).\n\n{table}\n")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "table.md"
@@ -60,6 +59,7 @@ def run_claims_tracked(
     client.set_tag(parent, "mlflow.note.content", note)
     for r in rows:
         client.log_metric(parent, f"holds/{r.id}", float(r.holds))
+        client.set_tag(parent, f"verdict/{r.id}", r.verdict)
     client.log_metric(parent, "claims/seconds", seconds)
     client.set_terminated(parent, "FINISHED")
     return parent, rows, seconds

@@ -22,7 +22,7 @@ import yaml
 from fedcore import checkpoint
 from fedcore.callbacks import Callback
 from fedcore.env import configure_environment
-from fedcore.hparams import hparams_tags
+from fedcore.hparams import regime_tags
 from fedcore.tracking.provenance import device_tags, provenance_tags
 from fedcore.tracking.retry import RetryingClient
 from fedcore.tracking.settings import TrackingSettings, load_settings
@@ -188,7 +188,7 @@ def run_tags(resolved: dict[str, Any], config_hash: str) -> dict[str, str]:
         "partition": str(resolved["dataset"]["partition"]),
         "seed": str(resolved["seed"]),
         "config_hash": config_hash,
-        **hparams_tags(resolved["method"]),
+        **regime_tags(resolved),
     }
 
 

@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from fedcore.hparams import hparams_label
+from fedcore.comparison import (
+    RowTest,
+    best_marks,
+    forest_frame,
+    half_width,
+    reference_rows,
+    versus_reference,
+    with_intervals,
+)
+from fedcore.hparams import regime
 from fedcore.sweep import SweepSpec
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
 from fedcore.tracking.parents import html_page, set_description
-from fedcore.tracking.plots import _pyplot, integer_ticks
+from fedcore.tracking.plots import _pyplot
 from fedcore.tracking.provenance import (
     CODE_DIGEST_TAG,
     COMMIT_TAG,
@@ -28,7 +37,8 @@ from fedcore.tracking.settings import TrackingSettings, load_settings
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-GROUP = ["method", "hparams", "dataset", "alpha"]
+GROUP = ["row", "method", "hparams", "tuning", "dataset", "alpha"]
+DEFAULT_REFERENCE = "fedavg"
 COLUMNS = [
     ("accuracy", "final/accuracy", "final accuracy"),
     ("worst10", "final/accuracy_worst10", "worst-10 %"),
@@ -53,6 +63,7 @@ class Report:
     runs: pd.DataFrame
     table: pd.DataFrame
     files: list[Path]
+    tests: list[RowTest] = field(default_factory=list)
 
 
 def sweep_runs(
@@ -73,11 +84,15 @@ def sweep_runs(
         run, cfg = finished_run(h, settings, any_code=any_code), cell.config
         if run is None:
             continue
+        mode = regime(cfg.resolved())
         row = {
             "run_id": run.info.run_id,
             "config_hash": h,
+            "row": row_label(cell.overrides, cfg.method.name, mode.method, mode.local),
             "method": cfg.method.name,
-            "hparams": run.data.tags.get("hparams") or hparams_label(cfg.resolved()["method"]),
+            "hparams": mode.label,
+            "tuning": spec.tuning_text(cfg.method.name) if "tuned" in (mode.method, mode.local)
+            else "",
             "dataset": cfg.dataset.name,
             "alpha": cfg.dataset.alpha,
             "seed": cfg.seed,
@@ -98,42 +113,72 @@ def sweep_runs(
     return frame
 
 
+def row_label(overrides: dict[str, Any], method: str, method_part: str, local_part: str) -> str:
+    """What a report row compares: the method, ``(tuned)`` when its method or local part is,
+    and the values the cell sets beyond method, seed and data (``craft (tuned) server_lr=0.5``)."""
+    skip = {"method", "seed", "dataset.name", "dataset.alpha"}
+    extra = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in overrides.items() if k not in skip)
+    tuned = " (tuned)" if "tuned" in (method_part, local_part) else ""
+    return f"{method}{tuned}" + (f" {extra}" if extra else "")
+
+
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std over seeds of every column, per method x dataset x alpha (x varied keys)."""
-    keys = _group_keys(runs)
-    stats: dict[str, tuple[str, Any]] = {}  # column: (source column, pandas aggregation)
-    for key, _, _ in COLUMNS:
-        stats[f"{key}_mean"] = (key, "mean")
-        stats[f"{key}_std"] = (key, lambda s: float(np.std(s, ddof=1)) if s.count() > 1 else 0.0)
-    table = runs.groupby(keys, sort=False, dropna=False).agg(
-        seeds=("seed", "count"), reached_target=("rounds_to_target", "count"), **stats
-    )
-    return table.reset_index()
+    """Per row x dataset x alpha (x varied keys): seeds, and per column the mean over seeds
+    with its 95 % t-interval (``<key>_mean``, ``_low``, ``_high``, ``_n``)."""
+    table = with_intervals(runs, [key for key, _, _ in COLUMNS], _group_keys(runs))
+    reached = runs.groupby(_group_keys(runs), sort=False, dropna=False)["rounds_to_target"]
+    table["reached_target"] = list(reached.count())
+    return table
 
 
 def _group_keys(frame: pd.DataFrame) -> list[str]:
-    """method, dataset, alpha and any other key the sweep varies (seeds are averaged over)."""
+    """row, method, regime, dataset, alpha and any other key the sweep varies (seeds are the
+    repetitions within a group)."""
     return [c for c in frame.columns if c in GROUP or c.startswith("grid:")]
 
 
-def _formatted(table: pd.DataFrame) -> pd.DataFrame:
-    keys = _group_keys(table)
+def _verdict_columns(table: pd.DataFrame, tests: list[RowTest], reference: dict[Any, str],
+                     marks: dict[tuple[str, float, str], str]) -> dict[str, list[str]]:
+    by = {(t.metric, t.dataset, t.alpha, t.row): t for t in tests}
+    cols: dict[str, list[str]] = {"best?": [], "Δ accuracy vs ref": [],
+                                  "Δ worst-10 % vs ref": []}
+    for ds, alpha, row in zip(table["dataset"], table["alpha"], table["row"], strict=True):
+        cols["best?"].append(marks.get((ds, alpha, row), ""))
+        for metric, name in (("accuracy", "Δ accuracy vs ref"),
+                             ("worst10", "Δ worst-10 % vs ref")):
+            t = by.get((metric, ds, alpha, row))
+            is_ref = reference.get((ds, alpha)) == row
+            cols[name].append("reference" if is_ref else t.comparison.text("+.3f") if t else "—")
+    return cols
+
+
+def _formatted(table: pd.DataFrame, tests: list[RowTest] | None = None,
+               reference: dict[Any, str] | None = None,
+               marks: dict[tuple[str, float, str], str] | None = None) -> pd.DataFrame:
+    keys = [k for k in _group_keys(table) if k != "method"]
     out = table[keys].copy()
     for key in keys:  # a key only some grids vary is blank where a cell does not set it
         if key.startswith("grid:"):
             out[key] = ["" if v is None or (isinstance(v, float) and np.isnan(v)) else v
                         for v in out[key]]
+    out = out.drop(columns=[k for k in keys if k.startswith("grid:")])
+    out = out.rename(columns={"hparams": "regime"})
     out["seeds"] = table["seeds"]
+    verdicts = _verdict_columns(table, tests or [], reference or {}, marks or {})
+    out["best?"] = verdicts["best?"]
     fmt = {"rounds_to_target": ".1f", "gb_sent": ".4g"}
     for key, _, label in COLUMNS:
         f = fmt.get(key, ".4f")
-        mean, std = table[f"{key}_mean"], table[f"{key}_std"]
         out[label] = [
-            ("" if key in PERSONAL else "—") if np.isnan(m)
-            else f"{m:{f}}" + (f" ± {s:{f}}" if n > 1 else "")
-            for m, s, n in zip(mean, std, table["seeds"], strict=True)
+            "" if key in PERSONAL and np.isnan(m) else half_width(m, lo, hi, n, f)
+            for m, lo, hi, n in zip(table[f"{key}_mean"], table[f"{key}_low"],
+                                    table[f"{key}_high"], table[f"{key}_n"], strict=True)
         ]
-    return out.rename(columns=lambda c: c.removeprefix("grid:"))
+        if key == "accuracy":
+            out["Δ accuracy vs ref"] = verdicts["Δ accuracy vs ref"]
+        if key == "worst10":
+            out["Δ worst-10 % vs ref"] = verdicts["Δ worst-10 % vs ref"]
+    return out
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
@@ -153,37 +198,6 @@ def _histories(client: MlflowClient, run_ids: list[str], metric: str) -> dict[st
     return out
 
 
-def _label(method: str, hparams: str) -> str:
-    """A plot label: the method, marked when it runs at tuned hyperparameters."""
-    return f"{method} (tuned)" if hparams == "tuned" else method
-
-
-def convergence_png(runs: pd.DataFrame, acc: dict[str, pd.Series], path: Path) -> None:
-    """Test accuracy per round, one line per method (mean over seeds, band min..max), per alpha."""
-    plt = _pyplot()
-    alphas = sorted(runs["alpha"].unique())
-    fig, axes = plt.subplots(1, len(alphas), figsize=(6 * len(alphas), 4.5), squeeze=False)
-    for ax, alpha in zip(axes[0], alphas, strict=True):
-        sub = runs[runs["alpha"] == alpha]
-        groups = sub.groupby(["method", "hparams", "dataset"], sort=False)
-        for i, ((method, hparams, dataset), group) in enumerate(groups):
-            curves = pd.concat([acc[r] for r in group["run_id"]], axis=1)
-            mean = curves.mean(axis=1)
-            label = _label(method, hparams)
-            label = label if sub["dataset"].nunique() == 1 else f"{label} ({dataset})"
-            style = ("-", "--", ":", "-.")[i // 10 % 4]
-            (line,) = ax.plot(mean.index, mean.values, style, label=label)
-            if curves.shape[1] > 1:
-                ax.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1),
-                                color=line.get_color(), alpha=0.2)
-        ax.set(xlabel="round", ylabel="test accuracy", title=f"Dirichlet alpha = {alpha}")
-        integer_ticks(ax)
-        ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def client_accuracy_png(runs: pd.DataFrame, finals: dict[str, np.ndarray], path: Path) -> None:
     """Final per-client local accuracy of every method (all seeds pooled), per alpha."""
     plt = _pyplot()
@@ -193,12 +207,13 @@ def client_accuracy_png(runs: pd.DataFrame, finals: dict[str, np.ndarray], path:
     for ax, alpha in zip(axes[:, 0], alphas, strict=True):
         sub = runs[runs["alpha"] == alpha]
         labels, data = [], []
-        for (method, hparams), group in sub.groupby(["method", "hparams"], sort=False):
-            labels.append(_label(method, hparams))
+        for row, group in sub.groupby("row", sort=False):
+            labels.append(str(row))
             data.append(np.concatenate([finals[r] for r in group["run_id"]]))
         ax.boxplot(data, showmeans=True)
         ax.set_xticks(range(1, len(labels) + 1), labels, rotation=60, ha="right", fontsize=7)
-        ax.set(ylabel="client accuracy", ylim=(0, 1), title=f"Dirichlet alpha = {alpha}")
+        ax.set(ylabel="final local test accuracy per client", ylim=(0, 1),
+               title=f"Dirichlet alpha = {alpha}: clients of every seed pooled")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -210,13 +225,12 @@ def accuracy_vs_gb_png(
     """Test accuracy against cumulative uplink GB for compressed methods and their baselines."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (method, hparams, alpha), group in runs.groupby(["method", "hparams", "alpha"],
-                                                        sort=False):
+    for (row, alpha), group in runs.groupby(["row", "alpha"], sort=False):
         curves = [pd.concat([sent[r] / 1e9, acc[r]], axis=1, join="inner")
                   for r in group["run_id"]]
         mean = sum(c.to_numpy() for c in curves) / len(curves)
         style = "-" if (group["compressor"] != "none").any() else ":"
-        ax.plot(mean[:, 0], mean[:, 1], style, label=f"{_label(method, hparams)} (alpha {alpha})")
+        ax.plot(mean[:, 0], mean[:, 1], style, label=f"{row} (alpha {alpha})")
     ax.set(xscale="log", xlabel="uplink GB (cumulative)", ylabel="test accuracy",
            title="Accuracy vs communication (dotted: uncompressed)")
     ax.legend(fontsize=7)
@@ -239,11 +253,16 @@ def build_report(
     parent_run_id: str | None = None,
     settings: TrackingSettings | None = None,
     any_code: bool = False,
+    reference: str = DEFAULT_REFERENCE,
 ) -> Report:
     """Write table.{md,html,csv}, runs.csv and the plots to ``out_dir``; log them to the parent.
 
     Rows are runs made by this code; ``any_code`` tables each cell's newest run of any code.
+    ``reference``: the row (label, or a method with one row per setting) every row is tested
+    against, at the same dataset and alpha.
     """
+    from fedcore.tracking.comparison_plots import family_convergence_png, forest_png
+
     settings = settings or load_settings()
     client = mlflow_client(settings)
     runs = sweep_runs(spec, settings, any_code)
@@ -252,30 +271,36 @@ def build_report(
         by = "" if any_code else "made by this code "
         raise LookupError(f"sweep {spec.name!r}: no FINISHED run {by}of any of its "
                           f"{len(spec.cells)} cells{other}; run the sweep first")
+    refs = reference_rows(runs, reference)
+    if not refs:
+        rows = ", ".join(dict.fromkeys(runs["row"]))
+        raise LookupError(f"reference {reference!r} matches no row of sweep {spec.name!r} "
+                          f"(a method with one row per setting, or a row label); rows: {rows}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     table = summary_table(runs)
-    pretty = _formatted(table)
+    tests = versus_reference(runs, reference)
+    pretty = _formatted(table, tests, refs, best_marks(runs))
     files = [out / "table.md", out / "table.html", out / "table.csv", out / "runs.csv"]
     missing = len(spec.cells) - len(runs)
     header = (f"# Sweep `{spec.name}`: {len(runs)} finished runs of {len(spec.cells)} cells"
               + (f" ({missing} missing)" if missing else "") + "\n\n"
-              + code_header(runs, any_code) +
-              "Mean ± std over seeds of the final round; `—`: no seed reached the target. "
-              "`hparams`: `paper` (the method's shipped paper defaults) or `tuned` (see the "
-              "run's `hparams_changed` tag). Personal columns: the personal models of "
-              "personalised methods (blank for the others).\n\n")
+              + code_header(runs, any_code) + explanation(reference, refs, spec) + "\n\n")
     files[0].write_text(header + markdown_table(pretty) + "\n")
     files[1].write_text(html_page(pretty.to_html(index=False, border=0), f"Sweep {spec.name}"))
     table.to_csv(files[2], index=False)
     runs.drop(columns="code").to_csv(files[3], index=False)
     ids = list(runs["run_id"])
     acc = _histories(client, ids, "test/accuracy")
-    convergence_png(runs, acc, out / "convergence.png")
+    shown = runs.assign(is_reference=[refs.get((d, a)) == r for d, a, r in
+                                      zip(runs["dataset"], runs["alpha"], runs["row"],
+                                          strict=True)])
+    family_convergence_png(shown, acc, out / "convergence.png")
+    forest_png(forest_frame(tests, FOREST_LABELS), out / "forest.png")
     with tempfile.TemporaryDirectory() as tmp:
         finals = {r: _final_client_accuracy(client, r, Path(tmp) / r) for r in ids}
     client_accuracy_png(runs, finals, out / "client_accuracy.png")
-    files += [out / "convergence.png", out / "client_accuracy.png"]
+    files += [out / "convergence.png", out / "forest.png", out / "client_accuracy.png"]
     compressed = runs["compressor"] != "none"
     if compressed.any():
         baselines = runs["method"].isin(["fedavg"]) & runs["alpha"].isin(
@@ -288,7 +313,35 @@ def build_report(
         for f in files:
             client.log_artifact(parent_run_id, str(f), "report")
         set_description(client, parent_run_id, files[0].read_text())
-    return Report(runs, table, files)
+    return Report(runs, table, files, tests)
+
+
+FOREST_LABELS = {"accuracy": "final test accuracy − reference's",
+                 "worst10": "worst-10 % client accuracy − reference's"}
+
+
+def explanation(reference: str, refs: dict[Any, str], spec: SweepSpec) -> str:
+    """How to read the table: intervals, the tests, the verdicts and the regime column."""
+    ref_rows = ", ".join(sorted(set(refs.values()))) or f"none (no row {reference!r})"
+    studies = "; ".join(f"`{m}`: study `{t}`" for m, t in spec.tuning.items())
+    return (
+        "Each cell: mean over seeds ± half the 95 % Student-t interval (`(1 seed)`: no "
+        "interval); `—`: no seed reached the target. "
+        f"`Δ … vs ref`: the paired difference to the reference row ({ref_rows}) at the same "
+        "dataset and alpha, on the seeds both have (a seed fixes partition, initial model, "
+        "client sampling and batch order for every method), with its 95 % interval, the paired "
+        "t-test's p-value Holm-adjusted over the rows of this table, and the verdict at 5 %: "
+        "better, worse or indistinguishable (then `~N seeds`: the seeds a paired t-test would "
+        "need for 80 % power if the observed difference were real). A t-test because rank "
+        "tests cannot reach 5 % with 3-5 seeds. `best?`: `best` is the highest mean final "
+        "accuracy of its setting, `≈ best` a row the same test cannot tell from it. "
+        "`regime`: `paper` only when the method's hyperparameters, the local optimiser and the "
+        "data setting are all the paper's; otherwise each part is named (`default`: fedcore's "
+        "default experiment; `tuned`: changed by a study or by hand)."
+        + (f" Tuned rows: {studies}." if studies else "")
+        + " Personal columns: the personal models of personalised methods (blank for the "
+        "others)."
+    )
 
 
 def code_header(runs: pd.DataFrame, any_code: bool) -> str:
