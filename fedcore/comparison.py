@@ -135,4 +135,6 @@ def half_width(mean: float, low: float, high: float, n: int, fmt: str) -> str:
         return "—"
     if n < 2 or math.isnan(high):
         return f"{mean:{fmt}} ({n} seed)"
-    return f"{mean:{fmt}} ± {float(np.subtract(high, low)) / 2:{fmt}}"
+    half = float(np.subtract(high, low)) / 2
+    half = 0.0 if half <= 1e-9 * abs(mean) else half  # float noise of equal values
+    return f"{mean:{fmt}} ± {half:{fmt}}"

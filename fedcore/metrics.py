@@ -143,3 +143,28 @@ def client_stat_metrics(stats: list[dict[str, float]]) -> dict[str, float]:
         values = [float(s[key]) for s in stats if key in s]
         out[key] = float(sum(values)) if key.endswith("_clients") else float(np.mean(values))
     return out
+
+
+def label_mix_accuracy(
+    correct: torch.Tensor, loss: torch.Tensor, y_test: torch.Tensor, mix: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each client's accuracy and loss on the global test set, weighted by its label mix.
+
+    ``mix[k, c]``: the fraction of client k's training samples with label c. Client k's
+    accuracy is sum_c mix[k, c] * (global accuracy on class c), its loss likewise (classes
+    absent from the test set count as 0). Used when clients keep no local test split
+    (``dataset.test_fraction: 0``), as FedOUI's official code trains on every sample.
+    """
+    classes = mix.shape[1]
+    y = y_test.to(mix.device)
+    counts = torch.bincount(y, minlength=classes).clamp_min(1).double()
+    per_class_acc = torch.bincount(y, correct.to(mix.device).double(), minlength=classes) / counts
+    per_class_loss = torch.bincount(y, loss.to(mix.device).double(), minlength=classes) / counts
+    return mix.double() @ per_class_acc, mix.double() @ per_class_loss
+
+
+def label_mix(y_train: list[torch.Tensor], num_classes: int) -> torch.Tensor:
+    """Clients x classes: each client's training label distribution (rows sum to 1)."""
+    rows = [torch.bincount(y.cpu(), minlength=num_classes).double() for y in y_train]
+    mix = torch.stack(rows)
+    return mix / mix.sum(dim=1, keepdim=True).clamp_min(1)

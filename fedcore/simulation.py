@@ -30,6 +30,8 @@ from fedcore.metrics import (
     conflict_fraction,
     eval_with_embeddings,
     fairness_summary,
+    label_mix,
+    label_mix_accuracy,
     per_sample_eval,
     representation_stats,
 )
@@ -354,13 +356,18 @@ class Simulation:
         correct, loss, z = eval_with_embeddings(self.model, self.data.x_test, self.data.y_test)
         metrics = {"test/accuracy": float(correct.float().mean()), "test/loss": float(loss.mean())}
         metrics.update(representation_stats(z, self.data.y_test))
-        c_correct, c_loss = per_sample_eval(self.model, self._eval_x, self._eval_y)
         n_clients = self.data.num_clients
-        owner = self._eval_owner.to(c_correct.device)
-        counts = torch.bincount(owner, minlength=n_clients).clamp_min(1).double()
-        acc = (torch.bincount(owner, c_correct.double(), minlength=n_clients) / counts).cpu()
-        cl = (torch.bincount(owner, c_loss.double(), minlength=n_clients) / counts).cpu()
         has_test = np.array([len(c.y_test) > 0 for c in self.data.clients])
+        if has_test.any():
+            c_correct, c_loss = per_sample_eval(self.model, self._eval_x, self._eval_y)
+            owner = self._eval_owner.to(c_correct.device)
+            counts = torch.bincount(owner, minlength=n_clients).clamp_min(1).double()
+            acc = (torch.bincount(owner, c_correct.double(), minlength=n_clients) / counts).cpu()
+            cl = (torch.bincount(owner, c_loss.double(), minlength=n_clients) / counts).cpu()
+        else:  # no local test splits (test_fraction 0): the global test set by label mix
+            mix = label_mix([c.y_train for c in self.data.clients], self.data.num_classes)
+            acc, cl = (t.cpu() for t in label_mix_accuracy(correct, loss, self.data.y_test, mix))
+            has_test = np.ones(n_clients, dtype=bool)
         acc_np = acc.numpy()
         metrics.update(fairness_summary(acc_np[has_test]))
         own = self.client_algo.evaluate_clients(self.round_context(round))
@@ -531,6 +538,15 @@ def personal_summary(last: dict[str, float]) -> dict[str, float]:
     }
 
 
+def auc_trapz(accuracy: list[float]) -> float:
+    """FedOUI's AUC: trapz(acc) / (R - 1) over the R evaluated accuracies (unit spacing), the
+    area under the curve over its span; the one accuracy itself when R = 1."""
+    if len(accuracy) == 1:
+        return float(accuracy[0])
+    a = np.asarray(accuracy, dtype=float)
+    return float(np.sum((a[1:] + a[:-1]) / 2) / (len(a) - 1))
+
+
 def summarize(history: list[dict[str, float]], target: float | None) -> dict[str, float]:
     evals = [h for h in history if "test/accuracy" in h]
     last = evals[-1]
@@ -541,6 +557,7 @@ def summarize(history: list[dict[str, float]], target: float | None) -> dict[str
         "final/accuracy_std": last["clients/accuracy_std"],
         "final/accuracy_mean_clients": last["clients/accuracy_mean"],
         "auc/accuracy": float(np.mean([h["test/accuracy"] for h in evals])),
+        "auc/accuracy_trapz": auc_trapz([h["test/accuracy"] for h in evals]),
         **personal_summary(last),
     }
     if target is not None:

@@ -13,6 +13,7 @@ come from the observed paired effect size (``statsmodels.stats.power.TTestPower`
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -123,9 +124,16 @@ def seeds_needed(differences: Sequence[float], level: float = LEVEL,
         return None
     if sd <= 1e-12 * max(1.0, abs(mean)):
         return 2
-    n = TTestPower().solve_power(effect_size=abs(mean) / sd, alpha=level, power=power,
-                                 alternative="two-sided")
-    return max(2, math.ceil(float(np.asarray(n).item())))
+    effect = abs(mean) / sd
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the root finder warns before it gives up on tiny effects
+        n = float(np.asarray(TTestPower().solve_power(
+            effect_size=effect, alpha=level, power=power, alternative="two-sided")).item())
+    if not math.isfinite(n):  # a tiny effect: the normal approximation (n is large anyway)
+        from scipy.stats import norm
+
+        n = ((norm.ppf(1 - level / 2) + norm.ppf(power)) / effect) ** 2 + 2
+    return max(2, math.ceil(n))
 
 
 def compare(values: Sequence[float], reference: Sequence[float], higher_is_better: bool = True,

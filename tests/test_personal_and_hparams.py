@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from fedcore.config import ConfigError, config_dir, load_config
-from fedcore.hparams import hparams_changes, hparams_label, hparams_tags
+from fedcore.hparams import hparams_changes, hparams_label, hparams_tags, regime
 from fedcore.metrics import jain_index
 from fedcore.simulation import Simulation
 
@@ -123,17 +123,30 @@ def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(track
     assert "| craft (tuned) server_lr=0.7 | method tuned · local tuned" in "\n".join(md)
 
 
-def test_main_job_runs_every_method_at_paper_but_the_craft_rows_it_marks_tuned():
+def test_main_job_runs_every_method_at_paper_but_two_tuned_rows_from_equal_studies():
+    from fedcore.config import read_yaml
     from fedcore.sweep import load_sweep
+    from fedcore.tuning.spec import load_study
 
-    cells = load_sweep(config_dir() / "sweeps" / "main.yaml").cells
-    labels = {}
-    for cell in cells:
+    spec = load_sweep(config_dir() / "sweeps" / "main.yaml")
+    labels: dict[str, set] = {}
+    seeds: dict[str, set] = {}
+    for cell in spec.cells:
         method = cell.config.resolved()["method"]
-        labels.setdefault(method["name"], set()).add(
-            (hparams_label(method), hparams_changes(method).get("aggregator.server_lr")))
-    tuned = {name for name, seen in labels.items() if ("tuned", 0.7) in seen}
-    assert tuned == {"craft", "ditto_craft", "craft_model"}
-    assert ("paper", None) in labels["craft"]  # the paper default stays as a second row
-    assert all(seen <= {("paper", None)} for name, seen in labels.items() if name not in tuned)
-    assert "ditto" in labels
+        regime_ = regime(cell.config.resolved())
+        labels.setdefault(method["name"], set()).add((regime_.method, regime_.local))
+        seeds.setdefault(method["name"], set()).add(cell.config.seed)
+    tuned = {name for name, seen in labels.items() if any("tuned" in s for s in seen)}
+    assert tuned == {"craft", "fedavg"} == set(spec.tuning)
+    assert ("paper", "default") in labels["craft"]  # the paper row stays beside the tuned one
+    assert all(seen == {("paper", "default")} for name, seen in labels.items()
+               if name not in tuned)
+    assert all(len(s) >= 3 for s in seeds.values())  # every row has an interval
+    # the tuned rows' studies have one budget and tune on seeds the job never evaluates on
+    names = read_yaml(config_dir() / "sweeps" / "main.yaml")["studies"]
+    assert set(names) == set(spec.tuning)
+    studies = [load_study(name) for name in names.values()]
+    assert {s.budget for s in studies} == {"30 trials"}
+    assert {len(s.params) for s in studies} == {2}
+    evaluated = {c.config.seed for c in spec.cells}
+    assert all(not set(s.seeds) & evaluated for s in studies)

@@ -232,7 +232,7 @@ def test_a_second_signal_exits_at_once(tmp_path):
 def test_sigterm_stops_tune_with_two_workers_trials_fail_and_runs_killed(tmp_path):
     study = tmp_path / "stop.yaml"
     study.write_text(yaml.safe_dump({
-        "name": "stop", "set": {"method": "fedavg", "rounds": 80, **FAST},
+        "name": "stop", "set": {"method": "fedavg", "rounds": 80, "seed": 1000, **FAST},
         "search": {"local.lr": {"type": "float", "low": 0.01, "high": 0.1}},
         "metric": "final/accuracy", "n_trials": 4,
         "storage": f"sqlite:///{tmp_path / 'optuna.db'}"}))

@@ -74,3 +74,12 @@ def test_seeds_needed_is_statsmodels_power():
 def test_pairing_keeps_only_common_seeds_in_seed_order():
     seeds, mine, theirs = paired_seeds({2: 0.3, 0: 0.1, 5: 0.9}, {0: 1.0, 2: 3.0, 7: 0.0})
     assert (seeds, mine, theirs) == ([0, 2], [0.1, 0.3], [1.0, 3.0])
+
+
+def test_seeds_needed_for_a_tiny_effect_is_large_not_nan():
+    d = [0.001, -0.02, 0.018, 0.0015, -0.0002]  # effect ~0.005: statsmodels' solver gives up
+    n = seeds_needed(d)
+    effect = abs(np.mean(d)) / np.std(d, ddof=1)
+    assert n is not None and n > 1000
+    assert n == pytest.approx(((stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) / effect) ** 2 + 2,
+                              rel=0.01)

@@ -82,7 +82,8 @@ def test_a_stopped_single_process_study_fails_its_trial_and_kills_its_parent(tra
 
     path = tmp_path / "stop.yaml"
     path.write_text(yaml.safe_dump({
-        "name": "stop", "set": {"method": "fedavg", **dict(o.split("=") for o in FAST)},
+        "name": "stop", "set": {"method": "fedavg", **dict(o.split("=") for o in FAST),
+                                "seed": 1000},
         "search": {"local.lr": {"type": "float", "low": 0.01, "high": 0.1}},
         "metric": "final/accuracy", "n_trials": 3,
         "storage": f"sqlite:///{tmp_path / 'optuna.db'}"}))

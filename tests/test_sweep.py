@@ -44,3 +44,26 @@ def test_a_bad_cell_is_reported_before_anything_runs(tmp_path):
 def test_shipped_main_sweep_is_valid():
     sweep = load_sweep(config_dir() / "sweeps" / "main.yaml")
     assert len(sweep.cells) >= 6
+
+
+def test_a_sweep_evaluating_on_its_studys_tuning_seed_is_refused(tmp_path):
+    import yaml
+
+    from fedcore.config import ConfigError, config_dir
+
+    def sweep(seeds, studies):
+        path = tmp_path / "s.yaml"
+        path.write_text(yaml.safe_dump({
+            "name": "s", "base": str(config_dir() / "experiment.yaml"), "studies": studies,
+            "grid": {"method": ["craft"], "seed": seeds}, "set": {"model.name": "mlp"}}))
+        return load_sweep(path)
+
+    assert sweep([0, 1], {"craft": "craft_server_lr"}).tuning == {
+        "craft": "craft_server_lr: 30 trials, seed 1000"}
+    with pytest.raises(ConfigError, match=r"sweep.studies.craft: study 'craft_server_lr' tuned "
+                                          r"on seed 1000, which this file evaluates on"):
+        sweep([0, 1000], {"craft": "craft_server_lr"})
+    with pytest.raises(ConfigError, match="sweep.studies.craft: study 'nope'"):
+        sweep([0], {"craft": "nope"})
+    with pytest.raises(ConfigError, match="sweep.studies: expected a mapping of METHOD: study"):
+        sweep([0], ["craft_server_lr"])

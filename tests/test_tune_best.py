@@ -20,7 +20,7 @@ def _study(tmp_path: Path) -> Path:
     spec = {
         "name": "exact",
         "set": {"method": "fedquad", "model.name": "mlp", "rounds": 20,
-                "dataset.num_clients": 6, "clients_per_round": 3},
+                "dataset.num_clients": 6, "clients_per_round": 3, "seed": 1000},
         "search": {"method.client.m1": {"type": "float", "low": 0.2, "high": 1.9}},
         "metric": "final/accuracy",
         "n_trials": 2,
@@ -39,7 +39,7 @@ def test_best_reproduces_the_trial_run_with_base_overrides(tracking, tmp_path, m
     monkeypatch.setenv("FEDCORE_HOME", str(home))
     path = _study(tmp_path)
     # the trials run with rounds=2 and another seed, overrides --best is NOT given again
-    assert main(["tune", str(path), "rounds=2", "seed=3"]) == 0
+    assert main(["tune", str(path), "rounds=2", "seed=1003"]) == 0
     study = optuna.load_study(study_name="exact", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     best = study.best_trial
     assert best.user_attrs["config"]["rounds"] == 2
@@ -53,13 +53,13 @@ def test_best_reproduces_the_trial_run_with_base_overrides(tracking, tmp_path, m
     assert experiment.is_file() and method.is_file()
     assert "# Config: the trial's stored config." in experiment.read_text()
     written = yaml.safe_load(experiment.read_text())
-    assert written["rounds"] == 2 and written["seed"] == 3
+    assert written["rounds"] == 2 and written["seed"] == 1003
 
     # the written experiment gives the trial's metric bit for bit
     assert run(load_config(str(experiment))).summary["final/accuracy"] == best.value
     # the printed hint resolves: method=exact_best selects the tuned method
     assert "method=exact_best" in out
-    cfg = load_config(None, ["method=exact_best", "model.name=mlp", "rounds=2", "seed=3",
+    cfg = load_config(None, ["method=exact_best", "model.name=mlp", "rounds=2", "seed=1003",
                              "dataset.num_clients=6", "clients_per_round=3"])
     assert cfg.method.client["m1"] == best.params["method.client.m1"]
     assert run(cfg).summary["final/accuracy"] == best.value

@@ -20,7 +20,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 SET = {"method": "fedquad", "model.name": "mlp", "rounds": 1, "dataset.num_clients": 6,
-       "clients_per_round": 3}
+       "clients_per_round": 3, "seed": 1000}
 ROOT = Path(__file__).resolve().parents[1]
 
 

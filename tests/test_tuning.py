@@ -12,9 +12,11 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from fedcore.config import ConfigError, build_config
+from fedcore.seeding import TUNING_SEED_MIN
 from fedcore.tuning.spec import load_study, study_names
 
-SET = {"model.name": "mlp", "rounds": 2, "dataset.num_clients": 6, "clients_per_round": 3}
+SET = {"model.name": "mlp", "rounds": 2, "dataset.num_clients": 6, "clients_per_round": 3,
+       "seed": TUNING_SEED_MIN}
 
 
 def _study(tmp_path: Path, name: str = "tiny", **over) -> Path:
@@ -30,6 +32,7 @@ def _study(tmp_path: Path, name: str = "tiny", **over) -> Path:
         "storage": f"sqlite:///{tmp_path / 'optuna.db'}",
         **over,
     }
+    spec["set"] = {"seed": TUNING_SEED_MIN, **spec["set"]}  # a tuning seed unless one is given
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
@@ -43,7 +46,7 @@ def _runs(tracking, query: str):
 
 def test_shipped_studies_validate():
     assert {"fedquad_margins", "sapef_alpha", "crf_labels", "craft_server_lr",
-            "fairness_pareto"} <= set(study_names())
+            "fairness_pareto", "fedavg_lr"} <= set(study_names())
     for name in study_names():
         spec = load_study(name)
         assert spec.storage.endswith("/optuna.db") and spec.n_trials

@@ -162,14 +162,16 @@ def forest_png(diffs: pd.DataFrame, path: Path) -> Figure:
     plt = _pyplot()
     metrics = list(dict.fromkeys(diffs["metric"]))
     alphas = sorted(diffs["alpha"].unique())
-    rows = list(dict.fromkeys(diffs["row"]))
-    position = {row: y for y, row in enumerate(rows)}  # the same y for a row in every panel
+    rows_of = {a: list(dict.fromkeys(diffs.loc[diffs["alpha"] == a, "row"])) for a in alphas}
+    heights = [len(rows_of[a]) + 1.5 for a in alphas]  # each alpha lists only its own rows
     fig: Figure
     fig, axes = plt.subplots(len(alphas), len(metrics),
-                             figsize=(5.5 * len(metrics) + 1.5, (0.32 * len(rows) + 1.6)
-                                      * len(alphas) + 0.8),
-                             squeeze=False, sharey=True, layout="constrained")
+                             figsize=(5.5 * len(metrics) + 1.5, 0.32 * sum(heights) + 1.6),
+                             squeeze=False, layout="constrained",
+                             gridspec_kw={"height_ratios": heights})
     for i, alpha in enumerate(alphas):
+        rows = rows_of[alpha]
+        position = {row: y for y, row in enumerate(rows)}
         for j, metric in enumerate(metrics):
             ax = axes[i, j]
             sub = diffs[(diffs["alpha"] == alpha) & (diffs["metric"] == metric)]

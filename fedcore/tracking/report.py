@@ -117,7 +117,8 @@ def row_label(overrides: dict[str, Any], method: str, method_part: str, local_pa
     """What a report row compares: the method, ``(tuned)`` when its method or local part is,
     and the values the cell sets beyond method, seed and data (``craft (tuned) server_lr=0.5``)."""
     skip = {"method", "seed", "dataset.name", "dataset.alpha"}
-    extra = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in overrides.items() if k not in skip)
+    extra = " ".join(f"{k.rsplit('.', 1)[-1]}={v:.4g}" if isinstance(v, float) else
+                     f"{k.rsplit('.', 1)[-1]}={v}" for k, v in overrides.items() if k not in skip)
     tuned = " (tuned)" if "tuned" in (method_part, local_part) else ""
     return f"{method}{tuned}" + (f" {extra}" if extra else "")
 
@@ -331,8 +332,9 @@ def explanation(reference: str, refs: dict[Any, str], spec: SweepSpec) -> str:
         "dataset and alpha, on the seeds both have (a seed fixes partition, initial model, "
         "client sampling and batch order for every method), with its 95 % interval, the paired "
         "t-test's p-value Holm-adjusted over the rows of this table, and the verdict at 5 %: "
-        "better, worse or indistinguishable (then `~N seeds`: the seeds a paired t-test would "
-        "need for 80 % power if the observed difference were real). A t-test because rank "
+        "better, worse or indistinguishable (then `~N seeds`: the seeds one paired t-test at 5 % "
+        "would need for 80 % power if the observed difference were real; more under Holm). "
+        "Intervals are per comparison, verdicts Holm-adjusted. A t-test because rank "
         "tests cannot reach 5 % with 3-5 seeds. `best?`: `best` is the highest mean final "
         "accuracy of its setting, `≈ best` a row the same test cannot tell from it. "
         "`regime`: `paper` only when the method's hyperparameters, the local optimiser and the "

@@ -22,6 +22,7 @@ from fedcore.config import (
     project_root,
     read_yaml,
 )
+from fedcore.seeding import TUNING_SEED_MIN
 from fedcore.sweep import read_base
 
 # A personalised method's personal models (fedcore.simulation.personal_summary).
@@ -127,6 +128,28 @@ class StudySpec:
     @property
     def multi_objective(self) -> bool:
         return len(self.metrics) > 1
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        """The seed(s) trials run at: the searched ``seed`` values, else the trial config's seed
+        (the study's ``set.seed``, or the base experiment's)."""
+        searched = next((p for p in self.params if p.key == "seed"), None)
+        if searched is None:
+            return (self.config_for({p.key: p.candidates()[0] for p in self.params}).seed,)
+        if searched.type == "categorical":
+            return tuple(sorted({int(c) for c in searched.choices}))
+        low, high = searched.bounds()
+        return tuple(range(int(low), int(high) + 1, int(searched.step or 1)))
+
+    @property
+    def budget(self) -> str:
+        """The trial budget as text: "30 trials", "600 s" or "30 trials or 600 s"."""
+        parts = []
+        if self.n_trials is not None:
+            parts.append(f"{self.n_trials} trial{'s' if self.n_trials != 1 else ''}")
+        if self.timeout is not None:
+            parts.append(f"{self.timeout:g} s")
+        return " or ".join(parts)
 
     def overrides_for(self, values: dict[str, Any]) -> dict[str, Any]:
         """Experiment overrides of one trial: the fixed keys, then the sampled values."""
@@ -254,6 +277,7 @@ def load_study(path: str | Path, overrides: dict[str, Any] | None = None) -> Stu
     if spec.n_trials is None and spec.timeout is None:
         raise ConfigError("study: set n_trials and/or timeout (seconds), e.g. n_trials=20")
     _check_space(spec)
+    _check_seeds(spec)
     return spec
 
 
@@ -449,6 +473,21 @@ def _check_space(spec: StudySpec) -> None:
                 _check_personal(spec, spec.config_for({**anchor, p.key: value}))
             except ConfigError as exc:
                 raise ConfigError(f"study.search.{p.key}={choice_label(value)}: {exc}") from None
+
+
+def _check_seeds(spec: StudySpec) -> None:
+    """Trials run at tuning seeds (>= TUNING_SEED_MIN), never at an evaluation seed."""
+    low = min(spec.seeds)
+    if low >= TUNING_SEED_MIN:
+        return
+    searched = any(p.key == "seed" for p in spec.params)
+    where = "study.search.seed" if searched else "study.set.seed"
+    source = "" if searched or "seed" in spec.fixed else " (the base experiment's)"
+    raise ConfigError(
+        f"{where}: {low}{source} is an evaluation seed; allowed: seeds >= {TUNING_SEED_MIN} "
+        f"(studies tune on seeds >= {TUNING_SEED_MIN}, sweeps and claims evaluate on "
+        f"0..{TUNING_SEED_MIN - 1}), e.g. set: {{seed: {TUNING_SEED_MIN}}}"
+    )
 
 
 def _check_personal(spec: StudySpec, cfg: ExperimentConfig) -> None:
