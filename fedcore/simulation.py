@@ -30,7 +30,6 @@ from fedcore.metrics import (
     conflict_fraction,
     eval_with_embeddings,
     fairness_summary,
-    label_mix,
     label_mix_accuracy,
     per_sample_eval,
     representation_stats,
@@ -348,7 +347,8 @@ class Simulation:
         client_values: dict[str, np.ndarray] | None = None,
     ) -> tuple[dict[str, float], ClientTable]:
         """Evaluate phase: the rule's evaluation point on the global test set and on every
-        client's local test split, plus the client objective's own columns (Ditto)."""
+        client's local test split (none, ``test_fraction`` 0: the global per-class accuracy
+        weighted by each client's label mix), plus the client objective's own columns (Ditto)."""
         params = self.aggregator.eval_params(self.params)
         load_flat_params(self.model, params)
         if self.buffers:
@@ -365,7 +365,7 @@ class Simulation:
             acc = (torch.bincount(owner, c_correct.double(), minlength=n_clients) / counts).cpu()
             cl = (torch.bincount(owner, c_loss.double(), minlength=n_clients) / counts).cpu()
         else:  # no local test splits (test_fraction 0): the global test set by label mix
-            mix = label_mix([c.y_train for c in self.data.clients], self.data.num_classes)
+            mix = self.data.label_mix()
             acc, cl = (t.cpu() for t in label_mix_accuracy(correct, loss, self.data.y_test, mix))
             has_test = np.ones(n_clients, dtype=bool)
         acc_np = acc.numpy()

@@ -125,8 +125,8 @@ def seeds_needed(differences: Sequence[float], level: float = LEVEL,
     if sd <= 1e-12 * max(1.0, abs(mean)):
         return 2
     effect = abs(mean) / sd
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the root finder warns before it gives up on tiny effects
+    with warnings.catch_warnings(record=True):  # its root finder warns as it gives up on tiny
+        warnings.simplefilter("always")  # effects: recorded here, answered below
         n = float(np.asarray(TTestPower().solve_power(
             effect_size=effect, alpha=level, power=power, alternative="two-sided")).item())
     if not math.isfinite(n):  # a tiny effect: the normal approximation (n is large anyway)

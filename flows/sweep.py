@@ -97,7 +97,7 @@ def _simulate_cell(
                                          resolve_device(device or cfg.device), cfg.clients)
             run_id, result = run_tracked(
                 cfg, parent_run_id=parent_run_id, tags={"sweep": sweep}, settings=settings,
-                device=device, data=data, wait=not finish_in_background,
+                device=device, data=data, wait=not finish_in_background, figures=False,
             )
     except stopping.StopRequested:  # its run is KILLED with the rounds it finished
         return stopped_state("cell")

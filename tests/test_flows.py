@@ -33,6 +33,9 @@ def test_sweep_runs_cells_nested_and_skips_finished_on_rerun(prefect_harness, tr
     children = client.search_runs([exp], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'")
     assert sorted(c.data.tags["method"] for c in children) == ["fedavg", "fedavgm"]
     assert all(c.data.tags["sweep"] == "tiny" for c in children)
+    # a sweep cell records its table but no per-run figures (the sweep's report draws them)
+    names = {a.path for a in client.list_artifacts(children[0].info.run_id)}
+    assert "per_client.parquet" in names and not names & {"curves.png", "fairness.png"}
 
     second = sweep(str(path))
     assert [r["status"] for r in second] == ["skipped", "skipped"]

@@ -23,6 +23,7 @@ from fedcore.data.partition import (
     shard_partition,
     split_local,
 )
+from fedcore.metrics import label_mix
 from fedcore.seeding import numpy_rng
 
 
@@ -37,10 +38,20 @@ class FederatedData:
     # per client: (indices of its train samples, indices of its local test samples) in the
     # dataset's train split (natural FEMNIST clients: local test indices into the test split)
     partition: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    # clients x classes: each client's training label distribution before any label noise
+    clean_label_mix: torch.Tensor | None = None
 
     @property
     def num_clients(self) -> int:
         return len(self.clients)
+
+    def label_mix(self) -> torch.Tensor:
+        """Clients x classes: each client's training label distribution (rows sum to 1), of its
+        clean labels (a noisy client's flipped labels are not its data's); data built by hand
+        without it: of the clients' ``y_train``."""
+        if self.clean_label_mix is not None:
+            return self.clean_label_mix
+        return label_mix([c.y_train for c in self.clients], self.num_classes)
 
 
 def partition_digest(data: FederatedData) -> str:
@@ -131,7 +142,8 @@ def build_federated_data(
     Under ``natural`` with owner ids on both splits (FEMNIST), a client is one owner with its own
     train and test samples, and the global test set is the union of the chosen owners' test
     samples; otherwise each client's indices are split by ``cfg.test_fraction`` and the global
-    test set is the dataset's test split.
+    test set is the dataset's test split (``test_fraction`` 0: every client trains on its whole
+    partition and keeps no local test split).
     """
     arrays = load_dataset(
         cfg.name,
@@ -162,6 +174,7 @@ def build_federated_data(
         tr, te = torch.as_tensor(train), torch.as_tensor(test)
         tensors = (x[tr], y[tr], x_local[te], y_local[te])
         clients.append(ClientData(k, *(t.to(device) for t in tensors)))
+    mix = label_mix([c.y_train for c in clients], arrays.num_classes)  # before any label noise
     noisy = np.empty(0, dtype=np.int64)
     if behaviour is not None and behaviour.noisy_fraction > 0:
         noisy = choose_clients(len(clients), behaviour.noisy_fraction, seed, "noisy")
@@ -181,6 +194,7 @@ def build_federated_data(
         arrays.in_shape,
         noisy,
         [(np.asarray(tr), np.asarray(te)) for tr, te in zip(trains, tests, strict=True)],
+        mix,
     )
 
 

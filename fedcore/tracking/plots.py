@@ -38,6 +38,9 @@ def integer_ticks(ax: Axes) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+_MARGINS = {"left": 0.07, "right": 0.98, "bottom": 0.13, "top": 0.9, "wspace": 0.22}
+
+
 def curves_png(history: list[dict[str, float]], path: Path) -> None:
     evals = [h for h in history if "test/accuracy" in h]
     fig = _figure((10, 4))
@@ -61,18 +64,20 @@ def curves_png(history: list[dict[str, float]], path: Path) -> None:
     ax_loss.legend()
     integer_ticks(ax_acc)
     integer_ticks(ax_loss)
-    fig.tight_layout()
+    fig.subplots_adjust(**_MARGINS)  # fixed margins: tight_layout costs a draw per figure
     fig.savefig(path, dpi=100)
 
 
 def fairness_png(accuracy: np.ndarray, round: int, path: Path) -> None:
     fig = _figure((10, 4))
     ax_hist, ax_sorted = fig.subplots(1, 2)
-    ax_hist.hist(accuracy, bins=min(20, max(len(accuracy), 1)), range=(0, 1))
+    # stairs: one artist per panel (a bar per client costs ~5 ms each in matplotlib)
+    counts, edges = np.histogram(accuracy, bins=min(20, max(len(accuracy), 1)), range=(0, 1))
+    ax_hist.stairs(counts, edges, fill=True)
     ax_hist.set(
         xlabel="local test accuracy", ylabel="clients", title=f"Per-client accuracy, round {round}"
     )
-    ax_sorted.bar(np.arange(len(accuracy)), np.sort(accuracy))
+    ax_sorted.stairs(np.sort(accuracy), np.arange(len(accuracy) + 1) - 0.5, fill=True)
     ax_sorted.set(xlabel="client (sorted)", ylabel="accuracy", ylim=(0, 1), title="Sorted")
-    fig.tight_layout()
+    fig.subplots_adjust(**_MARGINS)
     fig.savefig(path, dpi=100)

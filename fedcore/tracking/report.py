@@ -313,8 +313,16 @@ def build_report(
     if parent_run_id is not None:
         for f in files:
             client.log_artifact(parent_run_id, str(f), "report")
-        set_description(client, parent_run_id, files[0].read_text())
+        brief = pretty[[c for c in DESCRIPTION_COLUMNS if c in pretty.columns]]
+        set_description(client, parent_run_id, (
+            header.split("\n\n")[0] + "\n\nThe main columns (every column, the plots and how "
+            "to read them: artifacts `report/table.md` and `report/*.png`):\n\n"
+            + markdown_table(brief) + "\n"))
     return Report(runs, table, files, tests)
+
+
+# the run description holds at most 8,000 characters in MLflow: the columns a comparison needs
+DESCRIPTION_COLUMNS = ["row", "alpha", "seeds", "best?", "final accuracy", "Δ accuracy vs ref"]
 
 
 FOREST_LABELS = {"accuracy": "final test accuracy − reference's",

@@ -35,6 +35,7 @@ def run_tracked(
     run_name: str | None = None,
     data: FederatedData | None = None,
     wait: bool = True,
+    figures: bool = True,
 ) -> tuple[str, Result]:
     """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason.
 
@@ -45,12 +46,13 @@ def run_tracked(
     ``wait=False`` returns once the last round is recorded, leaving the run's end (summary
     metrics, per-client table, figures, FINISHED) to a background writer: a sweep's next cell
     trains meanwhile, and :func:`~fedcore.tracking.mlflow_tracker.wait_for_runs` waits for it.
+    ``figures=False`` records no per-run figures (a sweep cell; its report draws them).
     """
     stopping.check(0)  # no new run once a stop was requested
     sim = Simulation(cfg, device=device, data=data)
     tracker = MLflowTracker(
         settings, parent_run_id=parent_run_id, run_name=run_name, tags=tags,
-        finish_in_background=not wait,
+        finish_in_background=not wait, figures=figures,
     )
     with _CLAIM:
         unfinished = unfinished_runs(cfg.config_hash(), tracker.settings) if resume else []
