@@ -293,12 +293,22 @@ def experiments(spec: ClaimsSpec) -> dict[str, ExperimentConfig]:
     return out
 
 
-def evaluate(spec: ClaimsSpec, results: dict[str, Result]) -> list[ClaimRow]:
+def evaluate(spec: ClaimsSpec, results: dict[str, Result],
+             diverged: dict[str, str] | None = None) -> list[ClaimRow]:
     """Judge every claim on ``results`` (by config hash; see :func:`experiments`); the claims'
-    paired tests are Holm-adjusted together."""
-    measured_rows = []
+    paired tests are Holm-adjusted together. A claim with a run in ``diverged`` (config hash:
+    what diverged) is inconclusive and says which run diverged."""
+    measured_rows: list[tuple[Claim, str, list[float], list[float] | None,
+                              Comparison | None]] = []
+    diverged = diverged or {}
     for c in spec.claims:
         pairs = [spec.configs(c, s) for s in spec.seeds]
+        lost = [diverged[cfg.config_hash()] for pair in pairs for cfg in pair
+                if cfg is not None and cfg.config_hash() in diverged]
+        if lost:
+            measured_rows.append((c, "not judged: " + "; ".join(dict.fromkeys(lost)), [], None,
+                                  None))
+            continue
         runs = [results[run.config_hash()] for run, _ in pairs]
         rounds = runs[0].config["rounds"]
         base = None
@@ -345,19 +355,27 @@ def run_claims(
 
         simulate = untracked
     todo = experiments(spec)
-    results = {}
+    results: dict[str, Result] = {}
+    diverged: dict[str, str] = {}
     for i, (h, cfg) in enumerate(todo.items(), 1):
         if progress:
             noisy = f" noisy_fraction={cfg.clients.noisy_fraction}" * (
                 cfg.clients.noisy_fraction > 0)
             progress(f"[{i}/{len(todo)}] {cfg.method.name} seed={cfg.seed}{noisy}")
-        results[h] = simulate(cfg)
-    return evaluate(spec, results)
+        try:
+            results[h] = simulate(cfg)
+        except FloatingPointError as exc:  # a diverged run: its claims cannot be judged
+            if progress:
+                progress(f"  diverged: {exc}")
+            diverged[h] = f"{cfg.method.name} seed {cfg.seed} diverged"
+    return evaluate(spec, results, diverged)
 
 
 def verdict_text(row: ClaimRow) -> str:
     """``holds``, ``contradicted``, ``inconclusive (~N seeds)``, ``passes`` or ``fails``."""
     c = row.comparison
+    if row.measured.startswith("not judged: "):
+        return f"{row.verdict} (a run diverged)"
     if row.verdict == "inconclusive" and c is not None and c.verdict == "indistinguishable":
         return f"inconclusive (~{c.seeds_needed} seeds)" if c.seeds_needed else \
             "inconclusive (no difference)"

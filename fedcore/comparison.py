@@ -121,12 +121,13 @@ def best_marks(runs: pd.DataFrame, metric: str = "accuracy") -> dict[tuple[str, 
 
 def forest_frame(tests: Sequence[RowTest], labels: dict[str, str]) -> pd.DataFrame:
     """The forest plot's input: one line per row test (``labels``: metric -> axis meaning)."""
+    columns = ["row", "alpha", "metric", "label", "mean", "low", "high", "verdict", "reference"]
     return pd.DataFrame([{
         "row": t.row, "alpha": t.alpha, "metric": t.metric, "label": labels.get(t.metric, t.metric),
         "mean": t.comparison.difference.mean, "low": t.comparison.difference.low,
         "high": t.comparison.difference.high, "verdict": t.comparison.verdict,
         "reference": t.against,
-    } for t in tests])
+    } for t in tests], columns=columns)
 
 
 def half_width(mean: float, low: float, high: float, n: int, fmt: str) -> str:

@@ -144,7 +144,8 @@ def test_tiny_run_of_the_shipped_claims_gives_the_whole_table():
         assert cells[2].startswith("digits mlp, Dir 0.")
         assert "6 clients (3/round), 2 rounds, 1 seeds; local: " in cells[2]
         assert "(1 seed, no interval)" in cells[4]
-        assert cells[3].startswith("method paper · local paper · data default")
+        # TINY's local.steps override every recipe: the local part is named as changed
+        assert cells[3].startswith("method paper · local tuned · data default")
         assert all(math.isfinite(v) for v in row.values)
     crf = next(r for r in rows if r.id == "crf_reliability")
     assert "noisy" in crf.measured and "clean" in crf.measured
@@ -213,3 +214,13 @@ def test_the_shipped_claims_run_on_real_mnist_given_a_root(tmp_path):
     assert rows[0].regime == ("method paper · local tuned · data paper; "
                               "baseline: method paper · local tuned · data other")
     assert all(math.isfinite(v) for v in rows[0].values)
+
+
+def test_a_diverged_run_leaves_its_claim_unjudged_and_the_others_judged(tmp_path):
+    exploding = {**CONTRADICTED, "id": "exploding", "run": {"method": "fedavg", "local.lr": 1e9,
+                                                            "local.steps": 5}}
+    spec = load_claims(_file(tmp_path, [exploding, CONTRADICTED], seeds=[0, 1, 2]))
+    rows = run_claims(spec)
+    assert rows[0].verdict == "inconclusive" and "fedavg seed 0 diverged" in rows[0].measured
+    assert "**inconclusive (a run diverged)**" in markdown(rows).splitlines()[2]
+    assert rows[1].verdict == "contradicted"  # judged on its own runs

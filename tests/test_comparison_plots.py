@@ -209,3 +209,11 @@ def test_forest(tmp_path):
         assert len(points) == 1
         assert row_at[round(points[0].get_ydata()[0])] == "fednova"
         assert points[0].get_xdata()[0] == pytest.approx(sub.loc["fednova", "mean"])
+
+
+def test_forest_with_nothing_to_compare_says_so(tmp_path):
+    from fedcore.comparison import forest_frame
+
+    fig = forest_png(forest_frame([], {}), tmp_path / "f.png")
+    assert (tmp_path / "f.png").stat().st_size > 0
+    assert [t.get_text() for t in fig.texts] == ["no row to compare with the reference"]

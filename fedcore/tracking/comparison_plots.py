@@ -160,11 +160,17 @@ def forest_png(diffs: pd.DataFrame, path: Path) -> Figure:
     from matplotlib.lines import Line2D
 
     plt = _pyplot()
+    fig: Figure
+    if diffs.empty:  # one row per setting: nothing to compare with the reference
+        fig = plt.figure(figsize=(6, 1.5))
+        fig.text(0.5, 0.5, "no row to compare with the reference", ha="center", va="center")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return fig
     metrics = list(dict.fromkeys(diffs["metric"]))
     alphas = sorted(diffs["alpha"].unique())
     rows_of = {a: list(dict.fromkeys(diffs.loc[diffs["alpha"] == a, "row"])) for a in alphas}
     heights = [len(rows_of[a]) + 1.5 for a in alphas]  # each alpha lists only its own rows
-    fig: Figure
     fig, axes = plt.subplots(len(alphas), len(metrics),
                              figsize=(5.5 * len(metrics) + 1.5, 0.32 * sum(heights) + 1.6),
                              squeeze=False, layout="constrained",
