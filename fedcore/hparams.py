@@ -8,8 +8,9 @@
   optimiser. ``paper`` when the run's ``local`` block equals a recipe of its own method;
   ``<recipe> recipe`` when it equals another paper's (a baseline run in that paper's regime);
   ``default`` when it is the default experiment's (``configs/experiment.yaml``); else ``tuned``.
-- data: ``paper`` when dataset, partition and alpha equal a recipe of the method; ``default``
-  on the default experiment's dataset; else ``other``.
+- data: ``paper`` when dataset, partition, alpha and the misbehaving clients (noisy labels,
+  Byzantine attackers) equal a recipe of the method; ``default`` on the default experiment's
+  dataset with no misbehaving clients; else ``other``.
 
 The regime's label is ``paper`` only when all three parts are; otherwise it names each part.
 """
@@ -20,7 +21,14 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from fedcore.config import ConfigError, LocalConfig, build_config, config_dir, read_yaml
+from fedcore.config import (
+    ClientsConfig,
+    ConfigError,
+    LocalConfig,
+    build_config,
+    config_dir,
+    read_yaml,
+)
 
 TUNE_BEST_MARK = "Written by `fedcore tune --best`"
 
@@ -89,9 +97,17 @@ def _recipes(folder: str) -> tuple[tuple[str, str, dict[str, Any], tuple[Any, ..
         name = method if isinstance(method, str) else str(method.get("name", ""))
         local = LocalConfig.model_validate(raw.get("local") or {}).model_dump()
         ds = raw.get("dataset") or {}
-        out.append((path.stem, name, local,
-                    (ds.get("name"), ds.get("partition", "dirichlet"), ds.get("alpha"))))
+        clients = ClientsConfig.model_validate(raw.get("clients") or {}).model_dump()
+        out.append((path.stem, name, local, (ds.get("name"), ds.get("partition", "dirichlet"),
+                                             ds.get("alpha"), _misbehaving(clients))))
     return tuple(out)
+
+
+def _misbehaving(clients: dict[str, Any]) -> tuple[Any, ...]:
+    """The part of a ``clients`` block that changes the data a method sees."""
+    noisy, byzantine = clients["noisy_fraction"], clients["byzantine_fraction"]
+    return (noisy, clients["noise_rate"] if noisy else None, byzantine,
+            (clients["attack"], clients["attack_strength"]) if byzantine else None)
 
 
 @cache
@@ -116,10 +132,13 @@ def local_label(resolved: dict[str, Any]) -> str:
 def data_label(resolved: dict[str, Any]) -> str:
     """``paper``, ``default`` or ``other`` for a resolved config's dataset setting."""
     method, ds = str(resolved["method"]["name"]), resolved["dataset"]
-    mine = (ds["name"], ds["partition"], ds["alpha"])
+    bad = _misbehaving(resolved["clients"])
+    mine = (ds["name"], ds["partition"], ds["alpha"], bad)
     if any(m == method and setting == mine for _, m, _, setting in _recipes(str(config_dir()))):
         return "paper"
-    return "default" if ds["name"] == _default_experiment(str(config_dir()))[1] else "other"
+    clean = not bad[0] and not bad[2]
+    default = ds["name"] == _default_experiment(str(config_dir()))[1]
+    return "default" if default and clean else "other"
 
 
 @dataclass(frozen=True)

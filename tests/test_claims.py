@@ -133,6 +133,7 @@ def test_measure_reduces_over_rounds_and_censors_rounds_to_target():
 def test_tiny_run_of_the_shipped_claims_gives_the_whole_table():
     spec = load_claims(config_dir() / "claims.yaml", {"seeds": [0], **TINY})
     rows = run_claims(spec)
+    claims = {c.id: c for c in spec.claims}
     assert [r.id for r in rows] == [c.id for c in spec.claims]
     table = markdown(rows).splitlines()
     assert table[0].startswith("| claim | kind | setting | regime | measured")
@@ -144,8 +145,11 @@ def test_tiny_run_of_the_shipped_claims_gives_the_whole_table():
         assert cells[2].startswith("digits mlp, Dir 0.")
         assert "6 clients (3/round), 2 rounds, 1 seeds; local: " in cells[2]
         assert "(1 seed, no interval)" in cells[4]
-        # TINY's local.steps override every recipe: the local part is named as changed
-        assert cells[3].startswith("method paper · local tuned · data default")
+        # TINY's local.steps override every recipe: the local part is named as changed; noisy
+        # clients take the data part out of the default (and of every paper but FedOUI's)
+        noisy = any("noisy_fraction" in k for k in claims[row.id].run)
+        data = "other" if noisy else "default"
+        assert cells[3].startswith(f"method paper · local tuned · data {data}")
         assert all(math.isfinite(v) for v in row.values)
     crf = next(r for r in rows if r.id == "crf_reliability")
     assert "noisy" in crf.measured and "clean" in crf.measured

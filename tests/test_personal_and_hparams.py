@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from fedcore.config import ConfigError, config_dir, load_config
+from fedcore.config import ConfigError, build_config, config_dir, load_config
 from fedcore.hparams import hparams_changes, hparams_label, hparams_tags, regime
 from fedcore.metrics import jain_index
 from fedcore.simulation import Simulation
@@ -150,3 +150,14 @@ def test_main_job_runs_every_method_at_paper_but_two_tuned_rows_from_equal_studi
     assert {len(s.params) for s in studies} == {2}
     evaluated = {c.config.seed for c in spec.cells}
     assert all(not set(s.seeds) & evaluated for s in studies)
+
+
+def test_misbehaving_clients_take_the_data_part_out_of_paper_and_default():
+    clean = build_config({}, {"method": "crf_fedavg", "dataset.name": "mnist"})
+    noisy = build_config({}, {"method": "crf_fedavg", "dataset.name": "mnist",
+                              "clients.noisy_fraction": 0.2})
+    assert regime(clean.resolved()).data == "paper"  # the CRF recipe's MNIST at Dirichlet 0.1
+    assert regime(noisy.resolved()).data == "other"
+    attacked = build_config({}, {"clients.byzantine_fraction": 0.2})
+    assert regime(build_config({}, {}).resolved()).data == "default"
+    assert regime(attacked.resolved()).data == "other"
