@@ -115,6 +115,8 @@ class ScaffoldClient(ControlledClient):
         update.pending["delta_c"] = delta_c
         if "delta_c" in self.uplink:
             update.extras["delta_c"] = delta_c
+        else:  # reconstruct: commit what the server rebuilds from the delta it receives
+            update.pending["c"] = server_control(ctx)
 
     def full_gradient(self, ctx: LocalContext) -> torch.Tensor:
         """grad F_i(theta_t) (+ weight decay) over the whole train split, in eval mode."""
@@ -144,8 +146,24 @@ class ScaffoldClient(ControlledClient):
         sent: Mapping[str, torch.Tensor],
         accepted: bool,
     ) -> None:
-        """c_i <- c_i + Delta c_i as the server received it, only if it was accepted."""
+        """c_i <- c_i + Delta c_i as the server received it, only if it was accepted.
+
+        With ``uplink: reconstruct`` that is the server's reconstruction from the delta it
+        received (the same function on the same values), so c stays the mean of the c_i even
+        when the sent delta is not the trained one (a Byzantine client's)."""
         if not accepted:
             return
-        delta_c = sent.get("delta_c", update.pending["delta_c"])
+        if "delta_c" in sent:
+            delta_c = sent["delta_c"]
+        elif "c" in update.pending:
+            from fedcore.aggregators.scaffold import reconstructed_delta_c
+
+            delta_c = reconstructed_delta_c(
+                sent["delta"][None],
+                update.pending["c"].to(sent["delta"]),
+                torch.tensor([update.num_steps], dtype=torch.long),
+                torch.tensor([update.stats["local_lr"]]),
+            )[0]
+        else:
+            delta_c = update.pending["delta_c"]
         state[CONTROL] = control_of(state, delta_c) + delta_c

@@ -65,11 +65,16 @@ def seed_global_rng(rc: RoundContext, seed: int) -> None:
 
 
 def attack(rc: RoundContext, update: ClientUpdate, generator: torch.Generator) -> ClientUpdate:
-    """A Byzantine client's update replaced by its attack (after training, as the server sees)."""
+    """A Byzantine client's update replaced by its attack (after training, as the server sees):
+    EVERY vector it sends (``client_algo.uplink``: the delta, SCAFFOLD's Delta c, SCAFCOM's
+    increment), each in uplink order, so no method is spared by sending something else."""
     if update.client_id in rc.byzantine:
-        update.delta = attack_update(
-            update.delta, rc.cfg.clients.attack, rc.cfg.clients.attack_strength, generator
-        )
+        how, strength = rc.cfg.clients.attack, rc.cfg.clients.attack_strength
+        for name in rc.client_algo.uplink:
+            if name == "delta":
+                update.delta = attack_update(update.delta, how, strength, generator)
+            else:
+                update.extras[name] = attack_update(update.extras[name], how, strength, generator)
     return update
 
 
