@@ -62,8 +62,11 @@ def pairwise_messages(
 
 
 def crf_inference(deltas: torch.Tensor, num_samples: torch.Tensor, hp: CRF.HParams) -> CRFResult:
-    """docs/methods/crf.md on an m x d matrix of deltas."""
-    m = deltas.shape[0]
+    """docs/methods/crf.md on an m x d matrix of deltas, computed in float64: norms and Gram
+    entries of finite float32 deltas as large as an attacker's 1e30 overflow float32 (inf/inf
+    = NaN weights) but not float64. The results are returned in the deltas' dtype."""
+    m, dtype = deltas.shape[0], deltas.dtype
+    deltas = deltas.double()
     labels = torch.tensor(hp.labels, dtype=deltas.dtype, device=deltas.device)
     n = num_samples.to(deltas)
 
@@ -92,6 +95,8 @@ def crf_inference(deltas: torch.Tensor, num_samples: torch.Tensor, hp: CRF.HPara
     cos = gram / (norms[:, None] * norms[None, :] + EPS)
     affinity = cos.clamp(min=0) * torch.minimum(s[:, None], s[None, :])
     affinity.fill_diagonal_(0.0)
+    # lambda_p / (m - 1), as the method's spec states (crf.md: "normalised by (m - 1), so it is
+    # independent of m"); not a weakening: the message sums m - 1 neighbours
     coef = hp.pairwise_weight / max(m - 1, 1)
 
     # step 6: damped parallel mean field
@@ -113,17 +118,17 @@ def crf_inference(deltas: torch.Tensor, num_samples: torch.Tensor, hp: CRF.HPara
     fallback = bool(total < 1e-12)
     weights = n / n.sum() if fallback else n * r_bar / total
     return CRFResult(
-        reference=r,
-        cosine=cos_ref,
-        distance=dist,
-        z_distance=z_dist,
-        norm_anomaly=anomaly,
-        score=s,
-        unary=unary,
-        affinity=affinity,
-        q=q,
-        expected_reliability=r_bar,
-        weights=weights,
+        reference=r.to(dtype),
+        cosine=cos_ref.to(dtype),
+        distance=dist.to(dtype),
+        z_distance=z_dist.to(dtype),
+        norm_anomaly=anomaly.to(dtype),
+        score=s.to(dtype),
+        unary=unary.to(dtype),
+        affinity=affinity.to(dtype),
+        q=q.to(dtype),
+        expected_reliability=r_bar.to(dtype),
+        weights=weights.to(dtype),
         fallback=fallback,
         iterations_run=iterations_run,
     )
@@ -173,8 +178,9 @@ class CRF(Aggregator):
             "crf/iterations_run": float(res.iterations_run),
         }
         # step 9: theta_{t+1} = theta_t + eta_s sum_k w_k Delta_k   (docs/methods/crf.md)
+        step = (res.weights.double() @ batch.deltas.double()).to(batch.deltas.dtype)
         return Aggregate(
-            self.hp.server_lr * (res.weights @ batch.deltas),
+            self.hp.server_lr * step,
             metrics,
             client_values={"expected_reliability": r_bar.detach()},
         )

@@ -20,10 +20,15 @@ def effective_byzantine(m: int, f: int | None) -> int:
 
 
 def krum_scores(deltas: torch.Tensor, f: int) -> torch.Tensor:
-    """score(k) = sum of squared distances to the m - f - 2 nearest other clients."""
+    """score(k) = sum of squared distances to the m - f - 2 nearest other clients (float64).
+
+    Distances are differences taken in float64, never ||a||^2 + ||b||^2 - 2ab (cdist's matmul
+    form for many rows): in float32 that cancels catastrophically for near-identical updates
+    and overflows for an attacker's 1e30, and Krum then picks an outlier."""
     m = deltas.shape[0]
     num_neighbours = max(m - f - 2, 0)
-    sq = torch.cdist(deltas[None], deltas[None])[0] ** 2
+    x = deltas.double()
+    sq = torch.cdist(x[None], x[None], compute_mode="donot_use_mm_for_euclid_dist")[0] ** 2
     sq.fill_diagonal_(float("inf"))  # a client is not its own neighbour
     nearest = torch.topk(sq, num_neighbours, dim=1, largest=False).values
     return nearest.sum(dim=1)

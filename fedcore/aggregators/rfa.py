@@ -6,6 +6,7 @@ import torch
 from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
+from fedcore.aggregators.coordinate import coordinate_median
 from fedcore.registry import HParams as BaseHParams
 
 
@@ -15,22 +16,41 @@ def smoothed_weiszfeld(
     """Approximate argmin_v sum_k alpha_k max(nu, ||v - Delta_k||); returns (v, steps run).
 
     Stops early when the relative decrease of the objective falls below ``tol`` (0 = never).
+    Computed in float64: the squared norm of finite float32 deltas as large as 1e30 (an
+    attacker's) overflows float32 but not float64, so every beta_k stays finite and an
+    attacker's share beta_k / sum beta shrinks with its distance; v is returned in the deltas'
+    dtype (a convex combination of them, so finite).
     """
-    v = alpha @ deltas  # v^0 = sum_k alpha_k Delta_k
-    dist = torch.linalg.vector_norm(deltas - v, dim=1)
-    objective = float(alpha @ dist) if tol > 0 else 0.0
+    x, a = deltas.double(), alpha.to(deltas.device, torch.float64)
+    v = weiszfeld_start(x, a)
+    dist = torch.linalg.vector_norm(x - v, dim=1)
+    objective = float(a @ dist) if tol > 0 else 0.0
     steps = 0
     for _ in range(iterations):
-        beta = alpha / dist.clamp(min=nu)  # beta_k = alpha_k / max(nu, ||v - Delta_k||)
-        v = (beta @ deltas) / beta.sum()  # v <- sum beta_k Delta_k / sum beta_k
+        beta = a / dist.clamp(min=nu)  # beta_k = alpha_k / max(nu, ||v - Delta_k||)
+        beta = beta / beta.max()  # the same v, without under/overflow of sum beta
+        v = (beta @ x) / beta.sum()  # v <- sum beta_k Delta_k / sum beta_k
         steps += 1
-        dist = torch.linalg.vector_norm(deltas - v, dim=1)
+        dist = torch.linalg.vector_norm(x - v, dim=1)
         if tol > 0:  # [OUR CHOICE] early stop on the relative objective decrease
-            new_objective = float(alpha @ dist)
+            new_objective = float(a @ dist)
             if objective - new_objective < tol * max(objective, 1e-30):
                 break
             objective = new_objective
-    return v, steps
+    return v.to(deltas.dtype), steps
+
+
+def weiszfeld_start(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """v^0: the weighted mean (the paper's start), or the coordinate-wise median when that has
+    the lower objective sum_k alpha_k ||v - Delta_k|| [OUR CHOICE]. Weiszfeld only lowers the
+    objective, so the better start can only help; it matters against distant attackers, who
+    drag the mean ~their weight x their distance away and R = 3 steps from there do not come
+    back (each step shrinks that offset only by about attacker weight / honest weight)."""
+    mean = alpha @ x
+    median = coordinate_median(x, dim=0)
+    at_mean = alpha @ torch.linalg.vector_norm(x - mean, dim=1)
+    at_median = alpha @ torch.linalg.vector_norm(x - median, dim=1)
+    return median if bool(at_median < at_mean) else mean
 
 
 @register("rfa")
