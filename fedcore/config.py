@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DATASETS = (
     "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
@@ -32,6 +32,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False)
 
 
+ALPHA_MAX = 1e6  # dataset.alpha's documented maximum (README "Reliability")
+
+
 class DatasetConfig(_Strict):
     name: Literal[
         "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
@@ -46,6 +49,16 @@ class DatasetConfig(_Strict):
     shards_per_client: int = Field(2, ge=1)
     test_fraction: float = Field(0.2, ge=0, lt=1)
     global_test_fraction: float = Field(0.2, gt=0, lt=1)
+
+    @field_validator("alpha")
+    @classmethod
+    def _alpha_at_most(cls, v: float) -> float:
+        if v > ALPHA_MAX:  # alpha=1e308: numpy's Dirichlet draws overflow, one client gets all
+            raise ValueError(
+                f"must be in (0, {ALPHA_MAX:g}]: above that the Dirichlet split is IID to "
+                "within 0.1 % (use dataset.partition=iid)"
+            )
+        return v
 
 
 class ModelConfig(_Strict):
