@@ -205,6 +205,7 @@ class Simulation:
         self.compressor.begin_round(round, rc.schedule)
         probe = self.compressor.probe(rc, sampled)
         updates = self.engine.train_round(rc, sampled, order)
+        self._note_fallback()
         ups = [updates[cid] for cid in sampled]
         reject_non_finite_scalars(ups, self.aggregator.needs, round)
         uplink = self.transmit(rc, ups)
@@ -241,6 +242,15 @@ class Simulation:
         metrics.update(probe)
         metrics.update(client_stat_metrics([u.stats for u in ups]))
         return RoundOutcome(metrics, self._per_client(kept, result.client_values))
+
+    def _note_fallback(self) -> None:
+        """``engine_name``/``engine_reason`` say what trained: a vectorised engine that fell back
+        to sequential training (an objective it cannot express) makes them say so."""
+        why = getattr(self.engine, "fallback", None)
+        if why and self.engine_name != sequential.NAME:
+            self.engine_name = sequential.NAME
+            self.engine_reason = f"the vectorised engine fell back to sequential training: {why}"
+            log.info("engine: %s (%s)", self.engine_name, self.engine_reason)
 
     def transmit(self, rc: RoundContext, ups: list[ClientUpdate]) -> Uplink:
         """Uplink phase: each client's named vectors through the compressor (``delta`` with its

@@ -80,6 +80,7 @@ def _both(sim: Simulation, round: int, chunk: int | None = None):
     seq = sequential.train_round(rc, sampled)
     engine = VectorisedEngine(sim.model, sim.layout, sim.data.in_shape, sim.device, chunk)
     vec = engine.train_round(rc, sampled)
+    assert engine.last_path == "vectorised" and engine.fallback is None  # not the fallback
     return sampled, seq, vec, engine
 
 
@@ -129,6 +130,7 @@ def test_end_to_end_metrics_match_and_vectorised_is_deterministic():
     assert vec.engine_name == "vectorised"
     b = vec.run()
     c = Simulation(load_config(None, [*over, "engine=vectorised"])).run()
+    assert vec.engine_name == "vectorised" and vec.engine.last_path == "vectorised"
     # float32 across engines: the bound of the longest local path (every round's longest client)
     local = seq.cfg.local
     steps = seq.cfg.rounds * local.epochs * max(
@@ -200,6 +202,43 @@ def test_engine_and_fallback_reason_are_recorded_as_mlflow_tags(tracking, moon_n
     run_id, _ = run_tracked(load_config(None, [*TINY, "rounds=1", "method=moon"]))
     tags = MlflowClient(tracking.tracking_uri).get_run(run_id).data.tags
     assert tags["engine"] == "sequential" and "moon" in tags["engine_reason"]
+
+
+def test_a_runtime_fallback_is_what_the_engine_tag_says(tracking, monkeypatch, caplog):
+    """A vectorised engine that trains sequentially (here: forced) is tagged sequential, with
+    the reason, on the simulation and on the MLflow run; it used to stay 'vectorised'."""
+    import fedcore.engines.vectorised as vectorised
+
+    monkeypatch.setattr(vectorised, "algo_blocker", lambda algo: "a forced fallback")
+    cfg = load_config(None, [*TINY, "rounds=2", "engine=vectorised"])
+    sim = Simulation(cfg)
+    assert sim.engine_name == "vectorised"
+    sim.run_round(1)
+    assert sim.engine.last_path == "sequential" and sim.engine_name == "sequential"
+    assert "fell back" in sim.engine_reason and "a forced fallback" in sim.engine_reason
+    run_id, _ = run_tracked(cfg)
+    tags = MlflowClient(tracking.tracking_uri).get_run(run_id).data.tags
+    assert tags["engine"] == "sequential" and "a forced fallback" in tags["engine_reason"]
+
+
+def test_a_vectorised_loss_cannot_read_one_clients_context():
+    """The vmapped loss is traced once per chunk: reading ctx.data (or state, generator,
+    start_params) raises instead of silently giving every client the first client's."""
+    from fedcore.clients.fedavg import FedAvgClient
+
+    class ReadsItsData(FedAvgClient):
+        vectorisable = True
+
+        def loss(self, model, x, y, ctx, mask=None):
+            return super().loss(model, x, y, ctx, mask) * ctx.data.num_train
+
+    sim = Simulation(load_config(None, [*TINY, "rounds=1"]))
+    sim.client_algo = ReadsItsData(sim.client_algo.hp)
+    sampled = list(map(int, sim.sample_clients(1)))
+    engine = VectorisedEngine(sim.model, sim.layout, sim.data.in_shape, sim.device)
+    with pytest.raises(RuntimeError, match=r"ctx\.data, which differs per client"):
+        engine.train_round(sim.round_context(1), sampled)
+    sequential.train_round(sim.round_context(1), sampled)  # one client at a time: allowed
 
 
 def test_engine_shorthand_combines_with_the_chunk_key():

@@ -278,6 +278,8 @@ class VectorisedEngine:
         self._frozen_parts: _Parts | None = None  # an eval-mode copy for frozen models
         self.last_chunks: list[int] = []
         self.fallback_logged: str | None = None
+        self.last_path: str | None = None  # what trained the last round: vectorised/sequential
+        self.fallback: str | None = None  # why a round trained sequentially (kept once seen)
 
     # -- planning ---------------------------------------------------------------------------
 
@@ -329,7 +331,9 @@ class VectorisedEngine:
             if blocker != self.fallback_logged:
                 log.info("vectorised engine: %s; training sequentially", blocker)
                 self.fallback_logged = blocker
+            self.last_path, self.fallback = sequential.NAME, blocker
             return sequential.train_round(rc, sampled, order)
+        self.last_path = NAME
         plans = [self._plan(rc, int(cid)) for cid in sampled]
         groups: dict[tuple[int, tuple[str, ...]], list[_Client]] = {}
         for plan in plans:
@@ -433,7 +437,7 @@ class VectorisedEngine:
         if counts != sorted(counts, reverse=True):
             raise ValueError("vectorised chunk: clients must come longest first (step count)")
         algo = rc.client_algo.global_objective
-        ctx = chunk[0].ctx  # vectorisable losses read no per-client ctx
+        ctx = shared_context(chunk[0].ctx)  # one traced call serves every client of the chunk
         if isinstance(algo, TupletClient):
             algo._current = arity
         feed, view = self.feed, self.view
@@ -553,6 +557,39 @@ class VectorisedEngine:
         )
         algo.finish_update(update, ctx)
         return attack(rc, update, ctx.generator)
+
+
+class PerClientField:
+    """Stands in for a per-client field of the context a vmapped loss gets: the loss is traced
+    once for the whole chunk, so it must not read one client's data, state or generator (it
+    would silently get the chunk's first client's). Any use raises, naming the field."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise RuntimeError(
+            f"a vectorised loss read ctx.{self._name}, which differs per client; the engine "
+            "traces one call for a chunk of clients: pass per-client values as frozen models "
+            "or a gradient shift, or set vectorisable = False"
+        )
+
+    def __getattr__(self, attr: str) -> None:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        self._refuse()
+
+    __getitem__ = __contains__ = __iter__ = __len__ = __bool__ = __call__ = _refuse
+
+
+PER_CLIENT = ("data", "state", "generator", "start_params")
+
+
+def shared_context(ctx: LocalContext) -> LocalContext:
+    """``ctx`` with its per-client fields replaced by :class:`PerClientField` guards: what the
+    chunk's clients share (global params, layout, schedule, round, downlink, frozen models)."""
+    guards: dict[str, object] = {name: PerClientField(name) for name in PER_CLIENT}
+    return replace(ctx, **guards)  # type: ignore[arg-type]
 
 
 def _memory_budget(device: torch.device) -> float:

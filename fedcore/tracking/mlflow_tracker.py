@@ -301,6 +301,7 @@ class MLflowTracker(Callback):
         self._sim = sim
         if getattr(sim, "engine_name", None):  # the client-training engine used, and why
             tags.update(engine=sim.engine_name, engine_reason=sim.engine_reason[:5000])
+            self._engine_tagged = sim.engine_name
         if sim.round:
             tags["fedcore.resumed_from_round"] = str(sim.round)
         self._write(self._log_start, tags, dataset_input(sim))
@@ -308,6 +309,9 @@ class MLflowTracker(Callback):
         for h in sim.history:  # rounds restored from a checkpoint, if the run lacks them
             r = int(h["round"])
             self.on_round_end(r, {k: v for k, v in h.items() if k != "round"}, tables.get(r))
+
+    def _log_tags(self, tags: dict[str, str]) -> None:
+        self.client.log_batch(self.active_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def _log_start(self, tags: dict[str, str], dataset: DatasetInput) -> None:
         """The run's start tags and its federated dataset as the run's dataset input (name,
@@ -330,6 +334,12 @@ class MLflowTracker(Callback):
         self, round: int, metrics: dict[str, float], clients: ClientTable | None
     ) -> None:
         self._write(self._log_metrics, dict(metrics), round)
+        sim = self._sim
+        name = getattr(sim, "engine_name", None)
+        if sim is not None and name and name != getattr(self, "_engine_tagged", name):
+            self._engine_tagged = name  # the engine fell back mid-run: the tags say so
+            tags = {"engine": name, "engine_reason": sim.engine_reason[:5000]}
+            self._write(self._log_tags, tags)
 
     def on_checkpoint(self, path: Path) -> None:
         """Upload the newest checkpoint as ``checkpoint/checkpoint.pt`` (replacing the last)."""
