@@ -111,6 +111,12 @@ def test_theory_alpha_is_clipped_alpha_star():
     assert math.isclose(comp.feedback.alpha, 1 / 1.12)
 
 
+def test_constant_decay_starts_in_round_3_as_crafts_code():
+    """CRAFT's resolve_round_lr: lr * decay^max(t - 1, 0), t = 0, 1, ... (our round - 1)."""
+    cfg = load_config(None, ["local.lr=0.1", "local.lr_decay=0.5"])
+    assert [local_lr(cfg.local, r, 5) for r in range(1, 6)] == [0.1, 0.1, 0.05, 0.025, 0.0125]
+
+
 def test_warmup_cosine_schedule_by_hand():
     cfg = load_config(
         None,
