@@ -212,6 +212,23 @@ def test_step5_fallback_and_halving(monkeypatch):
     assert res.metrics["fedlf/fallback"] == 0.0
 
 
+def test_step5_tolerance_is_in_the_codes_gradient_units(monkeypatch):
+    """The code tests -(g.d) > 1e-6 on g = delta / eta; deltas are eta times that, so the
+    tolerance is 1e-6 eta^2. The rows of test_step5_fallback_and_halving scaled by 1e-3: the
+    rescaled d conflicts by 3.3e-7 in delta units, 3.3e-3 in gradient units at eta = 0.01:
+    the code halves, then falls back to d_QP; the old delta-unit test accepted d."""
+    g = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [1.0, 0.0]], dtype=torch.float64) * 1e-3
+    forced = torch.tensor([0.45, 0.55, 0.0], dtype=torch.float64)
+    monkeypatch.setattr(fedlf, "min_norm_weights", lambda gram: (forced, True))
+    b = _batch(g, [1.0, 1.0, 1.0])
+    b.stats["local_lr"] = torch.full((3,), 0.01)
+    res = aggregators.build({"rule": "fedlf"}).aggregate(b)
+    assert res.metrics["fedlf/halvings"] == 1.0 and res.metrics["fedlf/fallback"] == 1.0
+    torch.testing.assert_close(res.step, torch.tensor([1e-4, 0.0], dtype=torch.float64))
+    del b.stats["local_lr"]  # taken as gradients (eta = 1): 3.3e-7 is within 1e-6
+    assert aggregators.build({"rule": "fedlf"}).aggregate(b).metrics["fedlf/fallback"] == 0.0
+
+
 def test_zero_rows_and_single_client():
     # a client with a zero gradient is left out of the QP instead of producing NaN
     g = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
@@ -258,7 +275,7 @@ def test_dtype_server_lr_needs_and_bad_hparams():
     assert step.dtype == torch.float32 and torch.isfinite(step).all()
     half = aggregators.build({"rule": "fedlf", "server_lr": 0.5}).aggregate(batch).step
     torch.testing.assert_close(half, 0.5 * step)
-    assert aggregators.build({"rule": "fedlf"}).needs == {"loss_before"}
+    assert aggregators.build({"rule": "fedlf"}).needs == {"loss_before", "local_lr"}
     with pytest.raises(ValueError, match="server_lr"):
         aggregators.build({"rule": "fedlf", "server_lr": 0.0})
     with pytest.raises(ValueError, match="conflict_tol"):

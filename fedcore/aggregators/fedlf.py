@@ -56,11 +56,13 @@ class FedLF(Aggregator):
 
     class HParams(BaseHParams):
         server_lr: float = Field(1.0, gt=0.0)
-        conflict_tol: float = Field(1e-6, ge=0.0, description="step 5: max_k(-g_k.d) allowed")
+        conflict_tol: float = Field(
+            1e-6, ge=0.0, description="step 5: max_k(-g_k.d) allowed, g and d in gradient units"
+        )
 
     hp: HParams
 
-    needs = frozenset({"loss_before"})
+    needs = frozenset({"loss_before", "local_lr"})
 
     def __init__(self, hparams: HParams | None = None) -> None:
         super().__init__(hparams)
@@ -88,9 +90,14 @@ class FedLF(Aggregator):
         # step 4: ||d|| = ||mean_k g_k||
         d_norm = d_qp.norm()
         d = d_qp * (g.mean(dim=0).norm() / d_norm) if d_norm > 0 else d_qp
-        # step 5 (the code's float guard): halve while ||d|| > 2 ||d_QP||, else fall back to d_QP
+        # step 5 (the code's float guard): halve while ||d|| > 2 ||d_QP||, else fall back to d_QP.
+        # The code tests -(g.d) > 1e-6 on gradients, g = (theta_t - theta_k)/eta (its local-
+        # training branch); our g and d are eta times those, so its tolerance is tol * eta^2.
+        # Hand-made batches without ``local_lr`` are taken as gradients (eta = 1).
+        lr = float(batch.stats["local_lr"].double().mean()) if "local_lr" in batch.stats else 1.0
+        tol = self.hp.conflict_tol * lr**2
         halvings, fallback = 0, False
-        while torch.max(-(g @ d)) > self.hp.conflict_tol:
+        while torch.max(-(g @ d)) > tol:
             if d.norm() > 2 * d_norm:
                 d = d / 2
                 halvings += 1
