@@ -314,3 +314,21 @@ def test_keeps_dtype_and_device():
 def test_bad_hyperparameters_are_rejected(bad):
     with pytest.raises(ValidationError):
         build({"rule": "crf", **bad})
+
+
+def test_pairwise_term_is_normalised_by_m_minus_1_as_specified():
+    """lambda_p / (m - 1) (docs/methods/crf.md, "independent of m"): m identical clients have
+    the same posterior for m = 3 and m = 30; without the division the pairwise pull would grow
+    9x from m = 3 to m = 30 (and 9x at m = 10 against m = 2, the reading of the spec that the
+    code was once suspected of)."""
+    from fedcore.aggregators.crf import CRF, crf_inference
+
+    hp = CRF.HParams()
+    q = {}
+    for m in (3, 30):
+        deltas = torch.ones(m, 5, dtype=torch.float64)
+        res = crf_inference(deltas, torch.full((m,), 10), hp)
+        assert float(res.affinity.sum(dim=1)[0]) == pytest.approx((m - 1) * float(res.score[0]))
+        q[m] = res.q[0]
+    torch.testing.assert_close(q[3], q[30], rtol=0, atol=1e-12)
+
