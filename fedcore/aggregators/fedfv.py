@@ -78,7 +78,7 @@ class FedFV(Aggregator):
         g_hat = g_proj.mean(dim=0)
 
         external = 0
-        if t >= tau:
+        if t >= tau:  # round 1 included for tau = 1: flgo's current_round starts at 1 too
             for h in range(tau - 1, -1, -1):
                 hist = self.history.seen_at(t - h, like=g)
                 conflicting = hist[hist @ g_hat < 0]
