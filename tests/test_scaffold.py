@@ -10,7 +10,7 @@ from fedcore.clients import ClientData, LocalContext, LocalSchedule
 from fedcore.clients.scafcom import MOMENTUM, ScafcomClient
 from fedcore.clients.scaffold import CONTROL, ScaffoldClient
 from fedcore.config import ConfigError, load_config
-from fedcore.layout import ParamLayout
+from fedcore.layout import ParamLayout, load_flat_params
 
 A = (1.0, 2.0, 4.0)
 B = ((1.0, 0.0), (0.0, 1.0), (-1.0, -1.0))
@@ -231,3 +231,31 @@ def test_parameter_without_gradient_is_still_corrected():
     up = Client().local_update(ctx)
     assert float(up.delta[1]) == pytest.approx(-0.1 * 2 * 0.5)  # -lr K Gamma
     assert float(up.extras["delta_c"][1]) == pytest.approx(0.0, abs=1e-12)  # c_i+ = 0
+
+
+def test_option1_runs_in_train_mode_and_commits_the_full_gradient():
+    """control=option1 end to end: c_i+ is grad F_i(theta_t) over the client's train split,
+    taken in train mode like the local steps (it ran in eval mode), and c stays the mean of
+    the c_i."""
+    from fedcore.simulation import Simulation
+
+    sim = Simulation(load_config(None, [
+        "method=scaffold", "method.client.control=option1", "model.name=mlp", "rounds=2",
+        "dataset.num_clients=4", "clients_per_round=2", "local.steps=2", "local.batch_size=8"]))
+    start = sim.params.clone()
+    modes: list[bool] = []
+    sim.model.register_forward_hook(lambda mod, inp, out: modes.append(mod.training))
+    sim.run_round(1)
+    assert modes and all(modes)  # local steps and the full pass: train mode
+    k = int(sim.sample_clients(1)[0])
+    model = sim.model
+    load_flat_params(model, start)
+    model.zero_grad()
+    data = sim.data.clients[k]
+    torch.nn.functional.cross_entropy(model(data.x_train), data.y_train).backward()
+    want = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    torch.testing.assert_close(sim.store[k]["scaffold_c"], want, rtol=1e-4, atol=1e-6)
+    sim.run_round(2)
+    controls = torch.stack([sim.store[j].get("scaffold_c", torch.zeros_like(start))
+                            for j in range(4)])
+    torch.testing.assert_close(sim.aggregator.c, controls.mean(dim=0), rtol=1e-5, atol=1e-7)

@@ -18,6 +18,7 @@ from torch import nn
 from fedcore.clients.base import ClientAlgorithm, ClientUpdate, LocalContext, register
 from fedcore.layout import flat_params, load_flat_params
 from fedcore.registry import HParams as BaseHParams
+from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
@@ -119,18 +120,27 @@ class ScaffoldClient(ControlledClient):
             update.pending["c"] = server_control(ctx)
 
     def full_gradient(self, ctx: LocalContext) -> torch.Tensor:
-        """grad F_i(theta_t) (+ weight decay) over the whole train split, in eval mode."""
+        """grad F_i(theta_t) (+ weight decay) over the whole train split, in train mode like the
+        local steps whose mean gradient option II uses (docs/methods/scaffold.md: the same
+        g_{i,k}); dropout draws from a stream seeded by (seed, round, client), so both
+        engines and every rerun draw the same masks. BatchNorm uses batch statistics; the
+        running statistics it updates are scratch (the update's buffers were taken before)."""
         model, data = ctx.model, ctx.data
         load_flat_params(model, ctx.global_params)
         was_training = model.training
-        model.eval()
+        model.train()
         params = [p for p in model.parameters() if p.requires_grad]
         for p in params:
             p.grad = None
         n = max(data.num_train, 1)
-        for start in range(0, data.num_train, 1024):
-            x, y = data.x_train[start : start + 1024], data.y_train[start : start + 1024]
-            (nn.functional.cross_entropy(model(x), y, reduction="sum") / n).backward()
+        device = ctx.global_params.device
+        devices = [device] if device.type == "cuda" else []
+        seed = derive_seed(ctx.seed, "scaffold_option1", ctx.round, data.client_id)
+        with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            for start in range(0, data.num_train, 1024):
+                x, y = data.x_train[start : start + 1024], data.y_train[start : start + 1024]
+                (nn.functional.cross_entropy(model(x), y, reduction="sum") / n).backward()
         grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads]).detach()
         for p in params:
