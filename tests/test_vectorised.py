@@ -204,6 +204,14 @@ def test_engine_and_fallback_reason_are_recorded_as_mlflow_tags(tracking, moon_n
     assert tags["engine"] == "sequential" and "moon" in tags["engine_reason"]
 
 
+def test_auto_on_cpu_reason_speaks_of_convolutions_only_for_convolutional_models():
+    mlp = Simulation(load_config(None, [*TINY, "device=cpu", "engine=auto"]))
+    assert mlp.engine_name == "sequential" and "auto on cpu" in mlp.engine_reason
+    assert "convolution" not in mlp.engine_reason and "CUDA only" in mlp.engine_reason
+    cnn = Simulation(load_config(None, [*TINY, "device=cpu", "engine=auto", "model.name=cnn"]))
+    assert "for convolutions" in cnn.engine_reason
+
+
 def test_a_runtime_fallback_is_what_the_engine_tag_says(tracking, monkeypatch, caplog):
     """A vectorised engine that trains sequentially (here: forced) is tagged sequential, with
     the reason, on the simulation and on the MLflow run; it used to stay 'vectorised'."""
