@@ -229,7 +229,6 @@ def test_weights_are_a_distribution(seed):
     _, res, step, out = run(deltas, n)
     assert (res.weights >= 0).all()
     assert float(res.weights.sum()) == pytest.approx(1.0, abs=1e-6)
-    labels = torch.tensor([0.0, 0.25, 1.0])
     torch.testing.assert_close(res.q.sum(1), torch.ones(m))
     torch.testing.assert_close(step, res.weights @ deltas)
 
