@@ -32,9 +32,11 @@ KRUM_POINTS = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0], [1.0, 1.0], [10.
 def test_krum_scores_by_hand():
     # m = 5, f = floor((5-3)/2) = 1: the m - f - 2 = 2 nearest others
     assert effective_byzantine(5, None) == 1
-    torch.testing.assert_close(krum_scores(KRUM_POINTS, 1), torch.tensor([3.0, 2, 6, 3, 326]).double())
+    want = torch.tensor([3.0, 2, 6, 3, 326], dtype=torch.float64)  # scores are float64
+    torch.testing.assert_close(krum_scores(KRUM_POINTS, 1), want)
     # f = 0: the 3 nearest others
-    torch.testing.assert_close(krum_scores(KRUM_POINTS, 0), torch.tensor([7.0, 7, 11, 5, 507]).double())
+    want = torch.tensor([7.0, 7, 11, 5, 507], dtype=torch.float64)
+    torch.testing.assert_close(krum_scores(KRUM_POINTS, 0), want)
 
 
 def test_krum_returns_the_lowest_score_delta():
