@@ -79,7 +79,9 @@ def test_projection_regression_and_simplex_property():
     for _ in range(200):
         y = torch.randn(7, dtype=torch.float64, generator=gen) * 3
         p = project_simplex(y)
-        assert (p >= 0).all() and float(p.sum()) == pytest.approx(1.0, abs=1e-12)
+        assert float(p.sum()) == pytest.approx(1.0, abs=1e-12)  # (p >= 0: a clamp, by construction)
+        # the projection's characterisation: <y - p, e_k - p> <= 0 for every vertex e_k
+        assert float(((y - p) - (y - p) @ p).max()) <= 1e-12
         # optimality: p is at least as close to y as random simplex points
         q = torch.distributions.Dirichlet(torch.ones(7, dtype=torch.float64)).sample()
         assert (p - y).norm() <= (q - y).norm() + 1e-12
@@ -97,10 +99,17 @@ def test_lambda_stays_in_the_simplex(hp):
         batch = UpdateBatch(deltas=torch.randn(3, 3, dtype=torch.float64, generator=gen),
                             num_samples=torch.ones(3), stats={"loss_before": losses},
                             client_ids=ids)
+        before = agg.lam.clone()
         step = agg.aggregate(batch).step
         assert torch.isfinite(step).all()
+        # implementation check: feasible by construction of the (floored) projection
         assert (agg.lam >= hp.get("lambda_min", 0.0) - 1e-15).all()
         assert float(agg.lam.sum()) == pytest.approx(1.0, abs=1e-12)
+        # the check that can fail: an ascent step on the sampled losses, <g, lam+ - lam> >= 0
+        # with g_k = (N/m) F_k on the sampled clients (projected and mirror ascent both)
+        g = torch.zeros(10, dtype=torch.float64)
+        g[ids] = (10 / 3) * losses
+        assert float(g @ (agg.lam - before)) >= -1e-12
 
 
 def test_full_participation_is_lambda_weighted_and_n1_is_fedavg():
