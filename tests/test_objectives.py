@@ -261,21 +261,24 @@ def test_fedquad_round_metrics_count_fallbacks():
         assert h["fedquad/triplet_fallback_clients"] == triplet
         assert h["fedquad/ce_only_clients"] == ce_only
         assert h["fedquad/fallback_clients"] == triplet + ce_only
-        assert "repr/intra_inter_ratio" in h
+        assert math.isfinite(h["repr/intra_inter_ratio"]) and h["repr/intra_inter_ratio"] > 0
     assert max(h["fedquad/fallback_clients"] for h in res.history) >= 1  # alpha 0.01: few classes
 
 
 @pytest.mark.parametrize(
-    "spec",
+    "spec, field",
     [
-        {"algorithm": "fedquad", "m1": 5.0},
-        {"algorithm": "moon", "temperature": 0.0},
-        {"algorithm": "supconfl", "tau": 0.1},
+        ({"algorithm": "fedquad", "m1": 5.0}, "m1"),
+        ({"algorithm": "fedquad", "m2": 2.0}, "m2"),  # D <= 2: a margin of 2 is never met
+        ({"algorithm": "moon", "temperature": 0.0}, "temperature"),
+        ({"algorithm": "supconfl", "temperature": 0.0}, "temperature"),  # for its value
     ],
 )
-def test_bad_hyperparameters_are_rejected(spec):
-    with pytest.raises(ValueError):
+def test_bad_hyperparameters_are_rejected(spec, field):
+    with pytest.raises(ValueError, match=field) as err:
         clients.build(spec)
+    assert "extra" not in str(err.value).lower()  # refused for its value, not as unknown
+    clients.build({k: v for k, v in spec.items() if k != field})  # the rest is valid
 
 
 def test_tuplet_distances_are_at_most_two_on_the_embedding_used():
@@ -289,7 +292,7 @@ def test_tuplet_distances_are_at_most_two_on_the_embedding_used():
         model = build_model(name, (1, 8, 8), 10).eval()
         with torch.no_grad():
             z = torch.nn.functional.normalize(model.embedding(torch.randn(64, 1, 8, 8)), dim=1)
-        assert bool((z >= 0).all())
+        assert bool((z >= 0).all())  # implementation check: the embedding is post-ReLU
         d = sq_dist(z[:, None, :].expand(64, 64, -1).reshape(-1, z.shape[1]),
                     z[None, :, :].expand(64, 64, -1).reshape(-1, z.shape[1]))
         assert float(d.max()) <= 2.0 + 1e-6
