@@ -32,7 +32,10 @@ def _params(overrides: list[str]) -> torch.Tensor:
 
 @pytest.mark.parametrize("variant", ["ef", "saef", "sapef", "cser"])
 def test_without_compression_every_variant_is_fedavg(variant):
-    comp = f"{{compressor: none, error_feedback: {variant}, H: 2}}"  # H=2: a CSER reset inside
+    # Top-k keeping every coordinate: the feedback machinery runs (residual u - C(u) = 0,
+    # start theta + alpha e, CSER digests), unlike compressor none, which switches it off and
+    # made this equality hold by construction
+    comp = f"{{compressor: topk, k_frac: 1.0, error_feedback: {variant}, H: 2}}"  # H=2: reset
     over = [f"method.compression={comp}", "method.aggregator.support_normalised=false"]
     fedavg = _params([*FAST, "method=fedavg"])
     assert torch.equal(_params([*FAST, "method=sapef_topk", *over]), fedavg)
@@ -137,13 +140,16 @@ def test_topk_bytes_and_ef_metrics_are_reported():
     assert "sapef/gradient_mismatch" not in result.history[0]  # only every eval_every rounds
     assert result.history[1]["sapef/gradient_mismatch"] > 0
     assert all(h["sapef/residual_norm_mean"] > 0 for h in result.history)
-    assert result.history[0]["sapef/alpha"] == 0.85
+    assert result.history[0]["sapef/alpha"] == 0.85  # implementation check: alpha_r echoed
 
 
 def test_error_feedback_composes_with_fedprox():
     over = [*FAST, "method=sapef_topk", "method.client={algorithm: fedprox, mu: 0.1}"]
     result = Simulation(load_config(None, over)).run()
     assert all(h["agg/rejected_clients"] == 0 for h in result.history)
+    # both parts act: the proximal term changes the model, the residuals are kept
+    assert not torch.equal(_params(tuple(over)), _params((*FAST, "method=sapef_topk")))
+    assert all(h["sapef/residual_norm_mean"] > 0 for h in result.history)
 
 
 def test_uplink_bytes_count_batchnorm_statistics_and_sample_count():
