@@ -152,8 +152,19 @@ def _git(folder: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def _distribution(package: str) -> tuple[str | None, str | None]:
-    names = metadata.packages_distributions().get(package, [])
+@functools.lru_cache(maxsize=1)
+def _all_distributions() -> Mapping[str, list[str]]:
+    return metadata.packages_distributions()  # every installed distribution: read once
+
+
+def _distribution(package: str, root: Path) -> tuple[str | None, str | None]:
+    """The distribution that installs ``package``: one whose metadata lies in ``root`` (an
+    ordinary install, quick), else any on ``sys.path`` (an editable install)."""
+    for dist in metadata.distributions(path=[str(root)]):
+        top = (dist.read_text("top_level.txt") or "").split()
+        if package in top or any(f.parts[0] == package for f in dist.files or []):
+            return dist.metadata["Name"], dist.version
+    names = _all_distributions().get(package, [])
     if not names:
         return None, None
     try:
@@ -172,7 +183,7 @@ def package_source(package: str) -> PackageSource:
     if commit:
         status = _git(folder, "status", "--porcelain", "--untracked-files=no", "--", ".")
         dirty = None if status is None else bool(status)
-    dist, version = _distribution(package)
+    dist, version = _distribution(package, root)
     return PackageSource(package, str(root), files_digest(root, files), dist, version, commit,
                          dirty)
 
