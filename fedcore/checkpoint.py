@@ -131,7 +131,8 @@ def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP,
     path = folder / f"round-{round:06d}.pt"
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
     with open(tmp, "wb") as fh:
-        torch.save({"format": FORMAT, **encode(state), "code_digest": code or code_digest.current()}, fh)
+        digest = code or code_digest.current()
+        torch.save({"format": FORMAT, **encode(state), "code_digest": digest}, fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

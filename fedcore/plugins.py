@@ -173,7 +173,7 @@ def _distribution(package: str, root: Path) -> tuple[str | None, str | None]:
         return names[0], None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def package_source(package: str) -> PackageSource:
     """Where ``package`` comes from, read once per process (the code this process loaded)."""
     root, files = _package_files(package)

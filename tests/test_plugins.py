@@ -250,7 +250,35 @@ def test_tune_trials_use_the_plugin(site, tracking, tmp_path):
     assert all(t.data.tags[f"fedcore.plugin.{PKG}.distribution"] == PKG for t in trials)
 
 
-def test_worker_paths_cover_the_package_and_its_metadata(site):
+def test_a_worker_resolves_the_plugin_from_the_roots_its_cell_carries(site):
     method = load_config(None, ["method.aggregator={rule: clipavg}"]).resolved()["method"]
     assert plugins.import_roots(method) == [str(site)]
     assert plugins.import_roots(load_config(None, []).resolved()["method"]) == []
+    sys.path.remove(str(site))  # a worker started without the user's folder on its path
+    _forget()
+    try:
+        with pytest.raises(KeyError, match="unknown 'clipavg'"):
+            AGG.get("clipavg")
+        plugins.add_roots([str(site), "/no/such/folder"])
+        assert AGG.get("clipavg").__module__ == f"{PKG}.rules"
+        assert "/no/such/folder" not in sys.path
+    finally:
+        if str(site) in sys.path:
+            sys.path.remove(str(site))
+        sys.path.insert(0, str(site))
+        _forget()
+
+
+def test_editing_the_rule_changes_the_code_digest(site):
+    method = load_config(None, ["method.aggregator={rule: clipavg}"]).resolved()["method"]
+    before = code_digest.of_method(method)
+    rules = site / PKG / "rules.py"
+    rules.write_text(RULE.replace("SCALE = 1.0", "SCALE = 0.5"))
+    try:
+        _forget()  # as a new process would read it
+        assert code_digest.of_method(method) != before
+        assert plugins.package_source(PKG).git_dirty is True
+    finally:
+        rules.write_text(RULE)
+        _forget()
+    assert code_digest.of_method(method) == before
