@@ -118,9 +118,15 @@ class PackageSource:
 
 
 def _package_files(package: str) -> tuple[Path, list[Path]]:
-    spec = importlib.util.find_spec(package)
+    try:
+        spec = importlib.util.find_spec(package)
+    except ValueError:  # a module without a spec, e.g. __main__ of a script
+        spec = None
     if spec is None:
-        raise ComponentError(f"package {package!r} cannot be found")
+        origin = getattr(sys.modules.get(package), "__file__", None)
+        if origin is None:
+            raise ComponentError(f"package {package!r} has no source files to record")
+        return Path(origin).resolve().parent, [Path(origin).resolve()]
     if spec.submodule_search_locations:
         folders = [Path(p).resolve() for p in spec.submodule_search_locations]
         files = [p for folder in folders for p in folder.rglob("*.py")
@@ -219,8 +225,13 @@ def components(method: Mapping[str, Any]) -> list[Component]:
         spec = method.get(field)
         if not isinstance(spec, Mapping):
             continue
-        for name in _specs(spec, registry.key):
-            cls = registry.get(name)
+        for i, name in enumerate(_specs(spec, registry.key)):
+            try:
+                cls = registry.get(name)
+            except ComponentError:
+                if i == 0:  # the component itself; a nested key may mean something else
+                    raise
+                continue
             if not in_tree(cls):
                 found[(registry.kind, name)] = Component(
                     registry.kind, name, f"{cls.__module__}:{cls.__qualname__}",
