@@ -19,7 +19,7 @@ from fedcore.aggregators.base import REGISTRY as AGG
 from fedcore.clients.base import REGISTRY as CLIENTS
 from fedcore.compression.base import REGISTRY as COMP
 from fedcore.config import ConfigError, load_config
-from fedcore.tracking.provenance import CODE_DIGEST_TAG
+from fedcore.tracking.provenance import CODE_DIGEST_TAG, code_label
 
 PKG = "fcplug"
 RULE = '''\
@@ -180,6 +180,7 @@ def test_run_records_the_plugin_code(site, tracking, tmp_path):
     assert tags[f"{prefix}.distribution"] == PKG and tags[f"{prefix}.version"] == "0.1"
     assert tags[f"{prefix}.git_commit"] == _commit(site)
     assert tags[f"{prefix}.files_digest"] == plugins.package_source(PKG).files_digest
+    assert code_label(tags).endswith(f" + {PKG} files {tags[f'{prefix}.files_digest']}")
     assert "clip/norm" in run.data.metrics
 
 
@@ -282,3 +283,15 @@ def test_editing_the_rule_changes_the_code_digest(site):
         rules.write_text(RULE)
         _forget()
     assert code_digest.of_method(method) == before
+
+
+def test_report_header_names_the_packages_of_plugin_rows():
+    import pandas as pd
+
+    from fedcore.tracking.report import code_header
+
+    label = "commit abc1234 + fcplug files 1a2b3c4d5e6f"
+    runs = pd.DataFrame({"code_digest": [code_digest.current(), "0123456789ab"],
+                         "code": ["commit abc1234", label]})
+    assert f"(cells with components of other packages: {label});" in code_header(runs, False)
+    assert "other packages" not in code_header(runs.iloc[:1], False)

@@ -359,8 +359,11 @@ def explanation(reference: str, refs: dict[Any, str], spec: SweepSpec) -> str:
 def code_header(runs: pd.DataFrame, any_code: bool) -> str:
     """The report's lines on which code made its rows; a warning when more than one did."""
     if not any_code:
-        return (f"Rows: runs made by this {current_code_label()}; runs of other code count as "
-                "missing (`fedcore report --any-code` includes them).\n\n")
+        own = [] if runs.empty else list(dict.fromkeys(
+            runs.loc[runs["code_digest"] != code_digest.current(), "code"]))
+        plus = f" (cells with components of other packages: {'; '.join(own)})" if own else ""
+        return (f"Rows: runs made by this {current_code_label()}{plus}; runs of other code "
+                "count as missing (`fedcore report --any-code` includes them).\n\n")
     versions = runs.groupby("code_digest", sort=False)["code"].agg(["first", "count"])
     made_by = "; ".join(f"{count} by code {digest or '?'} ({label})"
                         for digest, (label, count) in versions.iterrows())
