@@ -107,15 +107,6 @@ class PackageSource:
     git_commit: str | None = None
     git_dirty: bool | None = None
 
-    def label(self) -> str:
-        """``mypkg 0.1 (files 1a2b3c4d5e6f, commit abc1234, dirty)``."""
-        parts = [f"files {self.files_digest}"]
-        if self.git_commit:
-            parts.append(f"commit {self.git_commit[:7]}" + (", dirty" if self.git_dirty else ""))
-        name = self.package if self.distribution is None else (
-            f"{self.distribution} {self.version}")
-        return f"{name} ({', '.join(parts)})"
-
 
 def _package_files(package: str) -> tuple[Path, list[Path]]:
     try:
@@ -183,7 +174,7 @@ def _distribution(package: str, root: Path) -> tuple[str | None, str | None]:
 def package_source(package: str) -> PackageSource:
     """Where ``package`` comes from, read once per process (the code this process loaded)."""
     root, files = _package_files(package)
-    folder = files[0].parent
+    folder = files[0].parent if files else root
     commit = _git(folder, "rev-parse", "HEAD")
     dirty = None
     if commit:
