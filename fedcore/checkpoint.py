@@ -122,13 +122,17 @@ def checkpoint_files(folder: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP) -> Path:
-    """Write ``round-<round>.pt`` atomically (temporary file, fsync, rename); keep the newest."""
+def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP,
+         code: str | None = None) -> Path:
+    """Write ``round-<round>.pt`` atomically (temporary file, fsync, rename); keep the newest.
+
+    ``code``: the run's code digest (:func:`fedcore.code_digest.of_config`; None: fedcore's)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"round-{round:06d}.pt"
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
     with open(tmp, "wb") as fh:
-        torch.save({"format": FORMAT, **encode(state), "code_digest": code_digest.current()}, fh)
+        digest = code or code_digest.current()
+        torch.save({"format": FORMAT, **encode(state), "code_digest": digest}, fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -161,12 +165,12 @@ def load(
     return state
 
 
-def same_code(state: dict[str, Any]) -> bool:
-    """Whether a loaded checkpoint was written by the code of this process."""
-    return state.get("code_digest") == code_digest.current()
+def same_code(state: dict[str, Any], code: str | None = None) -> bool:
+    """Whether a loaded checkpoint was written by this code (digest ``code``, None: fedcore's)."""
+    return state.get("code_digest") == (code or code_digest.current())
 
 
-def latest(folder: Path) -> dict[str, Any] | None:
+def latest(folder: Path, code: str | None = None) -> dict[str, Any] | None:
     """The newest checkpoint in ``folder`` that loads and was written by this code (an
     unreadable one falls back to older). Files of other code are deleted with one log line:
     the run starts fresh instead of continuing another version's state (and its new files
@@ -179,14 +183,14 @@ def latest(folder: Path) -> dict[str, Any] | None:
         except Exception as exc:  # noqa: BLE001  (e.g. a truncated file: try the previous one)
             log.warning("checkpoint %s does not load (%s); trying an older one", path, exc)
             continue
-        if same_code(state):
+        if same_code(state, code):
             found = state
             break
         stale.append((path, state.get("code_digest", "none")))
     if stale:
         log.warning("not resuming %s: written by other code (code digest %s, this code %s); "
                     "deleted", ", ".join(p.name for p, _ in stale), stale[0][1],
-                    code_digest.current())
+                    code or code_digest.current())
         for path, _ in stale:
             path.unlink(missing_ok=True)
     return found

@@ -7,6 +7,10 @@ an installed wheel give the same digest. Tests, docs, configs and README are not
 config's effect is in the run's config hash). Runs carry it as the tag ``fedcore.code_digest``
 and checkpoints as ``code_digest``: a sweep reuses, a report tables and a resume continues only
 work made by the same code (README "Which code made a number").
+
+A run whose rule, client objective or compressor comes from a package outside fedcore
+(:mod:`fedcore.plugins`) has the digest of both: :func:`of_config` folds in each such package's
+files digest, so editing the user's code reruns the sweep cells that use it.
 """
 
 from __future__ import annotations
@@ -14,9 +18,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import fedcore
+
+if TYPE_CHECKING:
+    from fedcore.config import ExperimentConfig
 
 PACKAGES = ("fedcore", "flows")
 LIBRARIES = ("torch", "numpy")
@@ -58,3 +67,23 @@ def digest_of(root: Path, versions: dict[str, str]) -> str:
 def current() -> str:
     """The digest of the code this process runs (computed once per process)."""
     return digest_of(Path(fedcore.__file__).resolve().parent.parent, library_versions())
+
+
+def of_method(method: Mapping[str, Any]) -> str:
+    """The digest of the code a run of this (resolved) method runs: :func:`current` when all
+    its components are fedcore's own, else that combined with the files digest of every
+    package outside fedcore they come from."""
+    from fedcore.plugins import sources
+
+    packages = sources(method)
+    if not packages:
+        return current()
+    h = hashlib.sha256(current().encode())
+    for source in packages:
+        h.update(f";{source.package}:{source.files_digest}".encode())
+    return h.hexdigest()[:LENGTH]
+
+
+def of_config(cfg: ExperimentConfig) -> str:
+    """:func:`of_method` of a validated config's method."""
+    return of_method(cfg.resolved()["method"])

@@ -306,14 +306,15 @@ def _validate_method(cfg: ExperimentConfig) -> None:
             raise ConfigError(
                 f"{prefix}.{registry.key}: missing; allowed: {', '.join(registry.names())}"
             )
-        if name not in registry.names():
-            raise ConfigError(
-                f"{prefix}.{registry.key}: unknown {name!r}; allowed: {', '.join(registry.names())}"
-            )
+        if not isinstance(name, str):
+            raise ConfigError(f"{prefix}.{registry.key}: expected a name (got {name!r})")
         try:
+            component = registry.get(name)  # built-in, entry point or module:Class
             hp = registry.hparams(spec)
+        except KeyError as exc:
+            raise ConfigError(f"{prefix}.{registry.key}: {exc}") from None
         except ValidationError as exc:
-            raise ConfigError(_one_line(exc, prefix, registry.get(name).HParams)) from None
+            raise ConfigError(_one_line(exc, prefix, component.HParams)) from None
         setattr(method, field_name, {registry.key: name, **hp.model_dump(mode="json")})
     for registry, field_name in ((CLIENTS, "client"), (AGG, "aggregator")):
         spec = dict(getattr(method, field_name))

@@ -19,11 +19,18 @@ class HParams(BaseModel):
 
 
 class Registry(Generic[T]):
-    """Maps a name to a class whose ``HParams`` attribute validates its hyper-parameters."""
+    """Maps a name to a class whose ``HParams`` attribute validates its hyper-parameters.
 
-    def __init__(self, kind: str, key: str, package: str) -> None:
-        self.kind, self.key, self.package = kind, key, package
+    Names are fedcore's own (modules of ``package``), entry points of the group
+    ``fedcore.plugins.GROUPS[kind]`` (loaded on first use), or import paths ``module:Class``;
+    classes from outside fedcore must subclass ``base`` (``module:Class``).
+    """
+
+    def __init__(self, kind: str, key: str, package: str, base: str) -> None:
+        self.kind, self.key, self.package, self.base = kind, key, package, base
         self._entries: dict[str, type[T]] = {}
+        self._external: dict[str, type[T]] = {}  # entry points and import paths resolved so far
+        self._entry_points: dict[str, Any] | None = None
         self._loaded = False
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
@@ -44,15 +51,55 @@ class Registry(Generic[T]):
                     importlib.import_module(f"{self.package}.{mod.name}")
             self._loaded = True
 
+    def _plugins(self) -> dict[str, Any]:
+        """This kind's entry points by name (read once; :meth:`refresh` reads them again)."""
+        if self._entry_points is None:
+            from fedcore.plugins import GROUPS, entry_points
+
+            self._entry_points = entry_points(GROUPS[self.kind])
+        return self._entry_points
+
+    def refresh(self) -> None:
+        """Forget the entry point listing (after ``sys.path`` changed)."""
+        self._entry_points = None
+
     def names(self) -> list[str]:
+        """Built-in names and entry point names (entry points are not loaded)."""
         self._load()
-        return sorted(self._entries)
+        return sorted(set(self._entries) | set(self._plugins()))
+
+    def classes(self) -> dict[str, type[T]]:
+        """Built-in classes and the out-of-tree ones resolved so far, by name."""
+        self._load()
+        return {**self._external, **self._entries}
 
     def get(self, name: str) -> type[T]:
+        """The class of ``name``: built-in, entry point, or import path ``module:Class``.
+
+        Raises :class:`fedcore.plugins.ComponentError` (a KeyError) with a one-line reason.
+        """
+        from fedcore.plugins import ComponentError, load_entry_point, load_import_path
+
         self._load()
-        if name not in self._entries:
-            raise KeyError(f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}")
-        return self._entries[name]
+        if name in self._entries:
+            return self._entries[name]
+        if name in self._external:
+            return self._external[name]
+        module, _, attr = self.base.partition(":")
+        base = getattr(importlib.import_module(module), attr)
+        if ":" in name:
+            cls = load_import_path(name, self.kind, base)
+        elif name in self._plugins():
+            cls = load_entry_point(self._plugins()[name], self.kind, base)
+        else:
+            raise ComponentError(
+                f"unknown {name!r}; allowed: {', '.join(self.names())}, "
+                "or an import path module:Class"
+            )
+        if "name" not in vars(cls):
+            cls.name = name  # type: ignore[attr-defined]
+        self._external[name] = cls
+        return cls
 
     def hparams(self, spec: dict[str, Any]) -> HParams:
         """Validate ``spec`` ({key: name, **hparams}) against the named entry's HParams."""

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedcore import aggregators, checkpoint, clients, compression, stopping
+from fedcore import aggregators, checkpoint, clients, code_digest, compression, stopping
 from fedcore.adversaries import choose_clients
 from fedcore.aggregators import Aggregate, UpdateBatch
 from fedcore.bn_statistics import average_bn_statistics
@@ -495,13 +495,16 @@ class Simulation:
 
     def save_checkpoint(self) -> None:
         """Write this round's checkpoint and tell the callbacks its path."""
-        path = checkpoint.save(self.state_dict(), checkpoint.run_folder(self.cfg), self.round)
+        path = checkpoint.save(self.state_dict(), checkpoint.run_folder(self.cfg), self.round,
+                               code=code_digest.of_config(self.cfg))
         for cb in self.callbacks:
             cb.on_checkpoint(path)
 
     def resume(self, state: dict[str, Any] | None = None) -> bool:
         """Continue from ``state``, else from the newest local checkpoint; False if none."""
-        state = state if state is not None else checkpoint.latest(checkpoint.run_folder(self.cfg))
+        if state is None:
+            code = code_digest.of_config(self.cfg)
+            state = checkpoint.latest(checkpoint.run_folder(self.cfg), code)
         if state is None:
             return False
         self.load_state_dict(state)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import uuid
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -9,8 +10,8 @@ from prefect import State, flow, task
 from pydantic import Field
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
-from fedcore import stopping
-from fedcore.config import build_config, parse_overrides
+from fedcore import code_digest, plugins, stopping
+from fedcore.config import ConfigError, build_config, parse_overrides
 from fedcore.data.federated import shared_federated_data
 from fedcore.devices import pinned_device
 from fedcore.simulation import resolve_device
@@ -64,6 +65,7 @@ def simulate_cell(
     finish_in_background: bool = False,
     reuse_other_code: bool = False,
     stop_event: str | None = None,
+    plugin_paths: list[str] | None = None,
 ) -> dict[str, Any] | State[Any]:
     """Simulate one cell (its resolved config) as a child run of the sweep.
 
@@ -74,11 +76,13 @@ def simulate_cell(
     trains (the flow waits for it before it ends). A FINISHED run of the same config made by
     the same code skips the cell (of any code with ``reuse_other_code``). On a Dask worker, the
     Dask event ``stop_event`` being set stops the cell at its next round boundary, as a signal
-    does here.
+    does here. ``plugin_paths`` (:func:`fedcore.plugins.import_roots`) are put on the worker's
+    ``sys.path`` where they exist, so it imports the user's components as the flow does.
     """
     with watch_dask_event(stop_event):
         if stopping.requested():  # queued when the stop came: not started
             return stopped_state("cell")
+        plugins.add_roots(plugin_paths or [])
         return _simulate_cell(resolved, parent_run_id, sweep, settings, cells_per_gpu,
                               finish_in_background, reuse_other_code)
 
@@ -87,8 +91,12 @@ def _simulate_cell(
     resolved: dict[str, Any], parent_run_id: str, sweep: str, settings: TrackingSettings | None,
     cells_per_gpu: int, finish_in_background: bool, reuse_other_code: bool,
 ) -> dict[str, Any] | State[Any]:
-    cfg = build_config(resolved)
-    done = finished_run(cfg.config_hash(), settings, any_code=reuse_other_code)
+    try:
+        cfg = build_config(resolved)
+    except ConfigError as exc:  # e.g. a worker of another machine lacks the user's package
+        raise ConfigError(f"{exc} (on {where()})") from None
+    done = finished_run(cfg.config_hash(), settings, any_code=reuse_other_code,
+                        code=code_digest.of_config(cfg))
     if done is not None:
         return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
     try:
@@ -102,6 +110,16 @@ def _simulate_cell(
     except stopping.StopRequested:  # its run is KILLED with the rounds it finished
         return stopped_state("cell")
     return {"run_id": run_id, "status": "finished", **result.summary}
+
+
+def where() -> str:
+    """This process as a cell's error names it: its Dask worker's address, else its host."""
+    try:
+        from distributed import get_worker
+
+        return f"Dask worker {get_worker().address}"
+    except (ImportError, ValueError):
+        return f"host {socket.gethostname()}"
 
 
 def parent_run(spec: SweepSpec, settings: TrackingSettings | None = None) -> str:
@@ -171,7 +189,7 @@ def sweep(
     parent = parent_run(spec, settings)
     client = mlflow_client(settings)
     log_source(client, parent, sweep_file, list(overrides or []), "sweep.yaml")
-    note = other_code_note((c.config.config_hash() for c in spec.cells), settings,
+    note = other_code_note((c.config for c in spec.cells), settings,
                            reused=reuse_other_code)
     if note:
         print(note)
@@ -202,6 +220,7 @@ def sweep(
                         "finish_in_background": runner == "thread",
                         "reuse_other_code": reuse_other_code,
                         "stop_event": stop_event,
+                        "plugin_paths": plugins.import_roots(cell.config.resolved()["method"]),
                     },
                 ),
             )

@@ -53,6 +53,7 @@ SLOW_TESTS = {
     "test_tracked_claims_are_one_parent_run_with_the_table", "test_prefect_flow_claims",
     "test_ui_serves_the_project_store_and_prints_the_training_view_link",
     "test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows",
+    "test_sweep_on_threads_and_dask_reruns_cells_after_the_rule_changes",
 }
 
 

@@ -176,11 +176,11 @@ def test_sweep_reruns_cells_of_other_code_and_reports_the_new_runs(
     assert [r["status"] for r in first] == ["finished"]
     assert [r["run_id"] for r in sweep(str(path))] == [first[0]["run_id"]]  # same code: skipped
     spec = load_sweep(path)
-    hashes = [c.config.config_hash() for c in spec.cells]
-    assert other_code_note(hashes) is None
+    configs = [c.config for c in spec.cells]
+    assert other_code_note(configs) is None
 
     _other_code(monkeypatch, "c0dechange01")
-    note = other_code_note(hashes)  # the line the flow prints (Prefect's log of its prints)
+    note = other_code_note(configs)  # the line the flow prints (Prefect's log of its prints)
     assert note.startswith("1 cells have finished runs made by other code (commit ")
     assert note.endswith("); running them again")
     second = sweep(str(path))
@@ -191,7 +191,7 @@ def test_sweep_reruns_cells_of_other_code_and_reports_the_new_runs(
     assert list(report.runs["code_digest"]) == ["c0dechange01"]
 
     _other_code(monkeypatch, "c0dechange02")
-    assert other_code_note(hashes, reused=True).endswith("; reusing them (--reuse-other-code)")
+    assert other_code_note(configs, reused=True).endswith("; reusing them (--reuse-other-code)")
     capsys.readouterr()
     assert main(["sweep", str(path), "--reuse-other-code"]) == 0
     assert "skipped" in capsys.readouterr().out

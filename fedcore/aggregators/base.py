@@ -18,7 +18,9 @@ from fedcore.registry import Registry
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
 
-REGISTRY: Registry[Aggregator] = Registry("aggregator rule", "rule", "fedcore.aggregators")
+REGISTRY: Registry[Aggregator] = Registry(
+    "aggregator rule", "rule", "fedcore.aggregators", "fedcore.aggregators.base:Aggregator"
+)
 register = REGISTRY.register
 
 

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from fedcore.models import FedModel, ModelView
     from fedcore.round_context import RoundContext
 
-REGISTRY: Registry[ClientAlgorithm] = Registry("client algorithm", "algorithm", "fedcore.clients")
+REGISTRY: Registry[ClientAlgorithm] = Registry(
+    "client algorithm", "algorithm", "fedcore.clients", "fedcore.clients.base:ClientAlgorithm"
+)
 register = REGISTRY.register
 
 

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from fedcore.round_context import RoundContext
     from fedcore.store import ClientStore
 
-REGISTRY: Registry[Compressor] = Registry("compressor", "compressor", "fedcore.compression")
+REGISTRY: Registry[Compressor] = Registry(
+    "compressor", "compressor", "fedcore.compression", "fedcore.compression.base:Compressor"
+)
 register = REGISTRY.register
 
 

@@ -34,7 +34,7 @@ def vectorised_clients() -> list[str]:
     """Client objectives whose ``loss`` the vectorised engine vmaps (``vectorisable``)."""
     from fedcore.clients.base import REGISTRY
 
-    return [name for name in REGISTRY.names() if REGISTRY.get(name).vectorisable]
+    return sorted(name for name, cls in REGISTRY.classes().items() if cls.vectorisable)
 
 
 def vectorised_blocker(cfg: ExperimentConfig) -> str | None:

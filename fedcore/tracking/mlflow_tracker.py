@@ -235,7 +235,8 @@ class MLflowTracker(Callback):
     def start(self, resolved: dict[str, Any], config_hash: str) -> str:
         exp_id = get_experiment_id(self.client, self.settings)
         tags = {
-            **provenance_tags(), **run_tags(resolved, config_hash), **self.extra_tags,
+            **provenance_tags(resolved["method"]), **run_tags(resolved, config_hash),
+            **self.extra_tags,
             **owner_tags(),
         }
         if self.parent_run_id:
@@ -273,8 +274,10 @@ class MLflowTracker(Callback):
         if pending is not None:
             pending.result()
 
-    def resume(self, run_id: str) -> None:
-        """Continue an unfinished run: RUNNING again, and no (metric, step) is logged twice."""
+    def resume(self, run_id: str, method: dict[str, Any] | None = None) -> None:
+        """Continue an unfinished run: RUNNING again, and no (metric, step) is logged twice.
+
+        ``method``: the run's resolved method (its code digest covers out-of-tree code)."""
         run = self.client.get_run(run_id)
         self.run_id = run_id
         self._resumed = True
@@ -283,7 +286,7 @@ class MLflowTracker(Callback):
             for key in run.data.metrics
             for m in self.client.get_metric_history(run_id, key)
         }
-        tags = {**provenance_tags(), **self.extra_tags, **owner_tags()}
+        tags = {**provenance_tags(method), **self.extra_tags, **owner_tags()}
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])

@@ -11,7 +11,9 @@ import getpass
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import fedcore
 from fedcore import code_digest
@@ -60,6 +62,9 @@ def code_label(tags: dict[str, str]) -> str:
         label += ", dirty"
     if not tags.get(CODE_DIGEST_TAG):
         label += ", no code digest"
+    for key in sorted(tags):  # out-of-tree packages: `` + mypkg files 1a2b3c4d5e6f``
+        if key.startswith("fedcore.plugin.") and key.endswith(".files_digest"):
+            label += f" + {key[len('fedcore.plugin.'):-len('.files_digest')]} files {tags[key]}"
     return label
 
 
@@ -114,9 +119,18 @@ def _static_tags() -> dict[str, str]:
     return tags
 
 
-def provenance_tags() -> dict[str, str]:
-    """Tags recording the code, libraries, host, user and Prefect flow run behind a run."""
+def provenance_tags(method: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Tags recording the code, libraries, host, user and Prefect flow run behind a run.
+
+    With the run's resolved ``method``, the code digest covers the packages outside fedcore
+    its components come from, and ``fedcore.plugins``/``fedcore.plugin.<package>.*`` name them
+    (:func:`fedcore.plugins.tags`)."""
     tags = {**_static_tags(), CODE_DIGEST_TAG: code_digest.current()}
+    if method is not None:
+        from fedcore.plugins import tags as plugin_tags
+
+        tags.update(plugin_tags(method))
+        tags[CODE_DIGEST_TAG] = code_digest.of_method(method)
     flow_run_id = prefect_flow_run_id()
     if flow_run_id:
         tags["fedcore.prefect_flow_run_id"] = flow_run_id

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from fedcore import code_digest
 from fedcore.comparison import (
     RowTest,
     best_marks,
@@ -81,7 +82,8 @@ def sweep_runs(
                     {"dataset.name", "dataset.alpha"})
     rows: list[dict[str, Any]] = []
     for h, cell in cells.items():
-        run, cfg = finished_run(h, settings, any_code=any_code), cell.config
+        cfg = cell.config
+        run = finished_run(h, settings, any_code=any_code, code=code_digest.of_config(cfg))
         if run is None:
             continue
         mode = regime(cfg.resolved())
@@ -357,8 +359,11 @@ def explanation(reference: str, refs: dict[Any, str], spec: SweepSpec) -> str:
 def code_header(runs: pd.DataFrame, any_code: bool) -> str:
     """The report's lines on which code made its rows; a warning when more than one did."""
     if not any_code:
-        return (f"Rows: runs made by this {current_code_label()}; runs of other code count as "
-                "missing (`fedcore report --any-code` includes them).\n\n")
+        own = [] if runs.empty else list(dict.fromkeys(
+            runs.loc[runs["code_digest"] != code_digest.current(), "code"]))
+        plus = f" (cells with components of other packages: {'; '.join(own)})" if own else ""
+        return (f"Rows: runs made by this {current_code_label()}{plus}; runs of other code "
+                "count as missing (`fedcore report --any-code` includes them).\n\n")
     versions = runs.groupby("code_digest", sort=False)["code"].agg(["first", "count"])
     made_by = "; ".join(f"{count} by code {digest or '?'} ({label})"
                         for digest, (label, count) in versions.iterrows())
@@ -371,7 +376,7 @@ def code_header(runs: pd.DataFrame, any_code: bool) -> str:
 
 def _other_code_hint(spec: SweepSpec, settings: TrackingSettings) -> str:
     """`` (N have runs of other code: ...)`` for the error of a report without rows."""
-    other = other_code_runs((c.config.config_hash() for c in spec.cells), settings)
+    other = other_code_runs((c.config for c in spec.cells), settings)
     return (f" ({len(other)} have FINISHED runs of other code: rerun the sweep, or report "
             "them with --any-code)" if other else "")
 

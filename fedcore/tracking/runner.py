@@ -54,22 +54,23 @@ def run_tracked(
         settings, parent_run_id=parent_run_id, run_name=run_name, tags=tags,
         finish_in_background=not wait, figures=figures,
     )
+    code = code_digest.of_config(cfg)
     with _CLAIM:
         unfinished = unfinished_runs(cfg.config_hash(), tracker.settings) if resume else []
-        previous = next((r for r in unfinished if same_code(r)), None)
+        previous = next((r for r in unfinished if same_code(r, code)), None)
         if previous is not None:
-            tracker.resume(previous.info.run_id)
+            tracker.resume(previous.info.run_id, cfg.resolved()["method"])
         else:
             tracker.start(cfg.resolved(), cfg.config_hash())
         run_id = tracker.active_run_id
-        supersede([r for r in unfinished if not same_code(r)], run_id, tracker.settings)
+        supersede([r for r in unfinished if not same_code(r, code)], run_id, tracker.settings)
         _ACTIVE.add(run_id)
     sim.callbacks = [tracker, *callbacks]
     try:
-        state = checkpoint.latest(checkpoint.run_folder(cfg)) if resume else None
+        state = checkpoint.latest(checkpoint.run_folder(cfg), code) if resume else None
         if state is None and previous is not None:
             state = tracker.download_checkpoint()
-            state = state if state is None or checkpoint.same_code(state) else None
+            state = state if state is None or checkpoint.same_code(state, code) else None
         if state is not None:
             sim.resume(state)
         result = sim.run()
@@ -114,9 +115,10 @@ def unfinished_runs(config_hash: str, settings: TrackingSettings | None = None) 
     ]
 
 
-def same_code(run: Run) -> bool:
-    """Whether ``run`` was made by the code of this process (same code digest)."""
-    return run.data.tags.get(CODE_DIGEST_TAG) == code_digest.current()
+def same_code(run: Run, code: str | None = None) -> bool:
+    """Whether ``run`` was made by this code: digest ``code``
+    (:func:`fedcore.code_digest.of_config` of its config; None: fedcore's own)."""
+    return run.data.tags.get(CODE_DIGEST_TAG) == (code or code_digest.current())
 
 
 def supersede(runs: list[Run], new_run_id: str, settings: TrackingSettings | None) -> None:
@@ -150,34 +152,38 @@ def _writer_alive(tags: dict[str, str]) -> bool:
 
 
 def finished_run(
-    config_hash: str, settings: TrackingSettings | None = None, any_code: bool = False
+    config_hash: str, settings: TrackingSettings | None = None, any_code: bool = False,
+    code: str | None = None,
 ) -> Run | None:
-    """The newest FINISHED run with this config hash made by this code (any code with
-    ``any_code``), if any."""
+    """The newest FINISHED run with this config hash made by this code, digest ``code``
+    (:func:`fedcore.code_digest.of_config`; None: fedcore's own), or by any code with
+    ``any_code``, if any."""
     runs = runs_with_hash(config_hash, "= 'FINISHED'", 1, settings,
-                          code=None if any_code else code_digest.current())
+                          code=None if any_code else code or code_digest.current())
     return runs[0] if runs else None
 
 
 def other_code_runs(
-    config_hashes: Iterable[str], settings: TrackingSettings | None = None
+    configs: Iterable[ExperimentConfig], settings: TrackingSettings | None = None
 ) -> list[Run]:
-    """For every config hash without a FINISHED run of this code, its newest FINISHED run of
-    other code (hashes with neither are left out)."""
+    """For every config without a FINISHED run of its code, its newest FINISHED run of other
+    code (configs with neither are left out)."""
     found = []
-    for h in config_hashes:
-        if finished_run(h, settings) is None:
+    for cfg in configs:
+        h = cfg.config_hash()
+        if finished_run(h, settings, code=code_digest.of_config(cfg)) is None:
             other = finished_run(h, settings, any_code=True)
             if other is not None:
                 found.append(other)
     return found
 
 
-def other_code_note(config_hashes: Iterable[str], settings: TrackingSettings | None = None,
+def other_code_note(configs: Iterable[ExperimentConfig],
+                    settings: TrackingSettings | None = None,
                     reused: bool = False) -> str | None:
     """One line on the cells whose only FINISHED runs were made by other code (None if
     none): ``running them again``, or with ``reused`` that they are reused."""
-    runs = other_code_runs(config_hashes, settings)
+    runs = other_code_runs(configs, settings)
     if not runs:
         return None
     labels = "; ".join(dict.fromkeys(code_label(r.data.tags) for r in runs))

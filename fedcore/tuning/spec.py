@@ -499,7 +499,7 @@ def _check_personal(spec: StudySpec, cfg: ExperimentConfig) -> None:
 
     algorithm = cfg.method.client["algorithm"]
     if not REGISTRY.get(algorithm).personalized:
-        allowed = ", ".join(n for n in REGISTRY.names() if REGISTRY.get(n).personalized)
+        allowed = ", ".join(sorted(n for n, c in REGISTRY.classes().items() if c.personalized))
         raise ConfigError(
             f"study.metric: {personal[0]} needs a personalised client algorithm, "
             f"method.client.algorithm={algorithm!r} has no personal models; allowed: {allowed}"
