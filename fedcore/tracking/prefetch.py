@@ -17,7 +17,8 @@ from importlib import import_module
 
 log = logging.getLogger("fedcore")
 
-FIGURES = ("matplotlib.figure", "matplotlib.ticker", "matplotlib.backends.backend_agg")
+FIGURES = ("matplotlib.figure", "matplotlib.ticker", "matplotlib.backends.backend_agg",
+           "PIL.PngImagePlugin")
 TABLES = ("pandas", "pyarrow.parquet")
 
 
