@@ -63,14 +63,19 @@ class StoreHelper:
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
+        self.told = False
 
     def go(self) -> None:
         """Create the schema now (in the helper, while this process goes on)."""
+        self.told = True
         self._send(b"go\n")
 
     def close(self) -> None:
-        """Close the helper's input (it exits without writing unless told to go) and reap it,
-        waiting for migrations it started (they hold the store's lock)."""
+        """Reap the helper: one told to go is waited for (its migrations hold the store's
+        lock); one not told has written nothing and is ended at once (a config error's exit
+        does not wait for its imports)."""
+        if not self.told:
+            self.proc.kill()
         self._send(b"")
         self.proc.wait()
 
