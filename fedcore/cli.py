@@ -19,6 +19,7 @@ from fedcore.config import ConfigError, load_config, parse_overrides
 
 if TYPE_CHECKING:
     from fedcore.simulation import ClientTable, Result, Simulation
+    from fedcore.tracking.store_setup import StoreHelper
 
 DEBUG_ENV = "FEDCORE_DEBUG"  # set to 1: failures show their traceback (as --debug)
 EPILOG = "Overrides are KEY=VALUE with dotted keys, e.g. dataset.alpha=0.1 rounds=50."
@@ -81,20 +82,44 @@ def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     config, overrides = _split_args(args.items)
-    cfg = load_config(config, overrides)
-    from fedcore.tracking.runner import run_tracked
-
-    bar = ProgressBar()
+    helper = _store_helper()  # a new store's schema, made in parallel (README "Speed")
     try:
-        run_id, result = run_tracked(cfg, callbacks=[bar])
+        cfg = load_config(config, overrides)
+        from fedcore.data.federated import build_federated_data
+        from fedcore.simulation import resolve_device
+
+        data = build_federated_data(cfg.dataset, cfg.seed, resolve_device(cfg.device),
+                                    cfg.clients)
+        if helper is not None:
+            helper.go()  # the config and the data are valid: the store may be written
+        from fedcore.tracking.runner import run_tracked
+
+        bar = ProgressBar()
+        try:
+            run_id, result = run_tracked(cfg, callbacks=[bar], data=data)
+        finally:
+            bar.close()  # before any error line, so the bar does not redraw after it
     finally:
-        bar.close()  # before any error line, so the bar does not redraw after it
+        if helper is not None:
+            helper.close()
     print(
         f"\nMLflow run {run_id}  method={cfg.method.name}  dataset={cfg.dataset.name}  "
         f"alpha={cfg.dataset.alpha}  seed={cfg.seed}"
     )
     print_table([{"metric": k, "value": v} for k, v in result.summary.items()], ["metric", "value"])
     return 0
+
+
+def _store_helper() -> StoreHelper | None:
+    """The helper process that creates a new SQLite store's schema (None: an existing store,
+    or settings that the run itself will report as wrong)."""
+    from fedcore.tracking.settings import load_settings
+    from fedcore.tracking.store_setup import start_helper
+
+    try:
+        return start_helper(load_settings().tracking_uri)
+    except ConfigError:
+        return None
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

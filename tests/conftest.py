@@ -18,6 +18,7 @@ os.environ["PREFECT_HOME"] = str(_TMP / "prefect")
 os.environ["MPLCONFIGDIR"] = str(_TMP / "mpl")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
+os.environ["FEDCORE_STORE_HELPER"] = "0"  # no schema helper process (tests/test_store_setup.py)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shutil
@@ -10,9 +9,8 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,9 +21,11 @@ from fedcore import checkpoint
 from fedcore.callbacks import Callback
 from fedcore.env import configure_environment
 from fedcore.hparams import regime_tags
+from fedcore.tracking.prefetch import end_modules, prefetch
 from fedcore.tracking.provenance import device_tags, provenance_tags
 from fedcore.tracking.retry import RetryingClient
 from fedcore.tracking.settings import TrackingSettings, load_settings
+from fedcore.tracking.store_setup import store_lock as store_lock
 
 configure_environment()
 
@@ -81,28 +81,6 @@ def mlflow_client(settings: TrackingSettings | None = None) -> MlflowClient:
                 client = MlflowClient(tracking_uri=settings.tracking_uri)
             _CLIENTS[settings.tracking_uri] = client
     return cast(MlflowClient, RetryingClient(client))  # the same methods, each retried
-
-
-_OPENED: set[str] = set()  # SQLite stores this process has opened (their schema is ready)
-
-
-@contextmanager
-def store_lock(tracking_uri: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``<database>.lock`` while this process first opens a SQLite
-    store: one process creates or migrates the schema, the others wait and then find it ready.
-    The kernel releases the lock if its holder dies."""
-    if not tracking_uri.startswith("sqlite:///") or tracking_uri in _OPENED:
-        yield
-        return
-    db = Path(tracking_uri.removeprefix("sqlite:///"))
-    db.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(f"{db}.lock", os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-        _OPENED.add(tracking_uri)
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
 
 
 class _Writers:
@@ -300,6 +278,7 @@ class MLflowTracker(Callback):
         from fedcore.tracking.inputs import dataset_input
 
         tags = dict(device_tags(sim.device))
+        prefetch(end_modules(self.figures))  # the run's end imports, while it trains
         self._start_system_metrics(sim.device)
         self._sim = sim
         if getattr(sim, "engine_name", None):  # the client-training engine used, and why
