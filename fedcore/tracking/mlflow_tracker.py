@@ -303,6 +303,10 @@ class MLflowTracker(Callback):
             tags.update(engine=sim.engine_name, engine_reason=sim.engine_reason[:5000])
         if sim.round:
             tags["fedcore.resumed_from_round"] = str(sim.round)
+        if sim.skipped_metrics:  # metrics this model cannot give (fedcore.models.protocol)
+            tags["fedcore.skipped_metrics"] = "; ".join(
+                f"{k}: {v}" for k, v in sim.skipped_metrics.items()
+            )
         self._write(self._log_start, tags, dataset_input(sim))
         tables = {t.round: t for t in sim.client_tables}
         for h in sim.history:  # rounds restored from a checkpoint, if the run lacks them
