@@ -44,6 +44,8 @@ from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed, numpy_rng
 from fedcore.store import ClientStore
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from fedcore.models import FedModel
 
 __all__ = ["Callback", "ClientStore", "ClientTable", "Result", "Simulation", "run"]
@@ -78,6 +80,18 @@ class Result:
     client_tables: list[ClientTable] = field(default_factory=list)
     summary: dict[str, float] = field(default_factory=dict)
     skipped_metrics: dict[str, str] = field(default_factory=dict)  # pattern -> why not measured
+
+    def rounds_frame(self) -> pd.DataFrame:
+        """One row per round, one column per metric (pandas)."""
+        from fedcore.frames import rounds_frame
+
+        return rounds_frame(self.history)
+
+    def clients_frame(self) -> pd.DataFrame:
+        """One row per (evaluated round, client): accuracy, loss, samples, sampled (pandas)."""
+        from fedcore.frames import clients_frame
+
+        return clients_frame(self.client_tables)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -48,32 +48,51 @@ def _blobs(n: int = 240, classes: int = 3, dim: int = 8, seed: int = 0):
     return x, y
 
 
-def test_plain_module_by_import_path_trains_evaluates_and_is_tracked(user_package, tracking):
+def test_plain_module_by_import_path_on_own_numpy_data_trains_evaluates_and_is_tracked(
+    user_package, tracking
+):
     from mlflow.tracking import MlflowClient
 
     from fedcore.tracking import load_model
     from fedcore.tracking.runner import run_tracked
 
-    cfg = load_config(None, [*TINY, "model.name=userpkg.nets:small_net",
-                             "model.kwargs={hidden: 12}"])
+    x, y = _blobs()
+    data = federate(x, y, name="blobs", source="tests: gaussian blobs", num_clients=4,
+                    alpha=0.3, seed=5)
+    over = [*TINY, "model.name=userpkg.nets:small_net", "model.kwargs={hidden: 12}"]
+    cfg = load_config(None, over)
     assert cfg.model.code is not None and cfg.model.code.startswith("file sha256:")
-    run_id, result = run_tracked(cfg)
+    run_id, result = run_tracked(cfg, data=data)
     assert len(result.history) == 2 and "test/accuracy" in result.history[-1]
     assert not any(k.startswith("repr/") for k in result.history[-1])
     assert result.skipped_metrics == {"repr/*": "the model has no embedding(x)/head(z)"}
     run = MlflowClient(tracking.tracking_uri).get_run(run_id)
     assert run.info.status == "FINISHED"
-    assert run.data.params["model.name"] == "userpkg.nets:small_net"
-    assert run.data.params["model.kwargs.hidden"] == "12"
-    assert run.data.params["model.code"] == cfg.model.code
-    assert run.data.tags["fedcore.skipped_metrics"].startswith("repr/*")
-    model = load_model(run_id)
+    params, tags = run.data.params, run.data.tags
+    assert params["model.name"] == "userpkg.nets:small_net"
+    assert params["model.kwargs.hidden"] == "12"
+    assert params["model.code"] == cfg.model.code
+    assert tags["fedcore.skipped_metrics"].startswith("repr/*")
+    # the data is recorded as itself: name, source, partition settings, digest, config hash
+    assert tags["dataset"] == "blobs" and tags["config_hash"] == result.config_hash
+    assert params["dataset.digest"] == data.record.digest
+    assert params["dataset.alpha"] == "0.3" and params["dataset.partition_seed"] == "5"
+    (ds_input,) = run.inputs.dataset_inputs
+    assert ds_input.dataset.name == "blobs"
+    assert ds_input.dataset.digest == data.record.digest
+    assert json.loads(ds_input.dataset.source)["uri"] == "tests: gaussian blobs"
+    profile = json.loads(ds_input.dataset.profile)
+    assert profile["alpha"] == 0.3 and profile["seed"] == 5 and profile["clients"] == 4
+    assert result.config_hash not in _shipped_hashes()
+    model = load_model(run_id)  # rebuilt from the import path and kwargs
     assert isinstance(model, nn.Sequential) and model[1].out_features == 12
+    with torch.no_grad():
+        acc = (model(data.x_test).argmax(1) == data.y_test).float().mean().item()
+    assert acc == pytest.approx(result.summary["final/accuracy"], abs=1e-6)
     # editing the model's file changes what the config records, and so its hash
     nets = user_package / "nets.py"
     nets.write_text(nets.read_text() + "\n# edited\n")
-    assert load_config(None, [*TINY, "model.name=userpkg.nets:small_net",
-                              "model.kwargs={hidden: 12}"]).config_hash() != cfg.config_hash()
+    assert load_config(None, over).config_hash() != cfg.config_hash()
 
 
 @pytest.mark.parametrize("method, lacking", [
@@ -128,38 +147,20 @@ def _shipped_hashes() -> set[str]:
     return hashes
 
 
-def test_own_numpy_data_is_recorded_with_its_name_and_digest_and_no_shipped_hash(tracking):
-    from mlflow.tracking import MlflowClient
-
-    from fedcore.tracking.runner import run_tracked
-
+def test_own_numpy_data_is_in_the_config_and_its_hash_matches_no_shipped_config():
     x, y = _blobs()
-    data = federate(x, y, name="blobs", source="tests: gaussian blobs", num_clients=4,
-                    alpha=0.3, seed=5)
+    data = federate(x, y, name="blobs", num_clients=6, alpha=0.3, seed=5)
     assert data.record is not None and data.record.digest == content_digest(data)
     # the same arrays split another way: another digest
-    assert federate(x, y, name="blobs", num_clients=4, alpha=0.3, seed=6).record.digest != \
-        data.record.digest
-    base = load_config(None, ["rounds=2", "clients_per_round=2", "model.name=mlp"])
+    other = federate(x, y, name="blobs", num_clients=6, alpha=0.3, seed=6)
+    assert other.record is not None and other.record.digest != data.record.digest
+    base = load_config(None, [])  # the default config, whose hash is a main-sweep cell's kind
     cfg = Simulation(base, data=data, model=nn.Sequential(nn.Linear(8, 3))).cfg
     assert cfg.dataset.name == "blobs" and cfg.dataset.alpha == 0.3
-    assert cfg.dataset.num_clients == 4 and cfg.dataset.partition_seed == 5
+    assert cfg.dataset.num_clients == 6 and cfg.dataset.partition_seed == 5
+    assert cfg.dataset.digest == data.record.digest
     assert cfg.config_hash() not in _shipped_hashes()
-    # a shipped config's own cells stay as they were (its hash does not move with own data)
-    assert base.config_hash() == load_config(None, ["rounds=2", "clients_per_round=2",
-                                                    "model.name=mlp"]).config_hash()
-    run_id, result = run_tracked(base, data=data, model=nn.Sequential(nn.Linear(8, 3)))
-    assert result.config_hash == cfg.config_hash() or result.config["model"]["weights"]
-    run = MlflowClient(tracking.tracking_uri).get_run(run_id)
-    assert run.data.tags["dataset"] == "blobs"
-    assert run.data.tags["config_hash"] == result.config_hash
-    assert run.data.params["dataset.digest"] == data.record.digest
-    (ds_input,) = run.inputs.dataset_inputs
-    assert ds_input.dataset.name == "blobs"
-    assert ds_input.dataset.digest == data.record.digest
-    assert json.loads(ds_input.dataset.source)["uri"] == "tests: gaussian blobs"
-    profile = json.loads(ds_input.dataset.profile)
-    assert profile["alpha"] == 0.3 and profile["seed"] == 5 and profile["clients"] == 4
+    assert base.config_hash() == load_config(None, []).config_hash()  # the caller's is intact
 
 
 def test_hand_made_federated_data_is_not_recorded_as_the_configs_dataset():

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
 import yaml
 
 from fedcore import checkpoint
@@ -428,19 +427,7 @@ class MLflowTracker(Callback):
 
 
 def per_client_frame(tables: list[ClientTable]) -> pd.DataFrame:
-    """One row per (evaluated round, client); aggregator stats are NaN where not reported."""
-    import pandas as pd
+    """One row per (evaluated round, client): :func:`fedcore.frames.clients_frame`."""
+    from fedcore.frames import clients_frame
 
-    columns = {
-        "round": np.concatenate([np.full(len(t.client_id), t.round) for t in tables]),
-        "client_id": np.concatenate([t.client_id for t in tables]),
-        "accuracy": np.concatenate([t.accuracy for t in tables]),
-        "loss": np.concatenate([t.loss for t in tables]),
-        "num_samples": np.concatenate([t.num_samples for t in tables]),
-        "sampled": np.concatenate([t.sampled for t in tables]),
-    }
-    for name in sorted({k for t in tables for k in t.extra}):
-        columns[name] = np.concatenate(
-            [t.extra.get(name, np.full(len(t.client_id), np.nan)) for t in tables]
-        )
-    return pd.DataFrame(columns)
+    return clients_frame(tables)
