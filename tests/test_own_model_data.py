@@ -193,6 +193,8 @@ def test_torch_dataset_and_client_index_lists():
         federate(x, y, clients=lists)
     with pytest.raises(ConfigError, match="^dataset.alpha"):
         federate(x, y, alpha=-1)
+    with pytest.raises(ConfigError, match="^dataset.partition: 'given' needs the client index"):
+        federate(x, y, partition="given")
 
 
 def test_own_data_name_in_a_config_without_the_data_is_refused():

@@ -104,8 +104,12 @@ def federate(
     """
     xs, ys = _tensors(x, y, "data")
     if clients is not None:
-        partition["partition"] = "given"
-        partition.setdefault("num_clients", len(clients))
+        if partition.get("num_clients", len(clients)) != len(clients):
+            raise ConfigError(f"dataset.num_clients: {partition['num_clients']} given with "
+                              f"{len(clients)} client index lists")
+        partition.update(partition="given", num_clients=len(clients))
+    elif partition.get("partition") == "given":
+        raise ConfigError("dataset.partition: 'given' needs the client index lists (clients=...)")
     try:
         settings = DatasetConfig(name=name, source=source or source_of(x, y), digest="-",
                                  partition_seed=seed, **partition)
