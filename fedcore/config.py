@@ -31,6 +31,9 @@ IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # package.module
 
 
 UNHASHED = ("checkpoint_every", "checkpoint_dir")  # cannot change a run's numbers
+# keys fedcore fills in for own data and models (what they are), not settings to give
+RECORDED = ("dataset.source", "dataset.digest", "dataset.partition_seed", "model.code",
+            "model.weights")
 
 
 class ConfigError(ValueError):

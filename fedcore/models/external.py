@@ -145,9 +145,11 @@ def config_with_model(cfg: ExperimentConfig, model: ModelArg) -> ExperimentConfi
 
 def record_code(cfg: ExperimentConfig) -> None:
     """Import a model given by import path (one-line error if that fails) and set
-    ``model.code`` to the code record of what it names."""
-    if is_import_path(cfg.model.name):
-        cfg.model.code = code_record(resolve(cfg.model.name))
+    ``model.code`` to the code record of what it names; a config names no instance, so
+    ``model.weights`` is cleared (fedcore sets both, a config's own values are not kept)."""
+    cfg.model.code = code_record(resolve(cfg.model.name)) if is_import_path(cfg.model.name) \
+        else None
+    cfg.model.weights = None
 
 
 def instantiate(
