@@ -1,7 +1,9 @@
 """The final models of a run as MLflow artifacts, and ``load_model(run_id)`` to get them back.
 
 ``model/global.pt`` holds the global model's ``state_dict`` with what is needed to rebuild it
-(model name, norm, input shape, classes, MOON's projection head); for personalised methods
+(model name or import path and its kwargs, norm, input shape, classes, MOON's projection head;
+whether it was an instance passed from Python, which is loaded into a module given to
+``load_model``); for personalised methods
 (Ditto) ``model/personal.pt`` holds every client's personal parameters. Both are plain
 ``torch.save`` files of tensors and numbers, read with ``weights_only=True``.
 """
