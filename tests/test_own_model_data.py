@@ -136,6 +136,24 @@ def test_model_instance_from_python_is_recorded_by_class_and_initial_weights():
     assert np.isfinite(result.summary["final/accuracy"])
 
 
+def linear_net(in_shape, num_classes):
+    return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(in_shape)), num_classes))
+
+
+def test_factory_from_python_is_called_under_the_seed_and_recorded_by_its_path():
+    x, y = _blobs(n=60)
+    data = federate(x, y, num_clients=3, partition="iid")
+    cfg = load_config(None, ["rounds=1", "clients_per_round=2"])
+    first, second = (Simulation(cfg, data=data, model=linear_net) for _ in range(2))
+    assert first.cfg.model.name == f"{__name__}:linear_net"
+    assert first.cfg.model.weights is None
+    assert first.cfg.model.code is not None and first.cfg.model.code.startswith("file sha256:")
+    assert torch.equal(first.params, second.params)  # initial weights from the seed
+    reseeded = Simulation(load_config(None, ["rounds=1", "clients_per_round=2", "seed=1"]),
+                          data=data, model=linear_net)
+    assert not torch.equal(first.params, reseeded.params)
+
+
 def _shipped_hashes() -> set[str]:
     from fedcore.sweep import load_sweep
 
