@@ -219,3 +219,20 @@ def test_own_data_name_in_a_config_without_the_data_is_refused():
     with pytest.raises(ConfigError, match=r"^dataset.name: unknown 'blobs'; allowed: digits"):
         load_config(None, ["dataset.name=blobs"])
     assert Path(config_dir()).is_dir() and read_yaml  # the shipped configs are read above
+
+
+def test_plain_module_trains_on_the_vectorised_engine_as_on_the_sequential_one(user_package):
+    from fedcore.engines import sequential
+    from fedcore.engines.vectorised import VectorisedEngine
+
+    cfg = load_config(None, [*TINY, "model.name=userpkg.nets:small_net", "engine=vectorised"])
+    sim = Simulation(cfg)
+    assert sim.engine_name == "vectorised"
+    sampled = list(map(int, sim.sample_clients(1)))
+    rc = sim.round_context(1)
+    seq = sequential.train_round(rc, sampled)
+    vec = VectorisedEngine(sim.model, sim.layout, sim.data.in_shape, sim.device).train_round(
+        rc, sampled)
+    for c in sampled:  # float32 rounding of batched kernels, grown over the local steps
+        err = (vec[c].delta - seq[c].delta).norm() / seq[c].delta.norm()
+        assert float(err) <= 512 * seq[c].num_steps * 2.0**-24, c
