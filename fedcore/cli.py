@@ -189,7 +189,7 @@ def config_keys() -> list[str]:
     """Every dotted key of the experiment config (a method's own keys as method.<part>.*)."""
     from pydantic import BaseModel
 
-    from fedcore.config import ExperimentConfig
+    from fedcore.config import RECORDED, ExperimentConfig
 
     def walk(model: type[BaseModel], prefix: str) -> list[str]:
         keys = []
@@ -200,7 +200,7 @@ def config_keys() -> list[str]:
                          "method.compression.*"]
             elif isinstance(sub, type) and issubclass(sub, BaseModel):
                 keys += walk(sub, f"{prefix}{name}.")
-            else:
+            elif f"{prefix}{name}" not in RECORDED:
                 keys.append(f"{prefix}{name}")
         return keys
 

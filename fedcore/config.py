@@ -6,20 +6,34 @@ import copy
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 DATASETS = (
     "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
 )
 NATURAL_DATASETS = ("femnist",)  # datasets with per-sample owner ids (partition=natural)
 MODELS = ("mlp", "cnn", "smallcnn", "resnet20", "resnet56", "resnet110")
+IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # package.module:Name
 
 
 UNHASHED = ("checkpoint_every", "checkpoint_dir")  # cannot change a run's numbers
+# keys fedcore fills in for own data and models (what they are), not settings to give
+RECORDED = ("dataset.source", "dataset.digest", "dataset.partition_seed", "model.code",
+            "model.weights")
 
 
 class ConfigError(ValueError):
@@ -35,20 +49,59 @@ class _Strict(BaseModel):
 ALPHA_MAX = 1e6  # dataset.alpha's documented maximum (README "Reliability")
 
 
-class DatasetConfig(_Strict):
-    name: Literal[
-        "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
-    ] = "digits"
+class _Recorded(_Strict):
+    """A block with keys fedcore fills in for data or models from outside (``OPTIONAL``): left
+    out of the resolved config while unset, so the config hashes of built-in ones stay as
+    they were."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in self.OPTIONAL:
+            if data.get(key) in (None, {}):
+                data.pop(key, None)
+        return data
+
+
+class DatasetConfig(_Recorded):
+    """A built-in dataset by ``name``, or own data passed from Python (``digest`` set: see
+    ``fedcore.data.own``), whose name, source and partition settings fedcore records here."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("source", "digest", "partition_seed")
+    name: str = "digits"
     root: str = "data"
     download: bool = False
     verify: bool = True
-    partition: Literal["iid", "dirichlet", "shards", "natural"] = "dirichlet"
+    partition: Literal["iid", "dirichlet", "shards", "natural", "given"] = "dirichlet"
     alpha: float = Field(0.1, gt=0)
     num_clients: int = Field(20, ge=1)
     min_samples: int = Field(10, ge=0)
     shards_per_client: int = Field(2, ge=1)
     test_fraction: float = Field(0.2, ge=0, lt=1)
     global_test_fraction: float = Field(0.2, gt=0, lt=1)
+    source: str | None = None  # own data: where it came from
+    digest: str | None = None  # own data: content digest (samples, labels, clients)
+    partition_seed: int | None = Field(None, ge=0)  # own data: the seed of its partition
+
+    @model_validator(mode="after")
+    def _name_known(self) -> DatasetConfig:
+        if self.digest is None and self.name not in DATASETS:
+            raise ValueError(
+                f"dataset.name: unknown {self.name!r}; allowed: {', '.join(DATASETS)} "
+                "(own data: pass it from Python, see docs/python-api.md)"
+            )
+        if self.digest is not None and self.name in DATASETS:
+            raise ValueError(
+                f"dataset.name: {self.name!r} is a built-in dataset; give own data another name"
+            )
+        if self.partition == "given" and self.digest is None:
+            raise ValueError(
+                "dataset.partition: 'given' (client index lists) is for own data passed from "
+                "Python; allowed: iid, dirichlet, shards, natural"
+            )
+        return self
 
     @field_validator("alpha")
     @classmethod
@@ -61,9 +114,34 @@ class DatasetConfig(_Strict):
         return v
 
 
-class ModelConfig(_Strict):
-    name: Literal["mlp", "cnn", "smallcnn", "resnet20", "resnet56", "resnet110"] = "cnn"
+class ModelConfig(_Recorded):
+    """A built-in model by ``name``, or any ``nn.Module`` class or factory by import path
+    (``package.module:Name``, called with ``kwargs``; see ``fedcore.models.external``)."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("kwargs", "code", "weights")
+    name: str = "cnn"
     norm: Literal["batch", "group"] = "batch"
+    kwargs: dict[str, Any] = Field(default_factory=dict)  # import paths only
+    code: str | None = None  # set by fedcore: digest of the defining file, package version
+    weights: str | None = None  # set by fedcore: initial weights of an instance from Python
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in MODELS and not IMPORT_PATH.match(name):
+            raise ValueError(
+                f"unknown {name!r}; allowed: {', '.join(MODELS)}, or an nn.Module class or "
+                "factory by import path (package.module:Name)"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _kwargs_for_own(self) -> ModelConfig:
+        if self.kwargs and self.name in MODELS:
+            raise ValueError(
+                f"model.kwargs: only for a model given by import path, not {self.name!r}"
+            )
+        return self
 
 
 class LocalConfig(_Strict):
@@ -276,6 +354,9 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     _validate_method(cfg)
+    from fedcore.models.external import record_code
+
+    record_code(cfg)
     from fedcore.engines.select import validate_engine
 
     validate_engine(cfg)
@@ -335,6 +416,8 @@ def _one_line(exc: ValidationError, prefix: str = "", root: type[BaseModel] | No
         hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
         return f"{key}: unknown key{hint}"
     msg = err["msg"].removeprefix("Value error, ")
+    if msg.startswith(f"{key}."):  # a block's own check names its key in full
+        return msg
     if err["type"] in ("literal_error", "enum"):
         return f"{key}: {msg} (got {err.get('input')!r})"
     if "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict):

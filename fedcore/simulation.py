@@ -7,7 +7,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -15,12 +15,14 @@ import torch
 from fedcore import aggregators, checkpoint, clients, code_digest, compression, stopping
 from fedcore.adversaries import choose_clients
 from fedcore.aggregators import Aggregate, UpdateBatch
+from fedcore.aggregators.base import REGISTRY as RULES
 from fedcore.bn_statistics import average_bn_statistics
 from fedcore.callbacks import Callback
 from fedcore.clients import ClientData, ClientUpdate, LocalSchedule
 from fedcore.compression.base import side_bytes
-from fedcore.config import ExperimentConfig
+from fedcore.config import ConfigError, ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
+from fedcore.data.own import config_with_data
 from fedcore.devices import check_device_present
 from fedcore.engines import sequential
 from fedcore.engines.select import build_engine
@@ -34,11 +36,17 @@ from fedcore.metrics import (
     per_sample_eval,
     representation_stats,
 )
-from fedcore.models import build_model
+from fedcore.models.external import ModelArg, config_with_model, instantiate
+from fedcore.models.protocol import REPR_METRICS, check_model, has_embedding
 from fedcore.round_context import RoundContext
 from fedcore.schedules import local_lr
 from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed, numpy_rng
 from fedcore.store import ClientStore
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from fedcore.models import FedModel
 
 __all__ = ["Callback", "ClientStore", "ClientTable", "Result", "Simulation", "run"]
 
@@ -71,6 +79,19 @@ class Result:
     history: list[dict[str, float]] = field(default_factory=list)
     client_tables: list[ClientTable] = field(default_factory=list)
     summary: dict[str, float] = field(default_factory=dict)
+    skipped_metrics: dict[str, str] = field(default_factory=dict)  # pattern -> why not measured
+
+    def rounds_frame(self) -> pd.DataFrame:
+        """One row per round, one column per metric (pandas)."""
+        from fedcore.frames import rounds_frame
+
+        return rounds_frame(self.history)
+
+    def clients_frame(self) -> pd.DataFrame:
+        """One row per (evaluated round, client): accuracy, loss, samples, sampled (pandas)."""
+        from fedcore.frames import clients_frame
+
+        return clients_frame(self.client_tables)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -107,9 +128,21 @@ class Simulation:
         callbacks: list[Callback] | tuple[Callback, ...] = (),
         data: FederatedData | None = None,
         device: str | None = None,
+        model: ModelArg | None = None,
     ) -> None:
         """``device`` (e.g. a pinned ``cuda:1``) overrides ``cfg.device`` without changing
-        the config or its hash."""
+        the config or its hash. ``data`` (own data, see :mod:`fedcore.data.own`) and ``model``
+        (an ``nn.Module``, a class or a factory) replace the config's; ``self.cfg`` then records
+        them (name, source, digest), so its hash is theirs."""
+        if model is not None:
+            cfg = config_with_model(cfg, model)
+        if data is not None:
+            cfg = config_with_data(cfg, data)
+        elif cfg.dataset.digest is not None:
+            raise ConfigError(
+                f"dataset: {cfg.dataset.name!r} is own data (digest {cfg.dataset.digest}); "
+                "pass it as Simulation(cfg, data=...)"
+            )
         self.cfg = cfg
         self.callbacks = list(callbacks)
         self.device = resolve_device(device or cfg.device)
@@ -122,11 +155,13 @@ class Simulation:
         self.client_algo = clients.build(cfg.method.client)
         with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(cfg.seed, "init"))
-            model = build_model(
-                cfg.model.name, self.data.in_shape, self.data.num_classes, norm=cfg.model.norm
-            )
-            self.client_algo.prepare_model(model)
-            self.model = model.to(self.device)
+            model = instantiate(cfg, model, self.data.in_shape, self.data.num_classes)
+            check_model(model, cfg.model.name, self.client_algo,
+                        RULES.get(cfg.method.aggregator["rule"]))
+            # any nn.Module; what the method calls beyond model(x) was checked just above
+            fed_model = cast("FedModel", model)
+            self.client_algo.prepare_model(fed_model)
+            self.model = fed_model.to(self.device)
         self.layout = ParamLayout.from_model(self.model)
         self.params = flat_params(self.model)
         self.buffers = {k: v.detach().clone() for k, v in self.model.named_buffers()}
@@ -144,6 +179,10 @@ class Simulation:
         self.history: list[dict[str, float]] = []  # the Result's, kept here to be checkpointed
         self.client_tables: list[ClientTable] = []
         self._eval_x, self._eval_y, self._eval_owner = self._stack_client_tests(self.data.clients)
+        self.skipped_metrics: dict[str, str] = {}  # metric pattern -> why it is not measured
+        if not has_embedding(self.model):
+            self.skipped_metrics[REPR_METRICS] = "the model has no embedding(x)/head(z)"
+            log.warning("%s metrics skipped: %s", REPR_METRICS, self.skipped_metrics[REPR_METRICS])
 
     @staticmethod
     def _stack_client_tests(
@@ -363,9 +402,13 @@ class Simulation:
         load_flat_params(self.model, params)
         if self.buffers:
             self.model.load_state_dict(self.buffers, strict=False)
-        correct, loss, z = eval_with_embeddings(self.model, self.data.x_test, self.data.y_test)
+        if REPR_METRICS in self.skipped_metrics:
+            correct, loss = per_sample_eval(self.model, self.data.x_test, self.data.y_test)
+        else:
+            correct, loss, z = eval_with_embeddings(self.model, self.data.x_test, self.data.y_test)
         metrics = {"test/accuracy": float(correct.float().mean()), "test/loss": float(loss.mean())}
-        metrics.update(representation_stats(z, self.data.y_test))
+        if REPR_METRICS not in self.skipped_metrics:
+            metrics.update(representation_stats(z, self.data.y_test))
         n_clients = self.data.num_clients
         has_test = np.array([len(c.y_test) > 0 for c in self.data.clients])
         if has_test.any():
@@ -414,7 +457,8 @@ class Simulation:
                     f"callback {type(cb).__name__} is not a fedcore.callbacks.Callback subclass"
                 )
         result = Result(
-            self.cfg.resolved(), self.cfg.config_hash(), self.history, self.client_tables
+            self.cfg.resolved(), self.cfg.config_hash(), self.history, self.client_tables,
+            skipped_metrics=dict(self.skipped_metrics),
         )
         for cb in self.callbacks:
             cb.on_run_start(self)
@@ -580,6 +624,12 @@ def summarize(history: list[dict[str, float]], target: float | None) -> dict[str
     return out
 
 
-def run(cfg: ExperimentConfig, callbacks: list[Callback] | tuple[Callback, ...] = ()) -> Result:
-    """Run one simulation of ``cfg``, reporting to ``callbacks``."""
-    return Simulation(cfg, callbacks).run()
+def run(
+    cfg: ExperimentConfig,
+    callbacks: list[Callback] | tuple[Callback, ...] = (),
+    data: FederatedData | None = None,
+    model: ModelArg | None = None,
+) -> Result:
+    """Run one simulation of ``cfg`` (with own ``data`` or ``model``), reporting to
+    ``callbacks``."""
+    return Simulation(cfg, callbacks, data=data, model=model).run()

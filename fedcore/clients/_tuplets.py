@@ -149,6 +149,7 @@ class TupletClient(ClientAlgorithm):
 
     arity: ClassVar[int] = 4
     vectorisable = True
+    model_needs = ("embedding", "head")
     _current: int = 0  # tuplet size of the client being trained (0 = CE only)
 
     class HParams(BaseHParams):

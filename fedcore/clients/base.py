@@ -177,6 +177,8 @@ class ClientAlgorithm:
     # others give ``not_vectorised`` as the reason they train sequentially.
     vectorisable: ClassVar[bool] = False
     not_vectorised: ClassVar[str] = "its loss has not been written for padded batches"
+    # what ``loss`` and ``prepare_model`` call beyond ``model(x)`` (fedcore.models.protocol)
+    model_needs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, hparams: BaseHParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()

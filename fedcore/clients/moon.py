@@ -51,6 +51,7 @@ class MoonClient(ClientAlgorithm):
     """
 
     vectorisable = True
+    model_needs = ("embedding", "head", "add_projection_head")
 
     class HParams(BaseHParams):
         mu: float = Field(1.0, ge=0.0)

@@ -66,6 +66,7 @@ def _masked_supcon(
 @register("supconfl")
 class SupConFLClient(ClientAlgorithm):
     vectorisable = True
+    model_needs = ("embedding", "head")
 
     class HParams(BaseHParams):
         beta: float = Field(1.0, ge=0.0)

@@ -33,13 +33,17 @@ class FederatedData:
     x_test: torch.Tensor
     y_test: torch.Tensor
     num_classes: int
-    in_shape: tuple[int, int, int]
+    in_shape: tuple[int, ...]  # one sample's shape: (C, H, W) for the built-in datasets
     noisy_clients: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     # per client: (indices of its train samples, indices of its local test samples) in the
     # dataset's train split (natural FEMNIST clients: local test indices into the test split)
     partition: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     # clients x classes: each client's training label distribution before any label noise
     clean_label_mix: torch.Tensor | None = None
+    # own data (fedcore.data.own.federate): its name, source, partition settings and digest
+    record: DatasetConfig | None = None
+    # data fedcore built from a config: ``built_key`` of that config (None: built elsewhere)
+    built_from: str | None = None
 
     @property
     def num_clients(self) -> int:
@@ -52,6 +56,13 @@ class FederatedData:
         if self.clean_label_mix is not None:
             return self.clean_label_mix
         return label_mix([c.y_train for c in self.clients], self.num_classes)
+
+
+def built_key(cfg: DatasetConfig, seed: int, behaviour: ClientsConfig | None) -> str:
+    """What :func:`build_federated_data` was called with (not the device)."""
+    return json.dumps([cfg.model_dump(mode="json"), seed,
+                       behaviour.model_dump(mode="json") if behaviour is not None else None],
+                      sort_keys=True)
 
 
 def partition_digest(data: FederatedData) -> str:
@@ -195,6 +206,7 @@ def build_federated_data(
         noisy,
         [(np.asarray(tr), np.asarray(te)) for tr, te in zip(trains, tests, strict=True)],
         mix,
+        built_from=built_key(cfg, seed, behaviour),
     )
 
 

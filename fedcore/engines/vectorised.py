@@ -21,7 +21,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
@@ -79,8 +79,6 @@ def model_blocker(model: nn.Module) -> str | None:
             return f"module {name} is a Dropout with p=1"
     if any(True for _ in model.buffers()):
         return "the model has buffers, which the vectorised engine does not update"
-    if not all(hasattr(model, a) for a in ("embedding", "head")):
-        return "the model has no embedding/head split"
     return None
 
 
@@ -207,7 +205,7 @@ def _probe(
     model.eval()
     try:
         with torch.no_grad():
-            model.head(model.embedding(torch.zeros(batch, *in_shape, device=device)))
+            model(torch.zeros(batch, *in_shape, device=device))
     finally:
         for h in hooks:
             h.remove()
@@ -505,8 +503,7 @@ class VectorisedEngine:
         """The eval-mode, gradient-free model copy that frozen views call (made once)."""
         if self._frozen_parts is None:
             twin = copy.deepcopy(rc.model).requires_grad_(False).eval()
-            assert isinstance(twin, FedModel)  # the model the engine was built for
-            self._frozen_parts = _Parts(twin)
+            self._frozen_parts = _Parts(cast(FedModel, twin))  # the model the engine holds
         return self._frozen_parts
 
     def _frozen_params(

@@ -34,24 +34,32 @@ def dataset_input(sim: Simulation) -> DatasetInput:
     """
     cfg = sim.cfg
     data = sim.data
+    digest = cfg.dataset.digest  # own data: its content digest (fedcore.data.own)
+    own = digest is not None
     profile = {
         "partition": cfg.dataset.partition,
         "alpha": cfg.dataset.alpha,
-        "seed": cfg.seed,
+        "seed": cfg.dataset.partition_seed if own else cfg.seed,
         "clients": data.num_clients,
         "train_samples": int(sum(c.num_train for c in data.clients)),
         "global_test_samples": int(len(data.y_test)),
         "num_classes": int(data.num_classes),
     }
+    if own:
+        if cfg.dataset.partition != "dirichlet":
+            del profile["alpha"]  # not a setting of this partition
+        profile.update(test_fraction=cfg.dataset.test_fraction,
+                       global_test_fraction=cfg.dataset.global_test_fraction)
     dataset = Dataset(
         name=cfg.dataset.name,
-        digest=partition_digest(data),
-        source_type="local",
-        source=json.dumps({"uri": dataset_source(cfg.dataset)}),
+        digest=digest if digest is not None else partition_digest(data),
+        source_type="code" if own else "local",
+        source=json.dumps({"uri": cfg.dataset.source if own else dataset_source(cfg.dataset)}),
         profile=json.dumps(profile),
     )
     tags = [InputTag("mlflow.data.context", "train")] + [
         InputTag(k, str(profile[k])) for k in ("partition", "alpha", "seed", "clients")
+        if k in profile
     ]
     return DatasetInput(dataset, tags)
 

@@ -14,7 +14,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
 import yaml
 
 from fedcore import checkpoint
@@ -286,6 +285,10 @@ class MLflowTracker(Callback):
             self._engine_tagged = sim.engine_name
         if sim.round:
             tags["fedcore.resumed_from_round"] = str(sim.round)
+        if sim.skipped_metrics:  # metrics this model cannot give (fedcore.models.protocol)
+            tags["fedcore.skipped_metrics"] = "; ".join(
+                f"{k}: {v}" for k, v in sim.skipped_metrics.items()
+            )
         self._write(self._log_start, tags, dataset_input(sim))
         tables = {t.round: t for t in sim.client_tables}
         for h in sim.history:  # rounds restored from a checkpoint, if the run lacks them
@@ -416,19 +419,7 @@ class MLflowTracker(Callback):
 
 
 def per_client_frame(tables: list[ClientTable]) -> pd.DataFrame:
-    """One row per (evaluated round, client); aggregator stats are NaN where not reported."""
-    import pandas as pd
+    """One row per (evaluated round, client): :func:`fedcore.frames.clients_frame`."""
+    from fedcore.frames import clients_frame
 
-    columns = {
-        "round": np.concatenate([np.full(len(t.client_id), t.round) for t in tables]),
-        "client_id": np.concatenate([t.client_id for t in tables]),
-        "accuracy": np.concatenate([t.accuracy for t in tables]),
-        "loss": np.concatenate([t.loss for t in tables]),
-        "num_samples": np.concatenate([t.num_samples for t in tables]),
-        "sampled": np.concatenate([t.sampled for t in tables]),
-    }
-    for name in sorted({k for t in tables for k in t.extra}):
-        columns[name] = np.concatenate(
-            [t.extra.get(name, np.full(len(t.client_id), np.nan)) for t in tables]
-        )
-    return pd.DataFrame(columns)
+    return clients_frame(tables)

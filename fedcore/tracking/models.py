@@ -1,7 +1,9 @@
 """The final models of a run as MLflow artifacts, and ``load_model(run_id)`` to get them back.
 
 ``model/global.pt`` holds the global model's ``state_dict`` with what is needed to rebuild it
-(model name, norm, input shape, classes, MOON's projection head); for personalised methods
+(model name or import path and its kwargs, norm, input shape, classes, MOON's projection head;
+whether it was an instance passed from Python, which is loaded into a module given to
+``load_model``); for personalised methods
 (Ditto) ``model/personal.pt`` holds every client's personal parameters. Both are plain
 ``torch.save`` files of tensors and numbers, read with ``weights_only=True``.
 """
@@ -10,16 +12,17 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from fedcore.layout import load_flat_params
-from fedcore.models import build_model
+from fedcore.models.external import build
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
+    from fedcore.models import FedModel
     from fedcore.simulation import Simulation
 
 GLOBAL_ARTIFACT = "model/global.pt"
@@ -30,6 +33,8 @@ def model_spec(sim: Simulation) -> dict[str, Any]:
     cfg = sim.cfg
     return {
         "model": cfg.model.name,
+        "kwargs": dict(cfg.model.kwargs),
+        "instance": cfg.model.weights is not None,  # passed from Python as an instance
         "norm": cfg.model.norm,
         "in_shape": [int(v) for v in sim.data.in_shape],
         "num_classes": int(sim.data.num_classes),
@@ -79,19 +84,34 @@ def log_models(client: MlflowClient, run_id: str, sim: Simulation) -> list[str]:
     return logged
 
 
-def _build(spec: dict[str, Any]) -> torch.nn.Module:
-    model = build_model(spec["model"], tuple(spec["in_shape"]), spec["num_classes"],
-                        norm=spec["norm"])
-    if spec.get("projection_dim") is not None:
-        model.add_projection_head(spec["projection_dim"])
+def _build(spec: dict[str, Any], run_id: str, given: torch.nn.Module | None) -> torch.nn.Module:
+    if given is not None:
+        model = given
+    elif spec.get("instance"):
+        raise LookupError(
+            f"run {run_id}: its model ({spec['model']}) was passed from Python as an instance; "
+            "give one of the same architecture: load_model(run_id, model=...)"
+        )
+    else:
+        model = build(spec["model"], spec.get("kwargs", {}), spec["norm"],
+                      tuple(spec["in_shape"]), spec["num_classes"])
+    if spec.get("projection_dim") is not None and not hasattr(model, "projection"):
+        cast("FedModel", model).add_projection_head(spec["projection_dim"])
     return model
 
 
 def load_model(
-    run_id: str, client_id: int | None = None, tracking_uri: str | None = None
+    run_id: str,
+    client_id: int | None = None,
+    tracking_uri: str | None = None,
+    model: torch.nn.Module | None = None,
 ) -> torch.nn.Module:
     """The final global model of an MLflow run (``client_id``: that client's personal model),
     on the CPU in eval mode. ``tracking_uri`` defaults to mlflow.yml / MLFLOW_TRACKING_URI.
+
+    A built-in model or one given by import path is rebuilt from the run's record; ``model``
+    (a module of the same architecture) receives the weights instead, as it must for a model
+    passed from Python as an instance.
     """
     from fedcore.tracking.mlflow_tracker import mlflow_client
     from fedcore.tracking.settings import load_settings
@@ -109,7 +129,7 @@ def load_model(
         except Exception as exc:  # noqa: BLE001
             raise LookupError(f"run {run_id}: no {artifact} ({exc})") from None
         saved = torch.load(local, map_location="cpu", weights_only=True)
-    model = _build(saved)
+    model = _build(saved, run_id, model)
     if client_id is None:
         model.load_state_dict(saved["state_dict"])
     else:

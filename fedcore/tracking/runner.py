@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from fedcore import checkpoint, code_digest, stopping
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData
+from fedcore.models.external import ModelArg
 from fedcore.simulation import Callback, Result, Simulation
 from fedcore.tracking.mlflow_tracker import MLflowTracker, get_experiment_id, mlflow_client
 from fedcore.tracking.provenance import CODE_DIGEST_TAG, code_label
@@ -36,6 +37,7 @@ def run_tracked(
     data: FederatedData | None = None,
     wait: bool = True,
     figures: bool = True,
+    model: ModelArg | None = None,
 ) -> tuple[str, Result]:
     """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason.
 
@@ -47,9 +49,12 @@ def run_tracked(
     metrics, per-client table, figures, FINISHED) to a background writer: a sweep's next cell
     trains meanwhile, and :func:`~fedcore.tracking.mlflow_tracker.wait_for_runs` waits for it.
     ``figures=False`` records no per-run figures (a sweep cell; its report draws them).
+    Own ``data`` (:func:`fedcore.data.own.federate`) or ``model`` are recorded as the
+    simulation's config records them (their names, digests and config hash).
     """
     stopping.check(0)  # no new run once a stop was requested
-    sim = Simulation(cfg, device=device, data=data)
+    sim = Simulation(cfg, device=device, data=data, model=model)
+    cfg = sim.cfg  # with own data or model: the config that records them
     tracker = MLflowTracker(
         settings, parent_run_id=parent_run_id, run_name=run_name, tags=tags,
         finish_in_background=not wait, figures=figures,

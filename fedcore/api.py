@@ -1,0 +1,49 @@
+"""fedcore as a library, in one import (docs/python-api.md).
+
+Config in: :func:`load_config` / :func:`build_config`. Own data: :func:`federate` (numpy arrays,
+tensors or a torch Dataset, split by the partitioners) or a hand-made :class:`FederatedData`.
+Own model: any ``nn.Module``, class or factory (``model=``), or ``model.name=package.module:Name``.
+Result out: :func:`run` / :class:`Simulation` give a :class:`Result` (``rounds_frame()``,
+``clients_frame()``). Recorded: :func:`run_tracked` (one MLflow run), :func:`sweep_runs` (a
+sweep's cells as a DataFrame), :func:`load_model` (a run's final model). The last three need
+MLflow and are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from fedcore.config import ConfigError, ExperimentConfig, build_config, load_config
+from fedcore.data.federated import FederatedData
+from fedcore.data.own import content_digest, federate
+from fedcore.data.partition import dirichlet_partition, iid_partition, shard_partition
+from fedcore.models import FedModel
+from fedcore.models.protocol import EmbeddingModel
+from fedcore.simulation import ClientTable, Result, Simulation, run
+
+if TYPE_CHECKING:
+    from fedcore.tracking.models import load_model
+    from fedcore.tracking.results import sweep_runs
+    from fedcore.tracking.runner import run_tracked
+
+_TRACKING = {
+    "load_model": "fedcore.tracking.models",
+    "run_tracked": "fedcore.tracking.runner",
+    "sweep_runs": "fedcore.tracking.results",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The MLflow-backed functions, imported when first asked for."""
+    if name in _TRACKING:
+        return getattr(importlib.import_module(_TRACKING[name]), name)
+    raise AttributeError(f"module 'fedcore.api' has no attribute {name!r}")
+
+
+__all__ = [
+    "ClientTable", "ConfigError", "EmbeddingModel", "ExperimentConfig", "FedModel",
+    "FederatedData", "Result", "Simulation", "build_config", "content_digest",
+    "dirichlet_partition", "federate", "iid_partition", "load_config", "load_model", "run",
+    "run_tracked", "shard_partition", "sweep_runs",
+]

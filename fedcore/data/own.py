@@ -1,0 +1,190 @@
+"""Own data from Python: numpy arrays, tensors or a torch ``Dataset``, split among clients by
+fedcore's partitioners (or by given client index lists), and recorded truthfully.
+
+:func:`federate` returns a :class:`~fedcore.data.federated.FederatedData` that carries its
+record: a ``DatasetConfig`` with the data's name, source, partition settings and content digest.
+``Simulation(cfg, data=...)`` writes that record into its config (so the config hash, the MLflow
+params and the run's dataset input are the data's, never a built-in dataset's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import ValidationError
+
+from fedcore.clients.base import ClientData
+from fedcore.config import ConfigError, DatasetConfig, ExperimentConfig, _one_line
+from fedcore.data.federated import FederatedData, built_key, partition_indices
+from fedcore.data.partition import split_local
+from fedcore.metrics import label_mix
+from fedcore.seeding import numpy_rng
+
+ArrayLike = np.ndarray | torch.Tensor | Sequence[Any]
+HAND_MADE = "FederatedData built in Python"
+
+
+def _tensors(x: Any, y: Any, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(samples as float32, labels as int64) from arrays, tensors or a map-style Dataset."""
+    if y is None:
+        if not hasattr(x, "__getitem__") or not hasattr(x, "__len__"):
+            raise ConfigError(f"{what}: give labels, or a torch Dataset of (sample, label) pairs")
+        items = [x[i] for i in range(len(x))]
+        xs = torch.stack([torch.as_tensor(np.asarray(s), dtype=torch.float32) for s, _ in items])
+        ys = torch.as_tensor([int(label) for _, label in items], dtype=torch.long)
+        return xs, ys
+    xs = torch.as_tensor(np.asarray(x), dtype=torch.float32)
+    ys = torch.as_tensor(np.asarray(y)).long()
+    if xs.ndim < 2 or ys.ndim != 1 or len(xs) != len(ys):
+        raise ConfigError(
+            f"{what}: samples must be shaped (N, ...) and labels (N,), got "
+            f"{tuple(xs.shape)} and {tuple(ys.shape)}"
+        )
+    return xs, ys
+
+
+def source_of(x: Any, y: Any) -> str:
+    """What the data came from, when the caller does not say."""
+    if y is None:
+        cls = type(x)
+        return f"torch Dataset {cls.__module__}.{cls.__qualname__}"
+    return f"{type(x).__module__}.{type(x).__qualname__} from Python"
+
+
+def content_digest(data: FederatedData) -> str:
+    """sha256 (16 hex characters) of every client's samples and labels (train and local test,
+    in client order) and of the global test set: the same data split the same way, the same
+    digest."""
+    h = hashlib.sha256()
+
+    def add(t: torch.Tensor) -> None:
+        a = t.detach().cpu().contiguous().numpy()
+        h.update(f"{a.shape}|{a.dtype}|".encode())
+        h.update(a.tobytes())
+
+    for c in data.clients:
+        h.update(f"client {c.client_id}|".encode())
+        for t in (c.x_train, c.y_train, c.x_test, c.y_test):
+            add(t)
+    h.update(b"global test|")
+    add(data.x_test)
+    add(data.y_test)
+    return h.hexdigest()[:16]
+
+
+def federate(
+    x: Any,
+    y: ArrayLike | None = None,
+    *,
+    x_test: Any = None,
+    y_test: ArrayLike | None = None,
+    clients: Sequence[ArrayLike] | None = None,
+    name: str = "custom",
+    source: str | None = None,
+    seed: int = 0,
+    num_classes: int | None = None,
+    device: torch.device | str = "cpu",
+    **partition: Any,
+) -> FederatedData:
+    """Split own data among clients, as fedcore splits its built-in datasets.
+
+    ``x``/``y``: samples (N, ...) and integer labels (N,), as numpy arrays or tensors, or ``x`` a
+    torch ``Dataset`` of (sample, label) pairs and ``y`` None (``x_test``/``y_test`` likewise).
+    ``partition``: the ``dataset`` settings (``partition=iid|dirichlet|shards``, ``alpha``,
+    ``num_clients``, ``min_samples``, ``shards_per_client``, ``test_fraction``,
+    ``global_test_fraction``; defaults as in the config). ``clients``: each client's sample
+    indices into ``x`` instead of a partitioner (partition ``given``; then ``x_test`` is needed).
+    Without ``x_test``, a ``global_test_fraction`` of the samples (drawn with ``seed``) is the
+    global test set. Each client's samples are split into local train and test by
+    ``test_fraction``. ``seed`` seeds the partition and the splits, as the run seed does.
+    """
+    xs, ys = _tensors(x, y, "data")
+    if clients is not None:
+        if partition.get("num_clients", len(clients)) != len(clients):
+            raise ConfigError(f"dataset.num_clients: {partition['num_clients']} given with "
+                              f"{len(clients)} client index lists")
+        partition.update(partition="given", num_clients=len(clients))
+    elif partition.get("partition") == "given":
+        raise ConfigError("dataset.partition: 'given' needs the client index lists (clients=...)")
+    try:
+        settings = DatasetConfig(name=name, source=source or source_of(x, y), digest="-",
+                                 partition_seed=seed, **partition)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc, "dataset", DatasetConfig)) from None
+    if settings.partition == "natural":
+        raise ConfigError("dataset.partition: 'natural' needs owner ids; allowed: iid, "
+                          "dirichlet, shards, or client index lists (clients=...)")
+    if x_test is not None:
+        xt, yt = _tensors(x_test, y_test, "test data")
+        train_idx = np.arange(len(ys))
+    elif clients is not None:
+        raise ConfigError("dataset: with client index lists (clients=...), give x_test/y_test")
+    else:
+        perm = numpy_rng(seed, "global_test").permutation(len(ys))
+        n_test = max(1, int(round(settings.global_test_fraction * len(ys))))
+        xt, yt = xs[np.sort(perm[:n_test])], ys[np.sort(perm[:n_test])]
+        train_idx = np.sort(perm[n_test:])
+    if clients is not None:
+        parts = [np.asarray(c, dtype=np.int64) for c in clients]
+        bad = [k for k, p in enumerate(parts) if len(p) and (p.min() < 0 or p.max() >= len(ys))]
+        if bad:
+            raise ConfigError(f"clients: client {bad[0]} has indices outside 0..{len(ys) - 1}")
+    else:
+        local = partition_indices(ys[train_idx].numpy(), settings, seed)
+        parts = [train_idx[p] for p in local]
+    splits = [split_local(p, settings.test_fraction, numpy_rng(seed, "local_split", k))
+              for k, p in enumerate(parts)]
+    classes = int(num_classes or int(max(int(ys.max()), int(yt.max()))) + 1)
+    client_data = []
+    for k, (tr, te) in enumerate(splits):
+        tr_t, te_t = torch.as_tensor(tr), torch.as_tensor(te)
+        tensors = (xs[tr_t], ys[tr_t], xs[te_t], ys[te_t])
+        client_data.append(ClientData(k, *(t.to(device) for t in tensors)))
+    data = FederatedData(
+        client_data, xt.to(device), yt.to(device), classes, tuple(int(s) for s in xs.shape[1:]),
+        partition=[(np.asarray(tr), np.asarray(te)) for tr, te in splits],
+        clean_label_mix=label_mix([c.y_train for c in client_data], classes),
+    )
+    data.record = settings.model_copy(update={"digest": content_digest(data)})
+    return data
+
+
+def hand_made_record(data: FederatedData) -> DatasetConfig:
+    """The record of a ``FederatedData`` built by hand: its content digest, its client count and
+    its observed local and global test fractions."""
+    local_train = sum(c.num_train for c in data.clients)
+    local_test = sum(len(c.y_test) for c in data.clients)
+    total = local_train + local_test + len(data.y_test)
+    return DatasetConfig(
+        name="custom", source=HAND_MADE, digest=content_digest(data), partition="given",
+        num_clients=data.num_clients, min_samples=0,
+        test_fraction=round(local_test / max(local_train + local_test, 1), 4),
+        global_test_fraction=min(max(round(len(data.y_test) / max(total, 1), 4), 1e-4), 0.9999),
+    )
+
+
+def config_with_data(cfg: ExperimentConfig, data: FederatedData) -> ExperimentConfig:
+    """``cfg`` recording ``data``: unchanged for data fedcore built from this very config (a
+    sweep's shared data), else the data's record (or, for a hand-made ``FederatedData``, its
+    content digest) as the ``dataset`` block."""
+    if data.record is None and data.built_from == built_key(cfg.dataset, cfg.seed, cfg.clients):
+        return cfg
+    if cfg.clients.noisy_fraction > 0:
+        raise ConfigError(
+            "clients.noisy_fraction: label noise is applied when fedcore builds a built-in "
+            "dataset, not to own data; allowed: 0"
+        )
+    record = data.record if data.record is not None else hand_made_record(data)
+    tree = cfg.resolved()
+    tree["dataset"] = record.model_dump(mode="json")
+    try:
+        return ExperimentConfig.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+
+
+__all__ = ["config_with_data", "content_digest", "federate"]

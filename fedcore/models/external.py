@@ -1,0 +1,183 @@
+"""Models from outside fedcore: a class or factory by import path (``model.name=pkg.mod:Net``)
+or passed from Python (a class, a factory or an ``nn.Module`` instance).
+
+A class or factory is called with ``model.kwargs`` as keyword arguments, plus ``in_shape``
+(the shape of one sample) and ``num_classes`` when its signature names them; it is called under
+the run's seeded generator, so its initial weights follow from the seed. An instance is used as
+given (a deep copy), its initial weights recorded as ``model.weights``. ``model.code`` records
+the digest of the file that defines the class or factory and the version of the distribution
+named like its top-level package.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import importlib
+import inspect
+import sys
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedcore.config import IMPORT_PATH, ConfigError, ExperimentConfig
+
+ModelFactory = Callable[..., nn.Module]
+ModelArg = nn.Module | ModelFactory
+
+
+def is_import_path(name: str) -> bool:
+    return bool(IMPORT_PATH.match(name))
+
+
+def resolve(path: str, key: str = "model.name") -> Any:
+    """The object at ``module:attr`` (``attr`` may be dotted); a one-line ``ConfigError`` naming
+    ``key``, the module and the cause when the import fails."""
+    module_name, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001  (any import error is the user's, named below)
+        raise ConfigError(
+            f"{key}: cannot import module {module_name!r} ({type(exc).__name__}: {exc})"
+        ) from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{key}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ConfigError(f"{key}: {path!r} is not a class or function")
+    return obj
+
+
+def path_of(obj: Any) -> str:
+    """``module:qualname`` of a class or function."""
+    return f"{obj.__module__}:{obj.__qualname__}"
+
+
+def code_record(obj: Any) -> str:
+    """Which code defines ``obj``: the sha256 of its source file (16 hex characters) and the
+    version of the installed distribution named like its top-level package, when there is one."""
+    module = sys.modules.get(obj.__module__)
+    try:
+        source = inspect.getsourcefile(module) if module is not None else None
+    except TypeError:
+        source = None
+    parts = []
+    if source:
+        with open(source, "rb") as fh:
+            parts.append(f"file sha256:{hashlib.sha256(fh.read()).hexdigest()[:16]}")
+    else:
+        parts.append("no source file")
+    version = distribution_version(obj.__module__.split(".")[0])
+    if version:
+        parts.append(version)
+    return "; ".join(parts)
+
+
+@functools.lru_cache(maxsize=64)
+def distribution_version(top: str) -> str | None:
+    """``name version`` of the installed distribution named like the top-level package, if any
+    (a cheap lookup by name, not a scan of every installed distribution)."""
+    try:
+        return f"{top} {metadata.version(top)}"
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def weights_digest(model: nn.Module) -> str:
+    """sha256 (16 hex characters) of a module's state_dict: names, shapes, dtypes and values."""
+    h = hashlib.sha256()
+    for name, value in model.state_dict().items():
+        t = value.detach().cpu().contiguous()
+        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
+def call_factory(
+    factory: ModelFactory,
+    kwargs: dict[str, Any],
+    in_shape: tuple[int, ...],
+    num_classes: int,
+    label: str,
+) -> nn.Module:
+    """``factory(**kwargs)`` with ``in_shape``/``num_classes`` added where its signature names
+    them; the result must be an ``nn.Module`` (one-line ``ConfigError`` otherwise)."""
+    args = dict(kwargs)
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    for name, value in (("in_shape", tuple(in_shape)), ("num_classes", int(num_classes))):
+        if name in params and name not in args:
+            args[name] = value
+    try:
+        model = factory(**args)
+    except TypeError as exc:
+        raise ConfigError(f"model.kwargs: {label}({', '.join(args)}) failed: {exc}") from None
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model.name: {label} returned {type(model).__name__}, not an nn.Module")
+    return model
+
+
+def config_with_model(cfg: ExperimentConfig, model: ModelArg) -> ExperimentConfig:
+    """``cfg`` saying truthfully which model a Python caller passed (its class or factory path,
+    code record, and for an instance the digest of its initial weights)."""
+    source: Any
+    update: dict[str, Any]
+    if isinstance(model, nn.Module):
+        label, source = path_of(type(model)), type(model)
+        update = {"name": label, "kwargs": {}, "weights": weights_digest(model)}
+    elif callable(model):
+        label, source = path_of(model), model
+        update = {"name": label, "weights": None}
+    else:
+        raise ConfigError(
+            f"model: expected an nn.Module, a class or a factory (got {type(model).__name__})"
+        )
+    fields = {**cfg.model.model_dump(), **update, "code": code_record(source)}
+    return cfg.model_copy(update={"model": type(cfg.model).model_validate(fields)})
+
+
+def record_code(cfg: ExperimentConfig) -> None:
+    """Import a model given by import path (one-line error if that fails) and set
+    ``model.code`` to the code record of what it names; a config names no instance, so
+    ``model.weights`` is cleared (fedcore sets both, a config's own values are not kept)."""
+    cfg.model.code = code_record(resolve(cfg.model.name)) if is_import_path(cfg.model.name) \
+        else None
+    cfg.model.weights = None
+
+
+def instantiate(
+    cfg: ExperimentConfig,
+    given: ModelArg | None,
+    in_shape: tuple[int, ...],
+    num_classes: int,
+) -> nn.Module:
+    """The model of ``cfg`` (``given``: the one passed from Python), freshly built."""
+    if isinstance(given, nn.Module):
+        return copy.deepcopy(given)
+    if given is not None:
+        return call_factory(given, cfg.model.kwargs, in_shape, num_classes, cfg.model.name)
+    return build(cfg.model.name, cfg.model.kwargs, cfg.model.norm, in_shape, num_classes)
+
+
+def build(
+    name: str, kwargs: dict[str, Any], norm: str, in_shape: tuple[int, ...], num_classes: int
+) -> nn.Module:
+    """A built-in model by name, or a class or factory by import path called with ``kwargs``."""
+    from fedcore.models import build_model
+
+    if is_import_path(name):
+        return call_factory(resolve(name), kwargs, in_shape, num_classes, name)
+    if len(in_shape) != 3:
+        raise ConfigError(
+            f"model.name: {name!r} needs samples shaped (C, H, W), the data's are "
+            f"{tuple(in_shape)}; give your own model (model.name=package.module:Name)"
+        )
+    shape = (int(in_shape[0]), int(in_shape[1]), int(in_shape[2]))
+    return build_model(name, shape, num_classes, norm=norm)
