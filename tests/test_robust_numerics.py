@@ -76,3 +76,12 @@ def test_krum_in_float32_picks_an_honest_update_among_near_identical_ones():
         x = torch.cat([outlier, honest])
         assert x.dtype == torch.float32
         assert int(torch.argmin(krum_scores(x, 5))) != 0, f"seed {seed}: Krum chose the outlier"
+
+
+def test_fedlf_with_attackers_at_1e30_gives_a_finite_step_not_an_empty_qp():
+    """It raised 'gram must be a non-empty square matrix': every float32 row norm overflowed."""
+    deltas, _ = two_of_seven()
+    b = batch(deltas)
+    b.stats["loss_before"] = torch.linspace(1.0, 2.0, 7)
+    step = aggregators.build({"rule": "fedlf"}).aggregate(b).step
+    assert step.dtype == torch.float32 and torch.isfinite(step).all()

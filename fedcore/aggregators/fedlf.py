@@ -71,7 +71,10 @@ class FedLF(Aggregator):
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         m, t = batch.m, batch.round
-        g = -batch.deltas  # pseudo-gradients g_k = theta_t - theta_k: the one sign flip
+        # pseudo-gradients g_k = theta_t - theta_k: the one sign flip; float64, as norms and
+        # dots of finite float32 deltas of 1e30 (an attacker's) overflow float32 (every row
+        # then had a NaN norm and the QP got no row at all)
+        g = -batch.deltas.double()
         h = fairness_vector(batch.stats["loss_before"]).to(g)  # step 2
 
         # step 3, history: clients seen within tau = floor(#seen / m) rounds, offline now
@@ -105,7 +108,7 @@ class FedLF(Aggregator):
                 d, fallback = d_qp, True
                 break
 
-        self.history.update(batch.client_ids, g, t)
+        self.history.update(batch.client_ids, g.to(batch.deltas.dtype), t)
         cos = (g @ d) / (g.norm(dim=1) * d.norm()).clamp_min(torch.finfo(g.dtype).tiny)
         metrics = {
             "fedlf/history_rows": float(hist.shape[0]),
@@ -114,7 +117,8 @@ class FedLF(Aggregator):
             "fedlf/qp_nonoptimal": float(self._nonoptimal),
             "fedlf/min_cos": float(cos.min()),
         }
-        return Aggregate(-self.hp.server_lr * d, metrics)  # step 6: theta <- theta - eta d
+        step = (-self.hp.server_lr * d).to(batch.deltas.dtype)
+        return Aggregate(step, metrics)  # step 6: theta <- theta - eta d
 
     def _layer_direction(
         self, gq: torch.Tensor, h: torch.Tensor, hist_q: torch.Tensor
