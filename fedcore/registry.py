@@ -4,16 +4,39 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import types
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 T = TypeVar("T")
 
 
-class HParams(BaseModel):
-    """Base of every hyper-parameter model: unknown keys are errors, inf and nan are refused."""
+def _is_number(annotation: Any) -> bool:
+    """Whether a field's type is int or float (or an optional/union of them), not bool."""
+    if annotation in (int, float):
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_is_number(a) for a in get_args(annotation))
+    return False
+
+
+class StrictNumbers(BaseModel):
+    """A number field refuses true/false (pydantic would read ``rounds: true`` as 1)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and _is_number(field.annotation):
+            raise ValueError("expected a number, not true/false")
+        return value
+
+
+class HParams(StrictNumbers):
+    """Base of every hyper-parameter model: unknown keys are errors, inf and nan are refused,
+    and a number is not true/false."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
