@@ -112,3 +112,68 @@ def test_true_or_false_is_not_a_number(capsys, tracking, tmp_path, override):
     err = _refused(capsys, tmp_path, ["run", *TINY, override])
     key = override.split("=")[0]
     assert err.startswith(f"fedcore: error: {key}: expected a number, not true/false")
+
+
+UNREADABLE = {
+    "binary": bytes(range(128, 256)) * 3,
+    "utf16": "rounds: 1\n".encode("utf-16"),
+    "oversized": b"rounds: 1\n" + b"#" * limits.FILE_BYTES,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNREADABLE))
+def test_undecodable_or_oversized_file_is_refused(capsys, tracking, tmp_path, kind):
+    path = tmp_path / f"{kind}.yaml"
+    path.write_bytes(UNREADABLE[kind])
+    err = _refused(capsys, tmp_path, ["run", str(path)])
+    assert err.startswith(f"fedcore: error: config file {str(path)!r} is ")
+    assert ("not UTF-8 text" in err) if kind != "oversized" else "at most 1,048,576" in err
+
+
+def test_control_character_is_refused_in_a_file_and_an_override(capsys, tracking, tmp_path):
+    path = tmp_path / "del.yaml"
+    path.write_text("rounds: 1\nmodel: {name: m\x7flp}\n")
+    err = _refused(capsys, tmp_path, ["run", str(path)])
+    assert f"config file {str(path)!r} is not valid YAML" in err and "#x007f" in err
+    err = _refused(capsys, tmp_path, ["run", *TINY, "method=fed\x7favg"])
+    assert "override 'method=fed\\x7favg' is not valid YAML" in err
+
+
+def test_deep_nesting_is_refused_in_a_file_and_an_override(capsys, tracking, tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("rounds: " + "[" * 20_000 + "]" * 20_000 + "\n")
+    err = _refused(capsys, tmp_path, ["run", str(path)])
+    assert f"config file {str(path)!r} line 1: nested deeper than {limits.DEPTH}" in err
+    err = _refused(capsys, tmp_path, ["run", *TINY, "rounds=" + "[" * 400 + "]" * 400])
+    assert f"override 'rounds=[[[[" in err and f"nested deeper than {limits.DEPTH}" in err
+    err = _refused(capsys, tmp_path, ["run", *TINY, "rounds=" + "[" * 20_000])
+    assert "rounds: a string of 20,000 characters; at most 1,000 allowed" in err
+    err = _refused(capsys, tmp_path, ["run", *TINY, "a." * 40 + "b=1"])
+    assert err.startswith("fedcore: error: a.a.a.a.") and "nested deeper than 32" in err
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("method=" + "x" * 5000, "method"),
+    ("dataset.root=" + "x" * 5000, "dataset.root"),
+    ("checkpoint_dir=" + "c" * 5000, "checkpoint_dir"),
+    ("x" * 5000 + "=1", "override key"),
+])
+def test_long_strings_are_refused_naming_the_key(capsys, tracking, tmp_path, override, key):
+    err = _refused(capsys, tmp_path, ["run", *TINY, "dataset.name=mnist", override])
+    assert err.startswith(f"fedcore: error: {key}: a string of 5,000 characters; at most 1,000")
+
+
+def test_long_path_component_and_inline_method_name_are_refused(capsys, tracking, tmp_path):
+    err = _refused(capsys, tmp_path, ["run", *TINY, f"dataset.root={tmp_path}/{'r' * 300}"])
+    assert err.startswith("fedcore: error: dataset.root: a path component of 300 bytes; "
+                          "at most 255 allowed")
+    path = tmp_path / "inline.yaml"
+    path.write_text(yaml.safe_dump({"method": {"name": "m" * 10_000, "client": {
+        "algorithm": "fedavg"}, "aggregator": {"rule": "fedavg"}}, "rounds": 1}))
+    err = _refused(capsys, tmp_path, ["run", str(path)])
+    assert err.startswith("fedcore: error: method.name: a string of 10,000 characters")
+    path.write_text(yaml.safe_dump({"method": {"name": "m" * 101, "client": {
+        "algorithm": "fedavg"}, "aggregator": {"rule": "fedavg"}}, "rounds": 1}))
+    err = _refused(capsys, tmp_path, ["run", str(path)])
+    assert err.startswith(f"fedcore: error: method.name: String should have at most "
+                          f"{limits.NAME_CHARS} characters")
