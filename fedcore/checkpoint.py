@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedcore import code_digest
+from fedcore import code_digest, faults
 from fedcore.config import ConfigError, ExperimentConfig, project_root
 from fedcore.seeding import GLOBAL_RNG_LOCK
 
@@ -123,15 +123,26 @@ def checkpoint_files(folder: Path) -> list[Path]:
 
 
 def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP) -> Path:
-    """Write ``round-<round>.pt`` atomically (temporary file, fsync, rename); keep the newest."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write ``round-<round>.pt`` atomically (temporary file, fsync, rename); keep the newest.
+
+    A failed write leaves no temporary file; a full disk raises ``OSError(ENOSPC)`` naming the
+    checkpoint (``no space left on device writing checkpoint <path>``)."""
     path = folder / f"round-{round:06d}.pt"
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as fh:
-        torch.save({"format": FORMAT, **encode(state), "code_digest": code_digest.current()}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            torch.save(
+                {"format": FORMAT, **encode(state), "code_digest": code_digest.current()}, fh
+            )
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)  # no partial file is left, whatever went wrong
+        if faults.is_disk_full(exc):  # torch says "unexpected pos ..." for a short write
+            raise faults.no_space(f"checkpoint {path}") from None
+        raise
     for old in checkpoint_files(folder)[:-keep]:
         old.unlink(missing_ok=True)
     return path

@@ -145,7 +145,7 @@ def test_deep_nesting_is_refused_in_a_file_and_an_override(capsys, tracking, tmp
     err = _refused(capsys, tmp_path, ["run", str(path)])
     assert f"config file {str(path)!r} line 1: nested deeper than {limits.DEPTH}" in err
     err = _refused(capsys, tmp_path, ["run", *TINY, "rounds=" + "[" * 400 + "]" * 400])
-    assert f"override 'rounds=[[[[" in err and f"nested deeper than {limits.DEPTH}" in err
+    assert "override 'rounds=[[[[" in err and f"nested deeper than {limits.DEPTH}" in err
     err = _refused(capsys, tmp_path, ["run", *TINY, "rounds=" + "[" * 20_000])
     assert "rounds: a string of 20,000 characters; at most 1,000 allowed" in err
     err = _refused(capsys, tmp_path, ["run", *TINY, "a." * 40 + "b=1"])
