@@ -254,6 +254,10 @@ def read_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
     data = safe_yaml.read_file(path, what) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{what} {limits.shown(str(path))} must hold a mapping")
+    try:
+        limits.check_tree(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{what} {limits.shown(str(path))}: {exc}") from None
     return data
 
 

@@ -171,9 +171,18 @@ def test_long_path_component_and_inline_method_name_are_refused(capsys, tracking
     path.write_text(yaml.safe_dump({"method": {"name": "m" * 10_000, "client": {
         "algorithm": "fedavg"}, "aggregator": {"rule": "fedavg"}}, "rounds": 1}))
     err = _refused(capsys, tmp_path, ["run", str(path)])
-    assert err.startswith("fedcore: error: method.name: a string of 10,000 characters")
+    assert err.startswith(f"fedcore: error: config file {str(path)!r}: method.name: a string of "
+                          "10,000 characters")
     path.write_text(yaml.safe_dump({"method": {"name": "m" * 101, "client": {
         "algorithm": "fedavg"}, "aggregator": {"rule": "fedavg"}}, "rounds": 1}))
     err = _refused(capsys, tmp_path, ["run", str(path)])
     assert err.startswith(f"fedcore: error: method.name: String should have at most "
                           f"{limits.NAME_CHARS} characters")
+
+
+def test_every_yaml_file_is_held_to_the_limits(capsys, tracking, tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"name: s\n? {'k' * 5000}\n: 1\n")  # an unknown key, quoted in full before
+    err = _refused(capsys, tmp_path, ["sweep", str(path)])
+    assert err.startswith(f"fedcore: error: config file {str(path)!r}: key under the top level: "
+                          "a string of 5,000 characters; at most 1,000 allowed")
