@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import errno
 import re
+import sqlite3
 import subprocess
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -65,13 +67,19 @@ def test_store_filling_mid_run_is_one_line(capfd, monkeypatch, tmp_path, small_d
             fill(small_disk)
 
     monkeypatch.setattr(ProgressBar, "on_round_end", full_after_round_1)
-    assert main(["run", *TINY, "rounds=4"]) == 1
+    from fedcore.tracking import load_settings
+    from fedcore.tracking.mlflow_tracker import mlflow_client
+
+    mlflow_client(load_settings())  # the store's schema, then no free page left inside it:
+    with closing(sqlite3.connect(db, isolation_level=None)) as con:  # each round must grow it
+        con.execute("VACUUM")
+    assert main(["run", *TINY, "rounds=6"]) == 1
     err = capfd.readouterr().err
     assert "Traceback" not in err
     lines = _error_lines(err)
     assert len(lines) == 1, lines
     assert re.fullmatch(
-        rf"fedcore: error: run \w+ failed after round \d+: \[Errno 28\] no space left on "
+        rf"fedcore: error: run \w+ failed after round [12]: \[Errno 28\] no space left on "
         rf"device writing the MLflow store {re.escape(str(db))} \(traceback: .*\)", lines[0]
     ), lines[0]
 
