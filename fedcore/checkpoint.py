@@ -8,10 +8,17 @@ executes no code from the file.
 Every file records the code digest of the process that wrote it (``code_digest``,
 :mod:`fedcore.code_digest`); :func:`latest` resumes only a checkpoint of this code and deletes
 those of other code, so one run never mixes two versions of the code.
+
+Every file also carries ``digest``, a SHA-256 over everything else in it (:func:`digest`),
+checked on load: a file edited or corrupted after it was written is refused, naming the file.
+:func:`check_state` refuses a state inconsistent with the run it would resume (a round beyond
+its ``rounds``, a history or per-client tables that do not match the round, parameters or
+buffers of another shape).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import random
@@ -23,8 +30,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedcore import code_digest
+from fedcore import code_digest, faults
 from fedcore.config import ConfigError, ExperimentConfig, project_root
+from fedcore.limits import shown
 from fedcore.seeding import GLOBAL_RNG_LOCK
 
 log = logging.getLogger("fedcore")
@@ -79,6 +87,35 @@ def decode(obj: Any) -> Any:
     return obj
 
 
+def digest(obj: Any) -> str:
+    """SHA-256 over an encoded state: its structure, every key, number and string, and every
+    tensor's dtype, shape and bytes."""
+    h = hashlib.sha256()
+    _feed(h, obj)
+    return h.hexdigest()
+
+
+def _feed(h: Any, obj: Any) -> None:
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().cpu().contiguous().reshape(-1)
+        h.update(f"T{t.dtype}{tuple(obj.shape)}:".encode())
+        h.update(t.view(torch.uint8).numpy().data)
+    elif isinstance(obj, dict):
+        h.update(f"D{len(obj)}:".encode())
+        for key, value in obj.items():
+            _feed(h, key)
+            _feed(h, value)
+    elif isinstance(obj, list | tuple):
+        h.update(f"{type(obj).__name__}{len(obj)}:".encode())
+        for value in obj:
+            _feed(h, value)
+    elif obj is None or isinstance(obj, str | bool | int | float):
+        text = repr(obj)
+        h.update(f"{type(obj).__name__}{len(text)}:{text}".encode("utf-8", "surrogatepass"))
+    else:
+        raise TypeError(f"checkpoint: cannot digest a {type(obj).__name__}")
+
+
 def rng_state() -> dict[str, Any]:
     """Every global generator: torch CPU and CUDA, numpy's legacy global, Python's ``random``."""
     with GLOBAL_RNG_LOCK:
@@ -126,16 +163,25 @@ def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP,
          code: str | None = None) -> Path:
     """Write ``round-<round>.pt`` atomically (temporary file, fsync, rename); keep the newest.
 
-    ``code``: the run's code digest (:func:`fedcore.code_digest.of_config`; None: fedcore's)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    ``code``: the run's code digest (:func:`fedcore.code_digest.of_config`; None: fedcore's).
+    A failed write leaves no temporary file; a full disk raises ``OSError(ENOSPC)`` naming the
+    checkpoint (``no space left on device writing checkpoint <path>``)."""
     path = folder / f"round-{round:06d}.pt"
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as fh:
-        digest = code or code_digest.current()
-        torch.save({"format": FORMAT, **encode(state), "code_digest": digest}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            payload = {"format": FORMAT, **encode(state),
+                       "code_digest": code or code_digest.current()}
+            torch.save({**payload, "digest": digest(payload)}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)  # no partial file is left, whatever went wrong
+        if faults.is_disk_full(exc):  # torch says "unexpected pos ..." for a short write
+            raise faults.no_space(f"checkpoint {path}") from None
+        raise
     for old in checkpoint_files(folder)[:-keep]:
         old.unlink(missing_ok=True)
     return path
@@ -151,18 +197,64 @@ def load(
 
     The state gets ``ORIGIN``: ``origin`` (default: the path) and ``remedy``, how to start
     afresh instead (default: delete the run's checkpoint folder), for :func:`unusable`.
+    A file of this code whose ``digest`` is missing or does not match its contents (edited or
+    corrupted since it was written) raises :class:`CheckpointError`.
     """
     if map_location is None and not torch.cuda.is_available():
         map_location = "cpu"
-    raw = torch.load(path, map_location=map_location, weights_only=True)
-    if raw.get("format") != FORMAT:
-        raise ValueError(f"checkpoint {path}: unknown format {raw.get('format')!r}")
-    state: dict[str, Any] = decode(raw)
-    state[ORIGIN] = {
+    where = {
         "file": origin or str(path),
         "remedy": remedy or f"delete the folder {Path(path).parent} and rerun from round 1",
     }
+    raw = torch.load(path, map_location=map_location, weights_only=True)
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        found = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
+        raise unusable({ORIGIN: where}, f"unknown format {shown(found)}")
+    written = raw.pop("digest", None)
+    if (written is not None or raw.get("code_digest") == code_digest.current()) and (
+        written != digest(raw)
+    ):
+        raise unusable({ORIGIN: where}, "its contents do not match the digest written with it "
+                       "(the file was edited or corrupted)")
+    state: dict[str, Any] = decode(raw)
+    state[ORIGIN] = where
     return state
+
+
+def check_state(
+    state: dict[str, Any], rounds: int, eval_every: int, params: torch.Tensor,
+    buffers: dict[str, torch.Tensor],
+) -> str | None:
+    """What makes ``state`` (a loaded :meth:`Simulation.state_dict`) impossible for a run of
+    ``rounds`` rounds evaluated every ``eval_every`` with these ``params`` and ``buffers``, or
+    None. The history holds rounds 1..round; per-client tables the evaluated ones."""
+    r = state["round"]
+    if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= rounds:
+        return f"its round {shown(r)} is not in 0..{rounds} (rounds={rounds})"
+    history = state["history"]
+    got = [h.get("round") if isinstance(h, dict) else None for h in history] if isinstance(
+        history, list) else None
+    if got != list(range(1, r + 1)):
+        return f"its history does not hold rounds 1..{r} once each (got {shown(got)})"
+    evaluated = [i for i in range(1, r + 1) if i % eval_every == 0 or i == rounds]
+    tables = [t.get("round") if isinstance(t, dict) else None for t in state["client_tables"]]
+    if tables != evaluated:
+        return f"its per-client tables are of rounds {shown(tables)}, not {shown(evaluated)}"
+    for key in ("bytes_up_total", "bytes_down_total"):
+        value = state[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return f"its {key} is {shown(value)}, not a count of bytes"
+    p = state["params"]
+    if not isinstance(p, torch.Tensor) or p.shape != params.shape or p.dtype != params.dtype:
+        got_p = f"{p.dtype} {tuple(p.shape)}" if isinstance(p, torch.Tensor) else type(p).__name__
+        return (f"its params are {got_p}, this run's model has {params.dtype} "
+                f"{tuple(params.shape)}")
+    b = state["buffers"]
+    if not isinstance(b, dict) or sorted(b) != sorted(buffers) or any(
+        not isinstance(b[k], torch.Tensor) or b[k].shape != v.shape for k, v in buffers.items()
+    ):
+        return "its model buffers (batch-norm statistics) do not match this run's model"
+    return None
 
 
 def same_code(state: dict[str, Any], code: str | None = None) -> bool:

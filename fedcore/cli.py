@@ -385,6 +385,7 @@ def failure_line(exc: BaseException) -> str:
     """``run <id> failed after round <r>: <Type>: <first line>`` (run and round where known)."""
     first = (str(exc).strip().splitlines() or [""])[0]
     cause = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    cause = getattr(exc, "fedcore_cause", None) or cause  # e.g. a full disk under the store
     run_id = getattr(exc, "fedcore_run_id", None)
     if run_id is None:
         return cause

@@ -10,7 +10,6 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -21,6 +20,10 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+
+from fedcore import limits, safe_yaml
+from fedcore.errors import ConfigError as ConfigError
+from fedcore.registry import StrictNumbers
 
 DATASETS = (
     "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
@@ -36,12 +39,9 @@ RECORDED = ("dataset.source", "dataset.digest", "dataset.partition_seed", "model
             "model.weights")
 
 
-class ConfigError(ValueError):
-    """An invalid configuration; the message is one line naming the key and the allowed values."""
-
-
-class _Strict(BaseModel):
-    """Unknown keys are errors; no float setting accepts inf or nan (README "Reliability")."""
+class _Strict(StrictNumbers):
+    """Unknown keys are errors; no float setting accepts inf or nan, no number true/false
+    (README "Reliability")."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False)
 
@@ -113,6 +113,14 @@ class DatasetConfig(_Recorded):
             )
         return v
 
+    @field_validator("root")
+    @classmethod
+    def _root_is_a_path(cls, value: str) -> str:
+        problem = limits.path_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
 
 class ModelConfig(_Recorded):
     """A built-in model by ``name``, or any ``nn.Module`` class or factory by import path
@@ -178,7 +186,7 @@ class ClientsConfig(_Strict):
 
 
 class MethodConfig(_Strict):
-    name: str = "fedavg"
+    name: str = Field("fedavg", min_length=1, max_length=limits.NAME_CHARS)
     client: dict[str, Any] = Field(default_factory=lambda: {"algorithm": "fedavg"})
     aggregator: dict[str, Any] = Field(default_factory=lambda: {"rule": "fedavg"})
     compression: dict[str, Any] = Field(default_factory=lambda: {"compressor": "none"})
@@ -207,6 +215,14 @@ class ExperimentConfig(_Strict):
     # resumable runs (README "Checkpoints and failures"); not part of config_hash()
     checkpoint_every: int = Field(0, ge=0)
     checkpoint_dir: str = ".fedcore/checkpoints"
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _checkpoint_dir_is_a_path(cls, value: str) -> str:
+        problem = limits.path_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _clients_fit(self) -> ExperimentConfig:
@@ -270,22 +286,27 @@ def load_method(name: str) -> dict[str, Any]:
     path of an existing ``.yaml`` file, e.g. ``method=./my_methods/fedx.yaml``.
     """
     if name.endswith((".yaml", ".yml")):
+        limits.check_path("method", name)
         path = Path(name).expanduser()
         if not path.is_file():
-            raise ConfigError(f"method: method file {name!r} does not exist")
-        spec = read_yaml(path)
+            raise ConfigError(f"method: method file {limits.shown(name)} does not exist")
+        spec = read_yaml(path, "method file")
         spec.setdefault("name", path.stem)
         return spec
+    limits.check_string("method", name, limits.NAME_CHARS)
     if not name or any(part in name for part in ("/", "\\", "..")) or name.startswith("~"):
         raise ConfigError(
-            f"method: {name!r} is not a method name (names resolve inside configs/methods; "
+            f"method: {limits.shown(name)} is not a method name (names resolve inside "
+            "configs/methods; "
             "give a method file as a path ending in .yaml); "
             f"allowed: {', '.join(method_names())}"
         )
     path = config_dir() / "methods" / f"{name}.yaml"
     if not path.is_file():
-        raise ConfigError(f"method: unknown method {name!r}; allowed: {', '.join(method_names())}")
-    spec = yaml.safe_load(path.read_text()) or {}
+        raise ConfigError(
+            f"method: unknown method {limits.shown(name)}; allowed: {', '.join(method_names())}"
+        )
+    spec = read_yaml(path, "method file")
     spec.setdefault("name", name)
     return spec
 
@@ -295,11 +316,14 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
-            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. rounds=50")
+            raise ConfigError(f"override {limits.shown(item)}: expected KEY=VALUE, e.g. rounds=50")
         key, value = item.split("=", 1)
         if not key:
-            raise ConfigError(f"override {item!r}: empty key")
-        out[key.strip()] = yaml.safe_load(value) if value != "" else None
+            raise ConfigError(f"override {limits.shown(item)}: empty key")
+        limits.check_string("override key", key)
+        limits.check_string(key.strip(), value)
+        source = f"override {limits.shown(item)}"
+        out[key.strip()] = safe_yaml.load(value, source) if value != "" else None
     return out
 
 
@@ -315,23 +339,23 @@ def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {str(p)!r} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(
-            f"config file {str(p)!r} is not valid YAML: {str(exc).splitlines()[0]}"
-        ) from exc
+def read_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """The mapping in the YAML file ``path``, read within :mod:`fedcore.limits` (no duplicate
+    keys, bounded aliases and depth, UTF-8); ``what`` names the file in errors."""
+    data = safe_yaml.read_file(path, what) or {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(p)!r} must hold a mapping")
+        raise ConfigError(f"{what} {limits.shown(str(path))} must hold a mapping")
+    try:
+        limits.check_tree(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{what} {limits.shown(str(path))}: {exc}") from None
     return data
 
 
 def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -> ExperimentConfig:
     """Apply overrides to ``raw``, resolve the method by name, and validate everything."""
+    limits.check_tree(raw)
+    limits.check_tree(overrides or {})
     tree = copy.deepcopy(raw)
     overrides = dict(overrides or {})
     if isinstance(tree.get("engine"), str):  # shorthand engine: vectorised
@@ -349,6 +373,7 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
         raise ConfigError("method: expected a method name or a mapping")
     for key, value in method_over.items():
         set_dotted(tree, key, value)
+    limits.check_tree(tree)
     try:
         cfg = ExperimentConfig.model_validate(tree)
     except ValidationError as exc:
@@ -388,7 +413,9 @@ def _validate_method(cfg: ExperimentConfig) -> None:
                 f"{prefix}.{registry.key}: missing; allowed: {', '.join(registry.names())}"
             )
         if not isinstance(name, str):
-            raise ConfigError(f"{prefix}.{registry.key}: expected a name (got {name!r})")
+            raise ConfigError(
+                f"{prefix}.{registry.key}: expected a name (got {limits.shown(name)})"
+            )
         try:
             component = registry.get(name)  # built-in, entry point or module:Class
             hp = registry.hparams(spec)
@@ -408,7 +435,7 @@ def _validate_method(cfg: ExperimentConfig) -> None:
 def _one_line(exc: ValidationError, prefix: str = "", root: type[BaseModel] | None = None) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
-    key = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
+    key = limits.clip(f"{prefix}.{loc}" if prefix and loc else (prefix or loc))
     if not key:
         return err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
@@ -419,9 +446,9 @@ def _one_line(exc: ValidationError, prefix: str = "", root: type[BaseModel] | No
     if msg.startswith(f"{key}."):  # a block's own check names its key in full
         return msg
     if err["type"] in ("literal_error", "enum"):
-        return f"{key}: {msg} (got {err.get('input')!r})"
+        return f"{key}: {msg} (got {limits.shown(err.get('input'))})"
     if "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict):
-        return f"{key}: {msg} (got {err['input']!r})"
+        return f"{key}: {msg} (got {limits.shown(err['input'])})"
     return f"{key}: {msg}"
 
 

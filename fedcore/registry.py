@@ -4,16 +4,39 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import types
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 T = TypeVar("T")
 
 
-class HParams(BaseModel):
-    """Base of every hyper-parameter model: unknown keys are errors, inf and nan are refused."""
+def _is_number(annotation: Any) -> bool:
+    """Whether a field's type is int or float (or an optional/union of them), not bool."""
+    if annotation in (int, float):
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_is_number(a) for a in get_args(annotation))
+    return False
+
+
+class StrictNumbers(BaseModel):
+    """A number field refuses true/false (pydantic would read ``rounds: true`` as 1)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and _is_number(field.annotation):
+            raise ValueError("expected a number, not true/false")
+        return value
+
+
+class HParams(StrictNumbers):
+    """Base of every hyper-parameter model: unknown keys are errors, inf and nan are refused,
+    and a number is not true/false."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -78,6 +101,7 @@ class Registry(Generic[T]):
 
         Raises :class:`fedcore.plugins.ComponentError` (a KeyError) with a one-line reason.
         """
+        from fedcore.limits import shown
         from fedcore.plugins import ComponentError, load_entry_point, load_import_path
 
         self._load()
@@ -93,7 +117,7 @@ class Registry(Generic[T]):
             cls = load_entry_point(self._plugins()[name], self.kind, base)
         else:
             raise ComponentError(
-                f"unknown {name!r}; allowed: {', '.join(self.names())}, "
+                f"unknown {shown(name)}; allowed: {', '.join(self.names())}, "
                 "or an import path module:Class"
             )
         if "name" not in vars(cls):

@@ -27,6 +27,7 @@ from fedcore.devices import check_device_present
 from fedcore.engines import sequential
 from fedcore.engines.select import build_engine
 from fedcore.layout import ParamLayout, flat_params, load_flat_params
+from fedcore.limits import shown
 from fedcore.metrics import (
     client_stat_metrics,
     conflict_fraction,
@@ -514,7 +515,8 @@ class Simulation:
         """Restore :meth:`state_dict` (and, with ``rng``, the global generators it saved).
 
         A checkpoint of an older version (lacking keys, e.g. ``bytes_down_total`` before round
-        protocol v2) raises a one-line ``CheckpointError`` naming its file, before any change.
+        protocol v2), of another config, or inconsistent with this run (``check_state``) raises
+        a one-line ``CheckpointError`` naming its file, before any change.
         """
         missing = [k for k in STATE_KEYS if k not in state]
         if missing:
@@ -522,9 +524,15 @@ class Simulation:
                 state, f"it lacks {', '.join(missing)} (written by an older fedcore version)"
             )
         if state["config_hash"] != self.cfg.config_hash():
-            raise ValueError(
-                f"checkpoint of config {state['config_hash']}, not {self.cfg.config_hash()}"
+            raise checkpoint.unusable(
+                state, f"it is a checkpoint of config {shown(state['config_hash'])}, "
+                f"not of this run's config {self.cfg.config_hash()}"
             )
+        problem = checkpoint.check_state(
+            state, self.cfg.rounds, self.cfg.eval_every, self.params, self.buffers
+        )
+        if problem:
+            raise checkpoint.unusable(state, problem)
         self.round = int(state["round"])
         self.bytes_up_total = int(state["bytes_up_total"])
         self.bytes_down_total = int(state["bytes_down_total"])

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
-from fedcore import checkpoint
+from fedcore import checkpoint, faults
 from fedcore.callbacks import Callback
 from fedcore.env import configure_environment
 from fedcore.hparams import regime_tags
@@ -30,6 +30,10 @@ configure_environment()
 
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
+
+# MLflow logs each SQLite error with its traceback before raising it: a full disk is reported
+# once, by fedcore, in one line
+faults.quiet_library_logs("mlflow.store.db.utils", "mlflow.system_metrics.system_metrics_monitor")
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -412,10 +416,17 @@ class MLflowTracker(Callback):
         self._stop_system_metrics()
         try:
             self.flush()
-        except Exception:  # noqa: BLE001  (the failure being recorded matters more)
-            log.exception("run %s: a metric write failed", self.run_id)
-        self.client.set_tag(self.run_id, "failure_reason", reason[:5000])
-        self.client.set_terminated(self.run_id, status)
+        except Exception as exc:  # noqa: BLE001  (the failure being recorded matters more)
+            if not faults.is_disk_full(exc):  # a full disk is the failure, reported once
+                log.exception("run %s: a metric write failed", self.run_id)
+        try:
+            self.client.set_tag(self.run_id, "failure_reason", reason[:5000])
+            self.client.set_terminated(self.run_id, status)
+        except Exception as exc:
+            if not faults.is_disk_full(exc):
+                raise
+            # the store's disk is full: the run stays RUNNING, and rerunning the command
+            # resumes it once there is space (README "Checkpoints and failures")
 
 
 def per_client_frame(tables: list[ClientTable]) -> pd.DataFrame:

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from fedcore import checkpoint, code_digest, stopping
+from fedcore import checkpoint, code_digest, faults, stopping
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData
 from fedcore.models.external import ModelArg
@@ -82,6 +82,7 @@ def run_tracked(
     except BaseException as exc:  # an exception's ``run_status`` (e.g. KILLED) wins over FAILED
         tracker.fail(f"{type(exc).__name__}: {exc}", getattr(exc, "run_status", "FAILED"))
         _label(exc, run_id, sim.round)
+        _label_disk_full(exc, tracker.settings)
         _ACTIVE.discard(run_id)
         raise
     if tracker.finished is None:
@@ -97,6 +98,19 @@ def _label(exc: BaseException, run_id: str | None, round: int) -> None:
     try:
         exc.fedcore_run_id = run_id  # type: ignore[attr-defined]
         exc.fedcore_round = round  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type with __slots__
+        pass
+
+
+def _label_disk_full(exc: BaseException, settings: TrackingSettings) -> None:
+    """A full disk under the MLflow store (SQLite's "database or disk is full", deep in an
+    MlflowException) becomes the failure's one-line cause, naming the store; an ``OSError``
+    (a checkpoint, an artifact) already names its file."""
+    if not faults.is_disk_full(exc) or isinstance(exc, OSError):
+        return
+    store = settings.tracking_uri.removeprefix("sqlite:///")
+    try:
+        exc.fedcore_cause = str(faults.no_space(f"the MLflow store {store}"))  # type: ignore[attr-defined]
     except AttributeError:  # an exception type with __slots__
         pass
 

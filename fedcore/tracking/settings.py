@@ -6,8 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from fedcore import safe_yaml
 from fedcore.config import ConfigError, project_root
 
 
@@ -23,7 +22,7 @@ class TrackingSettings:
 
 def load_settings(path: Path | None = None) -> TrackingSettings:
     path = path or project_root() / "mlflow.yml"
-    raw = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    raw = (safe_yaml.read_file(path, "mlflow.yml") or {}) if path.is_file() else {}
     base = path.parent
     uri = os.environ.get("MLFLOW_TRACKING_URI") or raw.get("tracking_uri", "sqlite:///mlflow.db")
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):

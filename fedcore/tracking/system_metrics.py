@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
+from fedcore import faults
+
 if TYPE_CHECKING:
     import torch
 
@@ -74,5 +76,6 @@ class RunSystemMetrics:
                 monitor.collect_metrics()
                 monitor.publish_metrics(monitor.aggregate_metrics())
                 monitor.mlflow_logger.flush()
-            except Exception:  # noqa: BLE001  (system metrics never fail a run)
-                logging.getLogger(__name__).warning("system metrics: final sample not logged")
+            except Exception as exc:  # noqa: BLE001  (system metrics never fail a run)
+                if not faults.is_disk_full(exc):  # a full disk is reported once, by the run
+                    logging.getLogger(__name__).warning("system metrics: final sample not logged")

@@ -1,0 +1,101 @@
+"""Checkpoints that must not resume (README "Checkpoints and failures"): another config's, one
+edited or corrupted after it was written (its digest), and one inconsistent with the run (a
+round beyond ``rounds``, a history that does not match its round, parameters of another shape)
+are refused when loaded, in one line naming the file, what is wrong and the remedy."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from fedcore import checkpoint
+from fedcore.config import load_config
+from fedcore.simulation import Simulation
+from tests.conftest import TINY
+
+
+def _setup(tmp_path, *extra):
+    cfg = load_config(None, [*TINY, "rounds=4", "checkpoint_every=1",
+                             f"checkpoint_dir={tmp_path / 'ck'}", *extra])
+    sim = Simulation(cfg)
+    return cfg, sim, sim.state_dict()  # round 0: a real state, no training needed
+
+
+def _refused(cfg, path, problem: str) -> None:
+    sim = Simulation(cfg)
+    start = sim.params.clone()
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        sim.resume()
+    msg = str(e.value)
+    assert "\n" not in msg and len(msg) < 400, msg
+    assert msg.startswith(f"checkpoint {path} cannot be resumed: {problem}"), msg
+    assert msg.endswith(f"; delete the folder {path.parent} and rerun from round 1")
+    assert sim.round == 0 and torch.equal(sim.params, start) and not sim.history
+
+
+def test_another_configs_checkpoint_names_the_file_and_the_remedy(tmp_path):
+    cfg, _, state = _setup(tmp_path)
+    other = load_config(None, [*TINY, "rounds=4", "seed=1", f"checkpoint_dir={tmp_path / 'ck'}"])
+    path = checkpoint.save(state, checkpoint.run_folder(other), 1)  # copied into other's folder
+    _refused(other, path, f"it is a checkpoint of config '{cfg.config_hash()}', not of this "
+                          f"run's config {other.config_hash()}")
+
+
+def test_round_beyond_rounds_with_a_faked_history_is_refused(tmp_path):
+    cfg, _, state = _setup(tmp_path)
+    state.update(round=99, history=[{"round": r, "test/accuracy": 0.999} for r in range(1, 100)])
+    path = checkpoint.save(state, checkpoint.run_folder(cfg), 99)  # with a matching digest
+    _refused(cfg, path, "its round 99 is not in 0..4 (rounds=4)")
+
+
+def test_history_or_tables_inconsistent_with_the_round_are_refused(tmp_path):
+    cfg, _, state = _setup(tmp_path)
+    state.update(round=2, history=[{"round": 2, "test/accuracy": 0.999}])
+    path = checkpoint.save(state, checkpoint.run_folder(cfg), 2)
+    _refused(cfg, path, "its history does not hold rounds 1..2 once each (got [2])")
+    state.update(history=[{"round": 1}, {"round": 2}])  # no per-client tables of rounds 1, 2
+    path = checkpoint.save(state, checkpoint.run_folder(cfg), 2)
+    _refused(cfg, path, "its per-client tables are of rounds [], not [1, 2]")
+
+
+def test_truncated_parameters_are_refused_when_loaded(tmp_path):
+    cfg, sim, state = _setup(tmp_path)
+    state["params"] = state["params"][:-7]
+    path = checkpoint.save(state, checkpoint.run_folder(cfg), 0)
+    n = sim.params.numel()
+    _refused(cfg, path, f"its params are torch.float32 ({n - 7},), this run's model has "
+                        f"torch.float32 ({n},)")
+
+
+def test_a_file_edited_after_it_was_written_fails_its_digest(tmp_path, caplog):
+    cfg, _, state = _setup(tmp_path)
+    folder = checkpoint.run_folder(cfg)
+    path = checkpoint.save(state, folder, 1)
+    raw = torch.load(path, weights_only=True)
+    raw["history"] = [{"round": 1, "test/accuracy": 0.999}]  # edited; the old digest kept
+    torch.save(raw, path)
+    with pytest.raises(checkpoint.CheckpointError, match=(
+        f"^checkpoint {path} cannot be resumed: its contents do not match the digest written "
+        "with it")):
+        checkpoint.load(path)
+    del raw["digest"]  # or dropped
+    torch.save(raw, path)
+    with pytest.raises(checkpoint.CheckpointError, match="do not match the digest"):
+        checkpoint.load(path)
+    with caplog.at_level(logging.WARNING, "fedcore"):
+        assert checkpoint.latest(folder) is None  # not resumed: the run starts at round 1
+    assert f"checkpoint {path} does not load" in caplog.text
+
+
+def test_digest_covers_every_part_of_the_state():
+    base = {"a": torch.arange(4.0), "b": [1, 2.5, "x", None, True], "c": {"d": (1, 2)}}
+    d = checkpoint.digest(base)
+    assert checkpoint.digest({**base}) == d
+    for changed in ({**base, "a": torch.arange(4.0).double()},
+                    {**base, "a": torch.arange(4.0).reshape(2, 2)},
+                    {**base, "a": torch.tensor([0.0, 1.0, 2.0, 3.5])},
+                    {**base, "b": [1, 2.5, "x", None, 1]},
+                    {**base, "c": {"d": [1, 2]}}):
+        assert checkpoint.digest(changed) != d
