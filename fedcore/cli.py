@@ -82,15 +82,28 @@ def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     config, overrides = _split_args(args.items)
     cfg = load_config(config, overrides)
-    from fedcore.tracking.runner import run_tracked
+    from fedcore.extras import INSTALL, missing
 
+    tracked = not missing(("mlflow",))
+    if not tracked:
+        print(f"fedcore: note: this run is not recorded (MLflow is not installed; {INSTALL} "
+              "records runs)", file=sys.stderr)
     bar = ProgressBar()
+    run_id: str | None = None
     try:
-        run_id, result = run_tracked(cfg, callbacks=[bar])
+        if tracked:
+            from fedcore.tracking.runner import run_tracked
+
+            run_id, result = run_tracked(cfg, callbacks=[bar])
+        else:
+            from fedcore.simulation import run
+
+            result = run(cfg, callbacks=[bar])
     finally:
         bar.close()  # before any error line, so the bar does not redraw after it
+    where = "not recorded" if run_id is None else f"MLflow run {run_id}"
     print(
-        f"\nMLflow run {run_id}  method={cfg.method.name}  dataset={cfg.dataset.name}  "
+        f"\n{where}  method={cfg.method.name}  dataset={cfg.dataset.name}  "
         f"alpha={cfg.dataset.alpha}  seed={cfg.seed}"
     )
     print_table([{"metric": k, "value": v} for k, v in result.summary.items()], ["metric", "value"])
@@ -334,8 +347,13 @@ RESUME = {
 
 
 def _call(args: argparse.Namespace) -> int:
-    """Run the command; one-line errors (exit code 2: bad input, 1: a failure)."""
+    """Run the command; one-line errors (exit code 2: bad input or a missing extra, 1: a
+    failure)."""
     try:
+        if args.command != "run":
+            from fedcore.extras import require
+
+            require(args.command)
         code: int = args.func(args)
         return code
     except ConfigError as exc:
