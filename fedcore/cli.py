@@ -319,8 +319,10 @@ def main(argv: list[str] | None = None) -> int:
         "`mlflow ui` until Ctrl-C, and print the link that opens the runs in MLflow's training "
         "view. With an MLflow server as tracking URI, only print the link.",
     )
-    p_ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    p_ui.add_argument("--port", type=int, default=5000, help="port (5000)")
+    p_ui.add_argument("--host", default=None,
+                      help="address to listen on (default: ui_url's in mlflow.yml, 127.0.0.1)")
+    p_ui.add_argument("--port", type=int, default=None,
+                      help="port (default: ui_url's in mlflow.yml, 5000)")
     p_ui.set_defaults(func=cmd_ui)
     args = parser.parse_args(argv)
     try:
