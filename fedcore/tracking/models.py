@@ -80,7 +80,12 @@ def requirements() -> list[str]:
     inference of them imports and scans the environment, seconds per run)."""
     from fedcore import __version__
 
-    pins = [f"{name}=={importlib.metadata.version(name)}" for name in ("torch", "cloudpickle")]
+    pins = []
+    for name in ("torch", "cloudpickle"):  # cloudpickle: MLflow pickles the model with it
+        try:
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:  # torch built from source, say
+            pins.append(name)
     return [*pins, f"fedcore=={__version__}"]
 
 
