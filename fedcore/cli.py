@@ -82,9 +82,16 @@ def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     config, overrides = _split_args(args.items)
-    helper = _store_helper()  # a new store's schema, made in parallel (README "Speed")
+    from fedcore.extras import INSTALL, missing
+
+    tracked = not missing(("mlflow",))
+    helper = _store_helper() if tracked else None  # a new store's schema, made in parallel
+    run_id: str | None = None
     try:
         cfg = load_config(config, overrides)
+        if not tracked:
+            print(f"fedcore: note: this run is not recorded (MLflow is not installed; {INSTALL} "
+                  "records runs)", file=sys.stderr)
         from fedcore.data.federated import build_federated_data
         from fedcore.simulation import resolve_device
 
@@ -92,18 +99,24 @@ def cmd_run(args: argparse.Namespace) -> int:
                                     cfg.clients)
         if helper is not None:
             helper.go()  # the config and the data are valid: the store may be written
-        from fedcore.tracking.runner import run_tracked
-
         bar = ProgressBar()
         try:
-            run_id, result = run_tracked(cfg, callbacks=[bar], data=data)
+            if tracked:
+                from fedcore.tracking.runner import run_tracked
+
+                run_id, result = run_tracked(cfg, callbacks=[bar], data=data)
+            else:
+                from fedcore.simulation import run
+
+                result = run(cfg, callbacks=[bar], data=data)
         finally:
             bar.close()  # before any error line, so the bar does not redraw after it
     finally:
         if helper is not None:
             helper.close()
+    where = "not recorded" if run_id is None else f"MLflow run {run_id}"
     print(
-        f"\nMLflow run {run_id}  method={cfg.method.name}  dataset={cfg.dataset.name}  "
+        f"\n{where}  method={cfg.method.name}  dataset={cfg.dataset.name}  "
         f"alpha={cfg.dataset.alpha}  seed={cfg.seed}"
     )
     print_table([{"metric": k, "value": v} for k, v in result.summary.items()], ["metric", "value"])
@@ -331,8 +344,10 @@ def main(argv: list[str] | None = None) -> int:
         "`mlflow ui` until Ctrl-C, and print the link that opens the runs in MLflow's training "
         "view. With an MLflow server as tracking URI, only print the link.",
     )
-    p_ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    p_ui.add_argument("--port", type=int, default=5000, help="port (5000)")
+    p_ui.add_argument("--host", default=None,
+                      help="address to listen on (default: ui_url's in mlflow.yml, 127.0.0.1)")
+    p_ui.add_argument("--port", type=int, default=None,
+                      help="port (default: ui_url's in mlflow.yml, 5000)")
     p_ui.set_defaults(func=cmd_ui)
     args = parser.parse_args(argv)
     try:
@@ -359,8 +374,13 @@ RESUME = {
 
 
 def _call(args: argparse.Namespace) -> int:
-    """Run the command; one-line errors (exit code 2: bad input, 1: a failure)."""
+    """Run the command; one-line errors (exit code 2: bad input or a missing extra, 1: a
+    failure)."""
     try:
+        if args.command != "run":
+            from fedcore.extras import require
+
+            require(args.command)
         code: int = args.func(args)
         return code
     except ConfigError as exc:

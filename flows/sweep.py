@@ -18,6 +18,7 @@ from fedcore.simulation import resolve_device
 from fedcore.sweep import SweepSpec, load_sweep
 from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.mlflow_tracker import wait_for_runs
+from fedcore.tracking.names import cell_identities, parent_name
 from fedcore.tracking.parents import log_source, sweep_summary
 from fedcore.tracking.runner import finished_run, other_code_note, run_tracked
 from flows.artifacts import publish_table
@@ -66,8 +67,10 @@ def simulate_cell(
     reuse_other_code: bool = False,
     stop_event: str | None = None,
     plugin_paths: list[str] | None = None,
+    identity: dict[str, str] | None = None,
 ) -> dict[str, Any] | State[Any]:
-    """Simulate one cell (its resolved config) as a child run of the sweep.
+    """Simulate one cell (its resolved config) as a child run of the sweep; ``identity``: its
+    ``run_name`` and tags (``variant``, ``cell``; :func:`fedcore.tracking.names.cell_identities`).
 
     ``settings`` (the flow's MLflow store) travel with the task, so a Dask worker records into
     the same store; with GPUs the cell holds one device slot (``cuda:i``) while it runs. Cells
@@ -84,12 +87,13 @@ def simulate_cell(
             return stopped_state("cell")
         plugins.add_roots(plugin_paths or [])
         return _simulate_cell(resolved, parent_run_id, sweep, settings, cells_per_gpu,
-                              finish_in_background, reuse_other_code)
+                              finish_in_background, reuse_other_code, identity or {})
 
 
 def _simulate_cell(
     resolved: dict[str, Any], parent_run_id: str, sweep: str, settings: TrackingSettings | None,
     cells_per_gpu: int, finish_in_background: bool, reuse_other_code: bool,
+    identity: dict[str, str],
 ) -> dict[str, Any] | State[Any]:
     try:
         cfg = build_config(resolved)
@@ -104,8 +108,9 @@ def _simulate_cell(
             data = shared_federated_data(cfg.dataset, cfg.seed,
                                          resolve_device(device or cfg.device), cfg.clients)
             run_id, result = run_tracked(
-                cfg, parent_run_id=parent_run_id, tags={"sweep": sweep}, settings=settings,
-                device=device, data=data, wait=not finish_in_background, figures=False,
+                cfg, parent_run_id=parent_run_id, settings=settings, device=device, data=data,
+                tags={"sweep": sweep, **{k: v for k, v in identity.items() if k != "run_name"}},
+                run_name=identity.get("run_name"), wait=not finish_in_background, figures=False,
             )
     except stopping.StopRequested:  # its run is KILLED with the rounds it finished
         return stopped_state("cell")
@@ -136,7 +141,7 @@ def parent_run(spec: SweepSpec, settings: TrackingSettings | None = None) -> str
         return run_id
     run_id = client.create_run(
         exp_id,
-        run_name=f"sweep-{spec.name}",
+        run_name=parent_name("sweep", spec.name),
         tags={"sweep": spec.name, "sweep_hash": spec.sweep_hash, "fedcore.role": "sweep"},
     ).info.run_id
     client.log_param(run_id, "cells", len(spec.cells))
@@ -204,6 +209,7 @@ def sweep(
             )
     rows: list[dict[str, Any]] = []
     stop_event = f"fedcore-stop-{uuid.uuid4().hex}" if runner == "dask" else None
+    identities = cell_identities(spec.cells)
     with (make_task_runner(runner, max_workers, dask_address, api_url) as task_runner,
           relay_stop_to_dask(task_runner, stop_event)):
         futures = [
@@ -221,10 +227,11 @@ def sweep(
                         "reuse_other_code": reuse_other_code,
                         "stop_event": stop_event,
                         "plugin_paths": plugins.import_roots(cell.config.resolved()["method"]),
+                        "identity": identity,
                     },
                 ),
             )
-            for cell in spec.cells
+            for cell, identity in zip(spec.cells, identities, strict=True)
         ]
         for cell, future in futures:
             future.wait()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv at the project root and install fedcore with its dev extras.
-# Re-installs only when pyproject.toml changed since the last successful install.
+# Create (or reuse) .venv at the project root and install fedcore with its dev and pipeline extras.
+# Re-installs only when pyproject.toml or setup.py changed since the last successful install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -20,13 +20,13 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.fedcore-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml setup.py | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   if [ "$(free_mb)" -lt "$NEED_MB" ]; then
     echo "setup: warning: $(free_mb) MB free in $(pwd); the install needs about $NEED_MB MB." >&2
   fi
   pip_install --upgrade pip
-  pip_install -e ".[dev]"
+  pip_install -e ".[dev,pipeline]"
   .venv/bin/python -c "import fedcore, torch, mlflow, prefect"
   echo "$want" > "$stamp"
 fi

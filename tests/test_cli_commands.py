@@ -54,9 +54,11 @@ def test_ui_serves_the_project_store_and_prints_the_training_view_link(tracking,
     run_tracked(load_config(None, ["rounds=1", "model.name=mlp", "dataset.num_clients=6",
                                    "clients_per_round=2"]))
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # the UI serves where ui_url says (the address the runs' links point at)
+    env = {**os.environ, "PYTHONPATH": str(ROOT),
+           "FEDCORE_MLFLOW_UI_URL": f"http://127.0.0.1:{port}"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fedcore", "ui", "--port", str(port)], cwd=tmp_path, env=env,
+        [sys.executable, "-m", "fedcore", "ui"], cwd=tmp_path, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import torch
 
 from fedcore.config import load_config
 from fedcore.data.datasets import load_dataset
-from fedcore.data.digits import DIGITS_FILE, digits_arrays, stratified_split
+from fedcore.data.digits import digits_arrays, stratified_split
 from fedcore.data.federated import partition_digest
 from fedcore.simulation import Simulation
 
@@ -93,13 +92,3 @@ def test_loading_digits_imports_no_sklearn():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
-
-
-def test_digits_file_is_package_data():
-    """A wheel or editable install carries digits.npz (pyproject's package-data)."""
-    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    package, name = "fedcore.data", DIGITS_FILE.name
-    patterns = setuptools.get("package-data", {}).get(package, [])
-    assert any(fnmatch.fnmatch(name, p) for p in patterns), patterns
-    assert DIGITS_FILE.parent == ROOT / "fedcore" / "data"

@@ -58,10 +58,16 @@ def test_sweep_flow_names_tasks_publishes_artifact_and_links_runs(prefect_harnes
     markdown = artifacts[0].data
     assert f"#/experiments/{exp}/runs/{parent.info.run_id}" in markdown
     assert "workflowType=machine_learning" in markdown
+    assert parent.info.run_name.startswith("sweep-linked-20")  # one per invocation
     for row in rows:
-        assert f"#/experiments/{exp}/runs/{row['run_id']}" in markdown
+        assert (f"#/experiments/{exp}/runs/{row['run_id']}?workflowType=machine_learning"
+                in markdown)
         assert row["cell"] in markdown
         child = mlflow.get_run(row["run_id"])
+        method = row["cell"].removeprefix("method=")
+        assert child.info.run_name == f"{method}-digits-a0.1-s0"
+        assert child.data.tags["variant"] == f"{method}-digits-a0.1"
+        assert child.data.tags["cell"] == row["cell"]
         assert child.data.tags["fedcore.prefect_flow_run_id"] == str(flow_run_id)
         assert child.data.tags["mlflow.source.type"] == "JOB"
 

@@ -71,18 +71,51 @@ def test_dataset_input_on_the_run(tracking):
     assert inputs[2][0].dataset.digest != first.dataset.digest  # another seed
 
 
-def test_logged_global_model_loads_with_one_call_and_gives_the_final_accuracy(tracking):
+def test_final_model_is_an_mlflow_model_with_the_final_accuracy(tracking, tmp_path):
+    import mlflow.artifacts
+    import mlflow.pytorch
+    import yaml
+
     from fedcore.tracking import load_model
 
     cfg = load_config(None, TINY)
     run_id, result = run_tracked(cfg)
-    model = load_model(run_id)
     data = _data()
-    correct, _ = per_sample_eval(model, data.x_test, data.y_test)
-    # one sample classified differently would move it by 1/360
-    assert abs(float(correct.double().mean()) - result.summary["final/accuracy"]) < 1e-6
     client = MlflowClient(tracking.tracking_uri)
-    assert [a.path for a in client.list_artifacts(run_id, "model")] == ["model/global.pt"]
+    native = mlflow.pytorch.load_model(f"runs:/{run_id}/model")  # MLFLOW_TRACKING_URI's store
+    for model in (native, load_model(run_id)):
+        correct, _ = per_sample_eval(model, data.x_test, data.y_test)
+        # one sample classified differently would move it by 1/360
+        assert abs(float(correct.double().mean()) - result.summary["final/accuracy"]) < 1e-6
+    assert type(native) is type(load_model(run_id))  # the fedcore model class itself
+    (output,) = client.get_run(run_id).outputs.model_outputs  # the UI's Models column
+    logged = client.get_logged_model(output.model_id)
+    assert (logged.name, logged.status.name, logged.source_run_id) == ("model", "READY", run_id)
+    assert output.step == cfg.rounds
+    local = Path(mlflow.artifacts.download_artifacts(logged.artifact_location,
+                                                     dst_path=str(tmp_path)))
+    meta = yaml.safe_load((local / "MLmodel").read_text())
+    assert "pytorch" in meta["flavors"] and "tensor-spec" in meta["signature"]["inputs"]
+    assert meta["saved_input_example_info"]["type"] == "ndarray"
+    reqs = (local / "requirements.txt").read_text().split()
+    assert f"fedcore=={fedcore.__version__}" in reqs and any(r.startswith("torch==") for r in reqs)
+    assert not client.list_artifacts(run_id, "model/global.pt")  # no second copy
+
+
+def test_load_model_still_reads_runs_recorded_before_the_mlflow_model(tracking, tmp_path):
+    from fedcore.models import build_model
+    from fedcore.tracking import get_experiment_id, load_model, mlflow_client
+
+    model = build_model("mlp", (1, 8, 8), 10)
+    spec = {"model": "mlp", "norm": "batch", "in_shape": [1, 8, 8], "num_classes": 10,
+            "projection_dim": None, "round": 3}
+    torch.save({**spec, "state_dict": model.state_dict()}, tmp_path / "global.pt")
+    client = mlflow_client(tracking)
+    run_id = client.create_run(get_experiment_id(client, tracking)).info.run_id
+    client.log_artifact(run_id, str(tmp_path / "global.pt"), "model")
+    loaded = load_model(run_id)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(),
+                                                 model.state_dict().values(), strict=True))
 
 
 def test_personal_models_are_logged_for_ditto(tracking):

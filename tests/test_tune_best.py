@@ -43,7 +43,8 @@ def test_best_reproduces_the_trial_run_with_base_overrides(tracking, tmp_path, m
     study = optuna.load_study(study_name="exact", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     best = study.best_trial
     assert best.user_attrs["config"]["rounds"] == 2
-    assert best.user_attrs["mlflow_run_url"].endswith(best.user_attrs["mlflow_run_id"])
+    assert best.user_attrs["mlflow_run_url"].endswith(
+        f"/runs/{best.user_attrs['mlflow_run_id']}?workflowType=machine_learning")
 
     capsys.readouterr()
     assert main(["tune", "--best", str(path)]) == 0

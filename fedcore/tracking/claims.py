@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from fedcore.claims import ClaimRow, ClaimsSpec, markdown, run_claims, tally
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
+from fedcore.tracking.names import parent_name
 from fedcore.tracking.runner import run_tracked
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
@@ -23,7 +24,8 @@ def run_claims_tracked(
     settings: TrackingSettings | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[str, list[ClaimRow], float]:
-    """Run ``spec`` under a parent run ``claims-<name>``; returns (run id, rows, seconds).
+    """Run ``spec`` under a parent run ``claims-<name>-<UTC time>``; returns (run id, rows,
+    seconds).
 
     The parent gets the table as ``claims/table.md`` and as its description, one metric
     ``holds/<claim id>`` (1 or 0) per claim and ``claims/seconds``.
@@ -32,7 +34,7 @@ def run_claims_tracked(
     client = mlflow_client(settings)
     parent = client.create_run(
         get_experiment_id(client, settings),
-        run_name=f"claims-{spec.name}",
+        run_name=parent_name("claims", spec.name),
         tags={"fedcore.role": "claims", "claims": spec.name,
               "claims.seeds": ",".join(map(str, spec.seeds))},
     ).info.run_id

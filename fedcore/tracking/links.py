@@ -22,4 +22,18 @@ def experiment_url(settings: TrackingSettings, experiment_id: str) -> str:
 
 
 def run_url(settings: TrackingSettings, experiment_id: str, run_id: str) -> str:
-    return f"{ui_base(settings)}/#/experiments/{experiment_id}/runs/{run_id}"
+    return f"{ui_base(settings)}/#/experiments/{experiment_id}/runs/{run_id}?{TRAINING_VIEW}"
+
+
+def ui_address(settings: TrackingSettings) -> tuple[str, int]:
+    """The host and port of ``ui_url`` (where ``fedcore ui`` serves, so links find it);
+    127.0.0.1:5000 when it names none."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(settings.ui_url)
+    try:
+        port = url.port
+    except ValueError:  # not a number
+        port = None
+    default = 443 if url.scheme == "https" else 5000
+    return url.hostname or "127.0.0.1", port or default

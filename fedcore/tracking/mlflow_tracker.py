@@ -214,17 +214,17 @@ class MLflowTracker(Callback):
         self._resumed = False
 
     def start(self, resolved: dict[str, Any], config_hash: str) -> str:
+        from fedcore.tracking.names import run_identity
+
         exp_id = get_experiment_id(self.client, self.settings)
+        name, variant = run_identity(resolved)
         tags = {
             **provenance_tags(resolved["method"]), **run_tags(resolved, config_hash),
-            **self.extra_tags,
-            **owner_tags(),
+            "variant": variant, **self.extra_tags, **owner_tags(),
         }
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
-        name = (
-            self.run_name or f"{tags['method']}-{tags['dataset']}-a{tags['alpha']}-s{tags['seed']}"
-        )
+        name = self.run_name or name
         run = self.client.create_run(exp_id, run_name=name, tags=tags)
         self.run_id = run.info.run_id
         self._write(self._log_params, resolved)

@@ -1,16 +1,27 @@
-"""The final models of a run as MLflow artifacts, and ``load_model(run_id)`` to get them back.
+"""The final models of a run as an MLflow Model, and ``load_model(run_id)`` to get them back.
 
-``model/global.pt`` holds the global model's ``state_dict`` with what is needed to rebuild it
-(model name or import path and its kwargs, norm, input shape, classes, MOON's projection head;
-whether it was an instance passed from Python, which is loaded into a module given to
-``load_model``); for personalised methods
-(Ditto) ``model/personal.pt`` holds every client's personal parameters. Both are plain
-``torch.save`` files of tensors and numbers, read with ``weights_only=True``.
+The final global model is the run's MLflow Model ``model`` (``mlflow.pytorch``, pickle format:
+the fedcore model class itself), with a signature and an input example from the test data and
+explicit pip requirements: ``mlflow.pytorch.load_model("runs:/<run_id>/model")``, the UI's
+Models column and the model registry take it. For personalised methods (Ditto) every client's
+personal parameters ride inside it as ``extra_files/personal.pt`` (a plain ``torch.save`` file of
+tensors, read with ``weights_only=True``), so one model serves all clients. Runs recorded before
+kept ``model/global.pt`` (a ``state_dict`` with what rebuilds it) and ``model/personal.pt`` as
+plain artifacts; :func:`load_model` reads both layouts. The model's ``extra_files/global.pt``
+also keeps its ``state_dict`` with what rebuilds it (model name or import path and kwargs, norm,
+input shape, classes, MOON's projection head), so a model passed from Python as an instance loads
+into a module given to ``load_model(run_id, model=...)`` without unpickling its class.
 """
 
 from __future__ import annotations
 
+import copy
+import importlib.metadata
+import logging
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -25,7 +36,11 @@ if TYPE_CHECKING:
     from fedcore.models import FedModel
     from fedcore.simulation import Simulation
 
-GLOBAL_ARTIFACT = "model/global.pt"
+MODEL_NAME = "model"  # runs:/<run_id>/model
+PERSONAL_FILE = "personal.pt"  # in the MLflow Model's extra_files/
+GLOBAL_FILE = "global.pt"  # in extra_files/: the state_dict with what rebuilds the model
+EXAMPLE_ROWS = 5  # test samples saved as the model's input example
+GLOBAL_ARTIFACT = "model/global.pt"  # runs recorded before the MLflow Model
 PERSONAL_ARTIFACT = "model/personal.pt"
 
 
@@ -41,14 +56,6 @@ def model_spec(sim: Simulation) -> dict[str, Any]:
         "projection_dim": sim.client_algo.projection_dim,
         "round": int(sim.round),
     }
-
-
-def global_state(sim: Simulation) -> dict[str, torch.Tensor]:
-    """The final global model's ``state_dict`` (parameters and buffers, on the CPU)."""
-    load_flat_params(sim.model, sim.params)
-    if sim.buffers:
-        sim.model.load_state_dict(sim.buffers, strict=False)
-    return {k: v.detach().cpu().clone() for k, v in sim.model.state_dict().items()}
 
 
 def personal_states(sim: Simulation) -> dict[int, dict[str, Any]]:
@@ -67,21 +74,94 @@ def personal_states(sim: Simulation) -> dict[int, dict[str, Any]]:
     return out
 
 
+def global_model(sim: Simulation) -> torch.nn.Module:
+    """A CPU copy of the final global model (parameters and buffers) in eval mode."""
+    load_flat_params(sim.model, sim.params)
+    if sim.buffers:
+        sim.model.load_state_dict(sim.buffers, strict=False)
+    return copy.deepcopy(sim.model).to("cpu").eval()
+
+
+def requirements() -> list[str]:
+    """The model's pip requirements, pinned to this environment (given explicitly: MLflow's
+    inference of them imports and scans the environment, seconds per run)."""
+    from fedcore import __version__
+
+    pins = []
+    for name in ("torch", "cloudpickle"):  # cloudpickle: MLflow pickles the model with it
+        try:
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:  # torch built from source, say
+            pins.append(name)
+    return [*pins, f"fedcore=={__version__}"]
+
+
+_SAVE_LOCK = threading.Lock()
+
+
+class _DropPickleCaution(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Pickle or CloudPickle" not in record.getMessage()
+
+
+@contextmanager
+def _quiet_save() -> Iterator[None]:
+    """While one model is saved: skip MLflow's check that the requirements match this
+    environment (they were read from it; the check indexes every installed file, 1.5-3 s of CPU
+    once per process) and drop its warning about the pickle format (fedcore chose it: the loaded
+    model is the fedcore model class, which a traced ``pt2`` graph is not)."""
+    import mlflow.utils.environment as environment
+
+    check = "warn_dependency_requirement_mismatches"
+    caution = _DropPickleCaution()
+    with _SAVE_LOCK:
+        original = getattr(environment, check, None)
+        if original is not None:
+            setattr(environment, check, lambda requirements: None)
+        logging.getLogger("mlflow.pytorch").addFilter(caution)
+        try:
+            yield
+        finally:
+            logging.getLogger("mlflow.pytorch").removeFilter(caution)
+            if original is not None:
+                setattr(environment, check, original)
+
+
 def log_models(client: MlflowClient, run_id: str, sim: Simulation) -> list[str]:
-    """Upload the final global model (and personal models) to the run; returns their paths."""
-    spec = model_spec(sim)
-    logged = []
+    """Log the final global model (with the personal models, if any) as the run's MLflow
+    Model ``model``; returns its ``models:/`` URI."""
+    import mlflow.pytorch
+    import numpy as np
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+    from mlflow.models import Model, infer_signature
+
+    model = global_model(sim)
+    example = np.ascontiguousarray(sim.data.x_test[:EXAMPLE_ROWS].detach().cpu().numpy())
+    with torch.no_grad():
+        output = model(torch.from_numpy(example))
+    signature = infer_signature(example, output.numpy() if torch.is_tensor(output) else None)
+    experiment_id = client.get_run(run_id).info.experiment_id
+    logged = client.create_logged_model(experiment_id, name=MODEL_NAME, source_run_id=run_id)
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "model"
-        folder.mkdir()
-        torch.save({**spec, "state_dict": global_state(sim)}, folder / "global.pt")
-        logged.append(GLOBAL_ARTIFACT)
+        extra = [str(Path(tmp) / GLOBAL_FILE)]
+        torch.save({**model_spec(sim), "state_dict": model.state_dict()}, extra[0])
         personal = personal_states(sim)
         if personal:
-            torch.save({**spec, "clients": personal}, folder / "personal.pt")
-            logged.append(PERSONAL_ARTIFACT)
-        client.log_artifacts(run_id, str(folder), "model")
-    return logged
+            extra.append(str(Path(tmp) / PERSONAL_FILE))
+            torch.save({**model_spec(sim), "clients": personal}, extra[-1])
+        meta = Model(artifact_path=logged.artifact_location, model_uuid=logged.model_id,
+                     run_id=run_id, model_id=logged.model_id)
+        folder = Path(tmp) / MODEL_NAME
+        with _quiet_save():
+            mlflow.pytorch.save_model(
+                model, str(folder), mlflow_model=meta, signature=signature,
+                input_example=example, pip_requirements=requirements(), extra_files=extra,
+                serialization_format="pickle",
+            )
+        client.log_model_artifacts(logged.model_id, str(folder))
+    client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=int(sim.round))])
+    client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+    return [f"models:/{logged.model_id}"]
 
 
 def _build(spec: dict[str, Any], run_id: str, given: torch.nn.Module | None) -> torch.nn.Module:
@@ -122,22 +202,63 @@ def load_model(
 
         settings = replace(settings, tracking_uri=tracking_uri)
     client = mlflow_client(settings)
+    try:
+        run = client.get_run(run_id)
+    except Exception as exc:  # noqa: BLE001
+        raise LookupError(f"run {run_id}: not found ({exc})") from None
+    ids = [o.model_id for o in (run.outputs.model_outputs if run.outputs else [])]
+    logged = [m for m in map(client.get_logged_model, ids) if m.name == MODEL_NAME]
+    if not logged:
+        return _load_legacy(client, run_id, client_id, model)
+    import mlflow.artifacts
+    import mlflow.pytorch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(mlflow.artifacts.download_artifacts(
+            artifact_uri=logged[-1].artifact_location, dst_path=tmp,
+            tracking_uri=settings.tracking_uri,
+        ))
+        extra = local / "extra_files"
+        net: torch.nn.Module
+        if model is not None:  # weights into the given module, no unpickling of its class
+            saved = torch.load(extra / GLOBAL_FILE, map_location="cpu", weights_only=True)
+            net = _build(saved, run_id, model)
+            net.load_state_dict(saved["state_dict"])
+        else:
+            net = mlflow.pytorch.load_model(str(local), map_location="cpu")
+        if client_id is not None:
+            path = extra / PERSONAL_FILE
+            saved = torch.load(path, map_location="cpu", weights_only=True) if path.is_file() \
+                else {"clients": {}}
+            _personal(net, saved, run_id, client_id)
+    return net.eval()
+
+
+def _personal(model: torch.nn.Module, saved: dict[str, Any], run_id: str, client_id: int) -> None:
+    """Load client ``client_id``'s personal parameters and buffers into ``model``."""
+    if client_id not in saved["clients"]:
+        raise LookupError(f"run {run_id}: client {client_id} has no personal model "
+                          f"(clients with one: {sorted(saved['clients'])})")
+    own = saved["clients"][client_id]
+    load_flat_params(model, own["params"])
+    if own["buffers"]:
+        model.load_state_dict(own["buffers"], strict=False)
+
+
+def _load_legacy(client: MlflowClient, run_id: str, client_id: int | None,
+                 model: torch.nn.Module | None) -> torch.nn.Module:
+    """A run recorded before the MLflow Model: ``model/global.pt`` / ``model/personal.pt``."""
     artifact = GLOBAL_ARTIFACT if client_id is None else PERSONAL_ARTIFACT
     with tempfile.TemporaryDirectory() as tmp:
         try:
             local = client.download_artifacts(run_id, artifact, tmp)
         except Exception as exc:  # noqa: BLE001
-            raise LookupError(f"run {run_id}: no {artifact} ({exc})") from None
+            raise LookupError(f"run {run_id}: no MLflow Model {MODEL_NAME!r} and no {artifact} "
+                              f"({exc})") from None
         saved = torch.load(local, map_location="cpu", weights_only=True)
     model = _build(saved, run_id, model)
     if client_id is None:
         model.load_state_dict(saved["state_dict"])
     else:
-        if client_id not in saved["clients"]:
-            raise LookupError(f"run {run_id}: client {client_id} has no personal model "
-                              f"(clients with one: {sorted(saved['clients'])})")
-        own = saved["clients"][client_id]
-        load_flat_params(model, own["params"])
-        if own["buffers"]:
-            model.load_state_dict(own["buffers"], strict=False)
+        _personal(model, saved, run_id, client_id)
     return model.eval()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from fedcore.tracking.links import TRAINING_VIEW
+from fedcore.tracking.links import TRAINING_VIEW, ui_address
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
 
@@ -31,9 +31,13 @@ def _experiment_id(settings: TrackingSettings) -> str | None:
     return exp.experiment_id
 
 
-def ui_command(host: str = "127.0.0.1", port: int = 5000) -> int:
-    """Serve the project's MLflow store (mlflow.yml / MLFLOW_TRACKING_URI) until Ctrl-C."""
+def ui_command(host: str | None = None, port: int | None = None) -> int:
+    """Serve the project's MLflow store (mlflow.yml / MLFLOW_TRACKING_URI) until Ctrl-C, at
+    ``ui_url``'s host and port unless given (the address the runs' links point at)."""
     settings = load_settings()
+    default_host, default_port = ui_address(settings)
+    moved = (host or default_host, port or default_port) != (default_host, default_port)
+    host, port = host or default_host, port or default_port
     if settings.tracking_uri.startswith(("http://", "https://")):
         exp_id = _experiment_id(settings)
         print(f"MLflow tracking server: {settings.tracking_uri}\n"
@@ -43,6 +47,9 @@ def ui_command(host: str = "127.0.0.1", port: int = 5000) -> int:
     exp_id = _experiment_id(settings)
     print(f"MLflow UI for {settings.tracking_uri} (experiment {settings.experiment!r})\n"
           f"open {ui_link(host, port, exp_id)}\n(Ctrl-C stops it)", flush=True)
+    if moved:
+        print(f"note: the links runs record point at {settings.ui_url} (ui_url in mlflow.yml, "
+              "or FEDCORE_MLFLOW_UI_URL; serve there, or set it to this address)", flush=True)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", settings.tracking_uri,
            "--host", host, "--port", str(port), "--workers", "1"]
     try:

@@ -14,7 +14,7 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from fedcore.config import ExperimentConfig, build_config, config_dir
+from fedcore.config import ExperimentConfig, build_config, writable_config_dir
 from fedcore.tracking import load_settings, mlflow_client
 from fedcore.tracking.parents import markdown_rows, set_description
 from fedcore.tracking.plots import _pyplot
@@ -93,7 +93,7 @@ def write_best(
     ``out_dir`` defaults to configs/, so ``method=<study>_best`` selects the tuned method;
     ``shown_as`` is the folder named in the files' "Reproduce" line (default: where they are).
     """
-    root = Path(out_dir) if out_dir is not None else config_dir()
+    root = Path(out_dir) if out_dir is not None else writable_config_dir()
     written = []
     for trial in best_trials(study):
         name = result_name(spec, trial, study)

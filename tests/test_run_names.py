@@ -1,0 +1,50 @@
+"""Run identity: every cell of a sweep has its own run name and tags; parents per invocation."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timezone
+
+from fedcore.config import build_config, config_dir, load_config
+from fedcore.sweep import Cell, load_sweep
+from fedcore.tracking.names import cell_identities, parent_name, run_identity
+
+
+def test_no_two_cells_of_the_main_job_share_a_run_name():
+    spec = load_sweep(config_dir() / "sweeps" / "main.yaml")
+    ids = cell_identities(spec.cells)
+    names = [i["run_name"] for i in ids]
+    assert len(set(names)) == len(names) == len(spec.cells) == 120
+    assert len({i["cell"] for i in ids}) == len(ids)
+    # CRAFT at its paper step and tuned: two names, two variants of 3 seeds each
+    assert "craft-digits-a0.1-s0" in names and "craft-digits-a0.1-s0 server_lr=0.7459" in names
+    variants = Counter(i["variant"] for i in ids)
+    assert variants["craft-digits-a0.1"] == variants["craft-digits-a0.1 server_lr=0.7459"] == 3
+    assert variants["fedavg-digits-a0.1 server_lr=0.9485 lr=0.2778"] == 3
+    assert set(variants.values()) == {3}  # a variant is one row over the 3 seeds
+
+
+def test_names_take_more_digits_when_four_do_not_tell_cells_apart():
+    base = {"model.name": "mlp", "method": "craft"}
+    cells = [Cell({"method.aggregator.server_lr": v},
+                  build_config({}, {**base, "method.aggregator.server_lr": v}))
+             for v in (0.123451, 0.123459)]
+    names = [i["run_name"] for i in cell_identities(cells)]
+    assert names == ["craft-digits-a0.1-s0 server_lr=0.123451",
+                     "craft-digits-a0.1-s0 server_lr=0.123459"]
+    twins = cell_identities([cells[0], cells[0]])  # the same config twice: one name
+    assert twins[0]["run_name"] == twins[1]["run_name"]
+
+
+def test_a_run_outside_a_sweep_is_named_by_its_changed_hyperparameters():
+    paper = run_identity(load_config(None, ["method=craft"]).resolved())
+    tuned = run_identity(load_config(None, ["method=craft",
+                                            "method.aggregator.server_lr=0.5"]).resolved())
+    assert paper == ("craft-digits-a0.1-s0", "craft-digits-a0.1")
+    assert tuned == ("craft-digits-a0.1-s0 server_lr=0.5", "craft-digits-a0.1 server_lr=0.5")
+
+
+def test_parent_runs_are_named_per_invocation():
+    when = datetime(2026, 12, 2, 3, 15, 0, tzinfo=timezone.utc)
+    assert parent_name("sweep", "main", when) == "sweep-main-20261202-031500"
+    assert parent_name("sweep", "main") != parent_name("sweep", "main", when)
