@@ -189,6 +189,7 @@ def test_auto_falls_back_with_a_reason_and_picks_vectorised_where_supported(monk
     assert "per-client host state" in sim.engine_reason  # the objective's own reason
     cpu = Simulation(load_config(None, [*TINY, "device=cpu"]))  # auto: vectorised on CUDA only
     assert cpu.engine_name == "sequential" and "auto on cpu" in cpu.engine_reason
+    assert "measured slower" in cpu.engine_reason and "MLP 0.76x" in cpu.engine_reason
     forced = Simulation(load_config(None, [*TINY, "device=cpu", "engine=vectorised"]))
     assert forced.engine_name == "vectorised"
     with pytest.raises(ConfigError, match="engine.backend"):
