@@ -228,7 +228,7 @@ def test_a_worker_that_cannot_import_the_plugin_names_itself(site, tracking):
     cfg["method"]["aggregator"] = {"rule": "nomodule_xyz.rules:Rule"}
     with pytest.raises(ConfigError, match=r"^method\.aggregator\.rule: cannot import module "
                                           r"'nomodule_xyz\.rules'.* \(on host .+\)$"):
-        _simulate_cell(cfg, "parent", "plug", tracking, 1, False, False)
+        _simulate_cell(cfg, "parent", "plug", tracking, 1, False, False, {})
 
 
 def test_tune_trials_use_the_plugin(site, tracking, tmp_path):

@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from fedcore.round_context import RoundContext
 
 BACKENDS = ("auto", "sequential", "vectorised")
+# Why ``auto`` keeps CPU runs sequential: vectorised / sequential client-steps per second
+# (benchmarks/vectorised.py, README "Vectorised engine").
+CPU_MEASURED = (
+    "vectorised/sequential on a 2-core CPU, one torch thread, 2026-12-02: MLP 0.76x and 0.81x "
+    "at 20 and 50 clients per round on a quiet machine (1.29x and 1.63x under load), CNN "
+    "0.45-0.79x; benchmarks/vectorised.py"
+)
 RESNETS = ("resnet20", "resnet56", "resnet110")
 
 
@@ -84,9 +91,9 @@ def build_engine(
 ) -> tuple[Engine, str, str]:
     """(engine, name, reason) for a simulation: the config's choice, checked on the real model.
 
-    ``auto`` picks the vectorised engine on CUDA only (on CPU it measured 0.6-1.2x the
-    sequential speed). An explicit ``vectorised`` whose model cannot be vmapped raises
-    ConfigError before training.
+    ``auto`` picks the vectorised engine on CUDA only: on CPU it measured slower than the
+    sequential engine (:data:`CPU_MEASURED`, recorded as the run's ``engine_reason``). An
+    explicit ``vectorised`` whose model cannot be vmapped raises ConfigError before training.
     """
     from fedcore.engines import sequential
 
@@ -94,18 +101,10 @@ def build_engine(
     if name == "sequential":
         return sequential, name, reason
     if cfg.engine.backend == "auto" and device.type != "cuda":
-        from torch import nn
-
-        convolutional = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
-        why = (
-            "the vectorised engine is not faster there for convolutions"
-            if convolutional  # an MLP's reason must not speak of convolutions
-            else "auto picks the vectorised engine on CUDA only (off CUDA it was 2x faster "
-            "for the MLP but slower for the CNN)"
-        )
         return sequential, "sequential", (
-            f"engine.backend=auto on {device.type}: {why} (benchmarks/vectorised.py); "
-            "engine.backend=vectorised forces it"
+            f"engine.backend=auto on {device.type}: the vectorised engine measured slower "
+            f"than the sequential one there ({CPU_MEASURED}); engine.backend=vectorised "
+            "forces it"
         )
     from fedcore.engines.vectorised import VectorisedEngine, model_blocker
 

@@ -1,13 +1,18 @@
 """MLflow tracking (an edge: the core never imports this package).
 
 The names below are imported on first use, so that a light module of the package (its
-settings, the store helper of ``fedcore run``) does not import MLflow and torch with it.
+settings, the store helper of ``fedcore run``) does not import MLflow and torch with it. Any
+import of the package still sets the offline, telemetry-free environment first.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from fedcore.env import configure_environment
+
+configure_environment()
 
 if TYPE_CHECKING:
     from fedcore.tracking.mlflow_tracker import (

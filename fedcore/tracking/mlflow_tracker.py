@@ -20,7 +20,6 @@ from fedcore import checkpoint, faults
 from fedcore.callbacks import Callback
 from fedcore.env import configure_environment
 from fedcore.hparams import regime_tags
-from fedcore.tracking.prefetch import end_modules, prefetch
 from fedcore.tracking.provenance import device_tags, provenance_tags
 from fedcore.tracking.retry import RetryingClient
 from fedcore.tracking.settings import TrackingSettings, load_settings
@@ -281,7 +280,6 @@ class MLflowTracker(Callback):
         from fedcore.tracking.inputs import dataset_input
 
         tags = dict(device_tags(sim.device))
-        prefetch(end_modules(self.figures))  # the run's end imports, while it trains
         self._start_system_metrics(sim.device)
         self._sim = sim
         if getattr(sim, "engine_name", None):  # the client-training engine used, and why
