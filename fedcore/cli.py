@@ -216,11 +216,10 @@ def _skip_final_collection() -> None:
     gc.freeze()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``fedcore`` parser with every command (docs/reference/cli.md is generated from it)."""
     import fedcore
 
-    atexit.unregister(_skip_final_collection)  # once, however often main runs in a process
-    atexit.register(_skip_final_collection)  # registered first among fedcore's: runs last
     parser = argparse.ArgumentParser(prog="fedcore", description=__doc__, epilog=EPILOG)
     parser.add_argument(
         "--debug", action="store_true",
@@ -309,7 +308,13 @@ def main(argv: list[str] | None = None) -> int:
     p_ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p_ui.add_argument("--port", type=int, default=5000, help="port (5000)")
     p_ui.set_defaults(func=cmd_ui)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    atexit.unregister(_skip_final_collection)  # once, however often main runs in a process
+    atexit.register(_skip_final_collection)  # registered first among fedcore's: runs last
+    args = build_parser().parse_args(argv)
     try:
         with stopping.installed() if args.command in RESUME else nullcontext():
             code = _call(args)
