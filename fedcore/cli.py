@@ -108,7 +108,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from flows.server import prefect_api
     from flows.sweep import sweep
 
-    with prefect_api():  # a temporary server dies with this process (README "Reliability")
+    # a temporary server dies with this process (docs/explanation/reliability.md)
+    with prefect_api():
         rows = sweep(
             str(Path(args.sweep).resolve()), args.overrides, args.workers, runner=args.runner,
             dask_address=args.dask_address, cells_per_gpu=args.cells_per_gpu,
@@ -152,7 +153,7 @@ def run_epilog() -> str:
     """``fedcore run --help``'s list of config keys and shipped methods."""
     from fedcore.config import method_names
 
-    return (EPILOG + "\n\nconfig keys (configs/experiment.yaml; README 'Experiment config'):\n"
+    return (EPILOG + "\n\nconfig keys (configs/experiment.yaml; docs/reference/config.md):\n"
             + textwrap.fill(", ".join(config_keys()), 88, initial_indent="  ",
                             subsequent_indent="  ")
             + "\n\nmethods (method=NAME, configs/methods/*.yaml):\n"
@@ -256,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_sweep.add_argument(
         "--reuse-other-code", action="store_true",
         help="also skip cells whose FINISHED run was made by other code (another code digest); "
-        "default: such cells run again (README 'Which code made a number')",
+        "default: such cells run again (docs/explanation/provenance.md)",
     )
     p_sweep.set_defaults(func=cmd_sweep)
     p_report = sub.add_parser(

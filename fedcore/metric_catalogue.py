@@ -50,7 +50,8 @@ CATALOGUE: tuple[MetricDoc, ...] = (
        "uplink bytes this round: compressed payloads, n_k (4 B) and BatchNorm statistics (fp16)"),
     _M("comm/bytes_up_total", SIM, "round", "uplink bytes since round 1"),
     _M("comm/bytes_down", SIM, "round",
-       "downlink bytes this round: the model plus the rule's broadcast vectors, per sampled client"),
+       "downlink bytes this round: the model plus the rule's broadcast vectors, per sampled "
+       "client"),
     _M("comm/bytes_down_total", SIM, "round", "downlink bytes since round 1"),
     # evaluated rounds (every eval_every rounds and the last)
     _M("test/accuracy", SIM, "round", "accuracy of the global model on the global test set"),

@@ -326,8 +326,8 @@ def methods_page() -> str:
         "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n",
     ]
     for title, key, registry in _registries():
-        parts.append(f"\n## {title} (`{key}`)\n\n"
-                     "| name | hyper-parameter | type | default | limits |\n|---|---|---|---|---|\n")
+        parts.append(f"\n## {title} (`{key}`)\n\n| name | hyper-parameter | type | default "
+                     "| limits |\n|---|---|---|---|---|\n")
         for comp in registry.names():
             cls = registry.get(comp)
             fields = cls.HParams.model_fields
