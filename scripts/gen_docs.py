@@ -212,11 +212,12 @@ def config_page() -> str:
                 f"config key {key!r} has no meaning: give its Field a description or add it "
                 "to KEY_MEANINGS in scripts/gen_docs.py"
             )
-        return f"| `{key}` | {_cell(typ)} | {default} | {_cell(limits)} | {_cell(meaning)} |"
+        kind = f"{typ}, {limits}" if limits else typ
+        return f"| `{key}` | {_cell(kind)} | {default} | {_cell(meaning)} |"
 
     walk(ExperimentConfig, "")
     for key in ("method.client", "method.aggregator", "method.compression"):
-        rows.append(f"| `{key}.*` | mapping | see [methods](methods.md) | | "
+        rows.append(f"| `{key}.*` | mapping | see [methods](methods.md) | "
                     f"{_cell(KEY_MEANINGS[key])} |")
     return (
         HEADER.format(src="fedcore/config.py")
@@ -226,7 +227,7 @@ def config_page() -> str:
         "values outside the limits, `inf` and `nan` are refused before anything runs, with "
         "one line naming the key and what is allowed (exit code 2). How to set them: "
         "[experiments and overrides](../how-to/experiments.md).\n\n"
-        "| key | type | default | limits | meaning |\n|---|---|---|---|---|\n"
+        "| key | type | default | meaning |\n|---|---|---|---|\n"
         + "\n".join(rows) + "\n"
     )
 
