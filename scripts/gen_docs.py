@@ -44,7 +44,8 @@ KEY_MEANINGS: dict[str, str] = {
     "dataset.min_samples": "minimum samples per client (resampled, then topped up from the "
     "largest clients; not used by `natural`)",
     "dataset.shards_per_client": "label-sorted shards per client under `shards`",
-    "dataset.test_fraction": "share of each client's data kept as its local test split; 0: "
+    "dataset.test_fraction": "share of each client's data kept as its local test split (not "
+    "used by `natural` on FEMNIST: a writer's own test samples are its split); 0: "
     "clients train on their whole partition and `clients/*` use the global test set weighted "
     "by each client's label mix (FedOUI's regime)",
     "dataset.global_test_fraction": "global test set for datasets without an official split "
@@ -106,7 +107,7 @@ PAPERS: dict[str, tuple[str, str]] = {
     "ditto": ("Li et al., ICML 2021", "ditto"),
     "ditto_craft": ("Li et al., ICML 2021 (with CRAFT)", "ditto"),
     "ef_topk": ("Stich et al., NeurIPS 2018", "compression"),
-    "fedalign_fedoui": ("FedOUI repository's \"FedAlign\"", "fedalign"),
+    "fedalign_fedoui": ("FedOUI repository's \"FedAlign\" (not Mendieta et al.)", "fedalign"),
     "fedavg": ("McMahan et al., AISTATS 2017", "fedavg"),
     "fedavg_topk": ("Top-k uplink without error feedback", "compression"),
     "fedavgm": ("Hsu et al., arXiv 1909.06335", "fedavgm"),
