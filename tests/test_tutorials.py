@@ -20,6 +20,7 @@ from fedcore.config import load_config
 from fedcore.registry import Registry
 from fedcore.simulation import Simulation
 
+pytestmark = pytest.mark.slow  # trains two rounds (see docs/how-to/tests.md)
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r'^```(?:python|yaml) title="([^"]+)"\n(.*?)^```', re.M | re.S)
 TINY = ["rounds=2", "model.name=mlp", "dataset.num_clients=6", "clients_per_round=3",
