@@ -1,4 +1,4 @@
-"""Every metric fedcore records is in fedcore.metric_catalogue (and so in docs/reference/metrics.md):
+"""Every metric fedcore records is in fedcore.metric_catalogue (so in docs/reference/metrics.md):
 the metric names written in the code, and every metric tiny untracked runs emit."""
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ def names_in_code() -> dict[str, str]:
     """Metric-shaped string literals of fedcore/ and flows/ (f-strings with a constant first
     segment, a placeholder as ``<x>``), by name, with where they occur."""
     found: dict[str, str] = {}
-    for path in sorted([*ROOT.joinpath("fedcore").rglob("*.py"), *ROOT.joinpath("flows").rglob("*.py")]):
+    sources = [*ROOT.joinpath("fedcore").rglob("*.py"), *ROOT.joinpath("flows").rglob("*.py")]
+    for path in sorted(sources):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 text = node.value
