@@ -128,9 +128,9 @@ def test_every_document_the_code_cites_exists() -> None:
 def test_code_cites_no_document_outside_the_repository() -> None:
     outside = re.compile(r"\b(DESIGN|METHODS)\.md\b|README ['\"]")
     hits = []
-    for d in ("fedcore", "flows", "tests", "benchmarks", "configs"):
+    for d in ("fedcore", "flows", "tests", "benchmarks", "configs", "docs"):
         for path in (ROOT / d).rglob("*"):
-            if path.suffix in (".py", ".yaml") and path != Path(__file__):
+            if path.suffix in (".py", ".yaml", ".md") and path != Path(__file__):
                 text = path.read_text()
                 hits += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in outside.finditer(text)]
     assert not hits, f"cite a page under docs/ instead: {hits}"
