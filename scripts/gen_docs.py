@@ -168,16 +168,19 @@ def _constraints(info: Any) -> str:
     return ", ".join(out)
 
 
+def _yaml(value: Any) -> str:
+    """A value as it is written in a config file (null, true, [0, 1], {algorithm: fedavg})."""
+    import yaml
+
+    text: str = yaml.safe_dump(value, default_flow_style=True, width=1000)
+    return text.removesuffix("\n").removesuffix("\n...").strip()
+
+
 def _default(info: Any) -> str:
-    if info.default_factory is not None:
-        value = info.default_factory()
-    else:
-        value = info.default
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return f"`{value}`"
+    value = info.default_factory() if info.default_factory is not None else info.default
+    if value is None or isinstance(value, bool):
+        return _yaml(value)
+    return f"`{_yaml(value)}`"
 
 
 def _cell(text: str) -> str:
@@ -289,7 +292,7 @@ def _paper(name: str) -> tuple[str, str]:
 
 def _spec_text(spec: dict[str, Any], key: str) -> str:
     name = spec.get(key, "")
-    rest = ", ".join(f"{k}={v}" for k, v in spec.items() if k != key)
+    rest = ", ".join(f"{k}={_yaml(v)}" for k, v in spec.items() if k != key)
     return f"`{name}`" + (f" ({_cell(rest)})" if rest else "")
 
 
