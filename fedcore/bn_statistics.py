@@ -13,7 +13,7 @@ def average_bn_statistics(
     """Average each client's floating buffers with ``weights`` (summing to one).
 
     Default: every buffer, ``running_var`` included, is the weighted mean of the clients'
-    (README, "What the server averages and counts"). ``moment_match`` (the error-feedback
+    (docs/explanation/round-protocol.md). ``moment_match`` (the error-feedback
     methods, docs/methods/sapef.md): a ``running_var`` next to a ``running_mean`` becomes
     max(sum w_k (var_k + mu_k^2) - mu_bar^2, 1e-3), the variance of the mixture.
     """

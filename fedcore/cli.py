@@ -146,7 +146,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from flows.server import prefect_api
     from flows.sweep import sweep
 
-    with prefect_api():  # a temporary server dies with this process (README "Reliability")
+    # a temporary server dies with this process (docs/explanation/reliability.md)
+    with prefect_api():
         rows = sweep(
             str(Path(args.sweep).resolve()), args.overrides, args.workers, runner=args.runner,
             dask_address=args.dask_address, cells_per_gpu=args.cells_per_gpu,
@@ -190,7 +191,7 @@ def run_epilog() -> str:
     """``fedcore run --help``'s list of config keys and shipped methods."""
     from fedcore.config import method_names
 
-    return (EPILOG + "\n\nconfig keys (configs/experiment.yaml; README 'Experiment config'):\n"
+    return (EPILOG + "\n\nconfig keys (configs/experiment.yaml; docs/reference/config.md):\n"
             + textwrap.fill(", ".join(config_keys()), 88, initial_indent="  ",
                             subsequent_indent="  ")
             + "\n\nmethods (method=NAME, configs/methods/*.yaml):\n"
@@ -254,11 +255,10 @@ def _skip_final_collection() -> None:
     gc.freeze()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``fedcore`` parser with every command (docs/reference/cli.md is generated from it)."""
     import fedcore
 
-    atexit.unregister(_skip_final_collection)  # once, however often main runs in a process
-    atexit.register(_skip_final_collection)  # registered first among fedcore's: runs last
     parser = argparse.ArgumentParser(prog="fedcore", description=__doc__, epilog=EPILOG)
     parser.add_argument(
         "--debug", action="store_true",
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     p_sweep.add_argument(
         "--reuse-other-code", action="store_true",
         help="also skip cells whose FINISHED run was made by other code (another code digest); "
-        "default: such cells run again (README 'Which code made a number')",
+        "default: such cells run again (docs/explanation/provenance.md)",
     )
     p_sweep.set_defaults(func=cmd_sweep)
     p_report = sub.add_parser(
@@ -349,7 +349,13 @@ def main(argv: list[str] | None = None) -> int:
     p_ui.add_argument("--port", type=int, default=None,
                       help="port (default: ui_url's in mlflow.yml, 5000)")
     p_ui.set_defaults(func=cmd_ui)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    atexit.unregister(_skip_final_collection)  # once, however often main runs in a process
+    atexit.register(_skip_final_collection)  # registered first among fedcore's: runs last
+    args = build_parser().parse_args(argv)
     try:
         with stopping.installed() if args.command in RESUME else nullcontext():
             code = _call(args)

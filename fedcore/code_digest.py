@@ -6,7 +6,7 @@ found from ``fedcore.__file__``, so an editable checkout, a clean clone of the s
 an installed wheel give the same digest. Tests, docs, configs and README are not part of it (a
 config's effect is in the run's config hash). Runs carry it as the tag ``fedcore.code_digest``
 and checkpoints as ``code_digest``: a sweep reuses, a report tables and a resume continues only
-work made by the same code (README "Which code made a number").
+work made by the same code (docs/explanation/provenance.md).
 
 A run whose rule, client objective or compressor comes from a package outside fedcore
 (:mod:`fedcore.plugins`) has the digest of both: :func:`of_config` folds in each such package's

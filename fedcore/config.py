@@ -41,7 +41,7 @@ RECORDED = ("dataset.source", "dataset.digest", "dataset.partition_seed", "model
 
 class _Strict(StrictNumbers):
     """Unknown keys are errors; no float setting accepts inf or nan, no number true/false
-    (README "Reliability")."""
+    (docs/explanation/reliability.md)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False)
 
@@ -193,7 +193,7 @@ class MethodConfig(_Strict):
 
 
 class EngineConfig(_Strict):
-    """How clients are trained (README "Vectorised engine"); ``engine=NAME`` sets ``backend``."""
+    """How clients are trained (docs/how-to/gpu.md); ``engine=NAME`` sets ``backend``."""
 
     backend: Literal["auto", "sequential", "vectorised"] = "auto"
     max_clients_per_chunk: int | None = Field(None, ge=1)  # None: from free device memory
@@ -212,7 +212,7 @@ class ExperimentConfig(_Strict):
     eval_every: int = Field(1, ge=1)
     target_accuracy: float | None = Field(None, gt=0, le=1)
     engine: EngineConfig = Field(default_factory=EngineConfig)
-    # resumable runs (README "Checkpoints and failures"); not part of config_hash()
+    # resumable runs (docs/how-to/checkpoints.md); not part of config_hash()
     checkpoint_every: int = Field(0, ge=0)
     checkpoint_dir: str = ".fedcore/checkpoints"
 
@@ -246,7 +246,7 @@ class ExperimentConfig(_Strict):
         if ds.download and ds.name == "femnist":
             raise ValueError(
                 "dataset.download: femnist cannot be downloaded (LEAF's preprocess.sh writes "
-                "its JSON files, see README 'Datasets'); allowed: false"
+                "its JSON files, see docs/how-to/datasets.md); allowed: false"
             )
         return self
 

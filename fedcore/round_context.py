@@ -1,4 +1,5 @@
-"""The typed round context: what every phase of one round reads (DESIGN.md §2 and §9).
+"""The typed round context: what every phase of one round reads
+(docs/explanation/round-protocol.md).
 
 The simulation builds one per round; engines, compressor probes and client hooks take it in
 place of the simulation object, so they see exactly these fields and nothing else.

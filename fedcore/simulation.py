@@ -1,4 +1,5 @@
-"""The round loop (DESIGN.md §2): sample, train locally, stack deltas, aggregate, step, evaluate."""
+"""The round loop: sample, train locally, stack deltas, aggregate, step, evaluate
+(docs/explanation/architecture.md)."""
 
 from __future__ import annotations
 

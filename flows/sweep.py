@@ -164,7 +164,7 @@ def sweep(
     cells_per_gpu: Annotated[int, Field(ge=1, description="cells sharing one GPU")] = 1,
     reuse_other_code: Annotated[bool, Field(
         description="skip cells with a FINISHED run made by other code too (default: only by "
-        "this code; README 'Which code made a number')")] = False,
+        "this code; docs/explanation/provenance.md)")] = False,
 ) -> list[dict[str, Any]] | State[Any]:
     """Run every cell of SWEEP_FILE; cells with a FINISHED run of the same config made by the
     same code (code digest) are skipped.

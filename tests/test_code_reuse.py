@@ -1,5 +1,5 @@
 """Which code made a number: runs and checkpoints carry a code digest; sweeps, reports and
-resumes reuse only work of the same code (README "Which code made a number").
+resumes reuse only work of the same code (docs/explanation/provenance.md).
 
 A code change is simulated by monkeypatching ``fedcore.code_digest.current`` in this process.
 """

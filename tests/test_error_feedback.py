@@ -12,7 +12,7 @@ from fedcore.simulation import Simulation
 
 from .conftest import TINY
 
-pytestmark = pytest.mark.slow  # end to end (see README, Tests)
+pytestmark = pytest.mark.slow  # end to end (see docs/how-to/tests.md)
 
 FAST = [*TINY, "local.steps=2"]
 VARIANTS = ["ef_topk", "saef_topk", "sapef_topk", "cser_topk"]

@@ -13,7 +13,7 @@ from fedcore.config import load_config
 from fedcore.tracking.retry import is_locked, with_retry
 from fedcore.tracking.runner import run_tracked
 
-pytestmark = pytest.mark.slow  # end to end (see README, Tests)
+pytestmark = pytest.mark.slow  # end to end (see docs/how-to/tests.md)
 
 FAST = {"model.name": "mlp", "dataset.num_clients": 6, "clients_per_round": 3,
         "local.epochs": 1, "local.steps": 3}

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-pytestmark = pytest.mark.slow  # end to end (see README, Tests)
+pytestmark = pytest.mark.slow  # end to end (see docs/how-to/tests.md)
 
 
 def _sweep_file(tmp_path: Path) -> Path:

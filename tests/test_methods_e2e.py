@@ -5,7 +5,7 @@ import pytest
 from fedcore.config import load_config, method_names
 from fedcore.simulation import Simulation
 
-pytestmark = pytest.mark.slow  # end to end (see README, Tests)
+pytestmark = pytest.mark.slow  # end to end (see docs/how-to/tests.md)
 
 # CRAFT's server_lr is an absolute per-layer step (docs/methods/craft.md) and ConFIG's length sums
 # the m clients' projections: scaled here so that a 12-round run shows learning.

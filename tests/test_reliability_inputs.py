@@ -1,4 +1,4 @@
-"""Bad input the README promises to refuse: one line, exit code 2, no run, before compute;
+"""Bad input the docs promise to refuse: one line, exit code 2, no run, before compute;
 runtime failures as one line; method names only inside configs/methods; Krum's notice."""
 
 from __future__ import annotations
@@ -151,6 +151,6 @@ def test_krum_notes_a_reduced_num_byzantine_once(caplog):
     assert res.metrics["krum/f_reduced"] == 1.0
 
 
-def test_readme_says_where_checkpoints_go():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert "checkpoint_dir" in readme.split("## Reliability", 1)[1]
+def test_docs_say_where_checkpoints_go():
+    page = Path(__file__).resolve().parents[1] / "docs" / "explanation" / "reliability.md"
+    assert "checkpoint_dir" in page.read_text().split("# Reliability", 1)[1]

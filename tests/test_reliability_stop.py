@@ -1,7 +1,7 @@
 """SIGTERM / SIGINT to `fedcore run`, `fedcore sweep` (threads, Dask) and `fedcore tune
 --workers 2`: the process finishes the round in flight, marks its runs KILLED (not RUNNING),
 stops its temporary Prefect server and exits 128 + signal; running the same line again resumes.
-Real signals, real subprocesses (README "Stopping and resuming")."""
+Real signals, real subprocesses (docs/how-to/checkpoints.md)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from fedcore.tracking import load_settings, mlflow_client
 from fedcore.tracking.report import build_report, sweep_parent_run
 from fedcore.tracking.runner import run_tracked
 
-pytestmark = pytest.mark.slow  # end to end (see README, Tests)
+pytestmark = pytest.mark.slow  # end to end (see docs/how-to/tests.md)
 
 
 def _sweep_file(tmp_path, methods, seeds=(0, 1)):

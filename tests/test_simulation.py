@@ -12,7 +12,7 @@ from fedcore.simulation import Simulation
 
 from .conftest import TINY
 
-pytestmark = pytest.mark.slow  # end to end (see README, Tests)
+pytestmark = pytest.mark.slow  # end to end (see docs/how-to/tests.md)
 
 ROUND_METRICS = {
     "train/loss", "agg/conflict_fraction", "agg/seconds", "agg/rejected_clients",

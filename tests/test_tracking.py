@@ -13,7 +13,7 @@ from fedcore.tracking.runner import run_tracked
 
 from .conftest import TINY
 
-pytestmark = pytest.mark.slow  # end to end (see README, Tests)
+pytestmark = pytest.mark.slow  # end to end (see docs/how-to/tests.md)
 
 PER_ROUND = ["test/accuracy", "test/loss", "clients/accuracy_mean", "clients/accuracy_std",
              "clients/accuracy_worst10", "clients/accuracy_best10", "clients/jain_index",

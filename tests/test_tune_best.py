@@ -33,7 +33,7 @@ def _study(tmp_path: Path) -> Path:
 
 def test_best_reproduces_the_trial_run_with_base_overrides(tracking, tmp_path, monkeypatch,
                                                            capsys):
-    # a project copy, so that --best without --out writes configs/ there (README: configs/)
+    # a project copy, so that --best without --out writes configs/ there (docs/how-to/tuning.md)
     home = tmp_path / "project"
     shutil.copytree(ROOT / "configs", home / "configs")
     monkeypatch.setenv("FEDCORE_HOME", str(home))

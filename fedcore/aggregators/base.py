@@ -28,10 +28,11 @@ register = REGISTRY.register
 class UpdateBatch:
     """What the server receives in one round.
 
-    ``deltas[k]`` is ``theta_k - theta`` of the k-th sampled client (sign convention of
-    DESIGN.md §2); ``stats`` holds per-client extras (each a length-m tensor) that a rule
-    asked for through ``Aggregator.needs``; ``extras[name]`` is the m x d matrix of a named
-    extra uplink vector (``ClientAlgorithm.uplink``), rows in the order of ``deltas``.
+    ``deltas[k]`` is ``theta_k - theta`` of the k-th sampled client (sign convention:
+    docs/explanation/architecture.md); ``stats`` holds per-client extras (each a length-m
+    tensor) that a rule asked for through ``Aggregator.needs``; ``extras[name]`` is the m x d
+    matrix of a named extra uplink vector (``ClientAlgorithm.uplink``), rows in the order of
+    ``deltas``.
     """
 
     deltas: torch.Tensor

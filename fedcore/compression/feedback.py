@@ -1,9 +1,10 @@
 """Error feedback in alpha_r: EF (0), SAEF (1), SA-PEF (alpha), CSER (docs/methods/compression.md).
 
-Sign convention (DESIGN.md §2): deltas are ``local - global``, so the stored residual is the
-paper's ``-e``. The paper's step-ahead start ``w_r - alpha e`` is ``w_r + alpha * residual`` here,
-and ``u = (1 - alpha) e + g`` with ``g = w_r - w_T`` is ``u = delta + (1 - alpha) * residual`` with
-``delta = w_T - w_r`` measured from the UN-shifted global model (docs/methods/compression.md).
+Sign convention (docs/explanation/architecture.md): deltas are ``local - global``, so the
+stored residual is the paper's ``-e``. The paper's step-ahead start ``w_r - alpha e`` is
+``w_r + alpha * residual`` here, and ``u = (1 - alpha) e + g`` with ``g = w_r - w_T`` is
+``u = delta + (1 - alpha) * residual`` with ``delta = w_T - w_r`` measured from the UN-shifted
+global model (docs/methods/compression.md).
 """
 
 from __future__ import annotations

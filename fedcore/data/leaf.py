@@ -62,7 +62,7 @@ def femnist_files_present(root: str | Path) -> tuple[Path, list[Path], list[Path
             partial = f"; found {have}/*.json but no {lack}/*.json"
         raise DatasetUnavailableError(
             f"dataset 'femnist': files not found in {folder} ({_EXPECTED}{partial}); fedcore "
-            "cannot download FEMNIST, see README 'Datasets'"
+            "cannot download FEMNIST, see docs/how-to/datasets.md"
         )
     return folder, train_files, test_files, all_files
 
