@@ -38,7 +38,12 @@ KEY_MEANINGS: dict[str, str] = {
     "dataset.verify": "check CIFAR md5 sums (false accepts repacked files)",
     "dataset.partition": "`iid`; `dirichlet` (label skew, `alpha`); `shards` "
     "(`shards_per_client` label-sorted shards); `natural` (one client per owner, e.g. a FEMNIST "
-    "writer; only datasets with per-sample owner ids)",
+    "writer; only datasets with per-sample owner ids); `given` (client index lists, own data "
+    "passed from Python: [Python API](../python-api.md#own-data))",
+    "dataset.source": "own data: where it came from (recorded by fedcore, not a setting)",
+    "dataset.digest": "own data: content digest of samples, labels and clients (recorded by "
+    "fedcore, not a setting)",
+    "dataset.partition_seed": "own data: the seed of its partition (recorded by fedcore)",
     "dataset.alpha": "Dirichlet concentration of the label skew",
     "dataset.num_clients": "clients (under `natural`: that many owners, a seeded choice)",
     "dataset.min_samples": "minimum samples per client (resampled, then topped up from the "
@@ -51,7 +56,13 @@ KEY_MEANINGS: dict[str, str] = {
     "dataset.global_test_fraction": "global test set for datasets without an official split "
     "(digits); for FEMNIST's `all_data` files, each writer's test share",
     "model.name": "`mlp` (200-200), `cnn` (CRAFT's CNN), `smallcnn` (FedOUI's SmallCNN), "
-    "`resnet20/56/110` (CIFAR style, option-A shortcuts)",
+    "`resnet20/56/110` (CIFAR style, option-A shortcuts); or any `nn.Module` class or factory by "
+    "import path, `package.module:Name` ([Python API](../python-api.md#models))",
+    "model.kwargs": "constructor arguments of a model given by import path",
+    "model.code": "a model from outside fedcore: digest of its defining file and its package's "
+    "version (recorded by fedcore, not a setting)",
+    "model.weights": "a model instance passed from Python: digest of its initial weights "
+    "(recorded by fedcore, not a setting)",
     "model.norm": "normalisation of the ResNets (`batch` or `group`)",
     "method": "a file stem of `configs/methods/`, a path ending in `.yaml`, or an inline "
     "mapping `{client, aggregator, compression}`",
@@ -67,8 +78,8 @@ KEY_MEANINGS: dict[str, str] = {
     "local.steps": "a fixed number of local SGD steps instead of epochs",
     "local.batch_size": "local batch size",
     "local.lr": "local learning rate",
-    "local.lr_decay": "the lr is multiplied by this every round (`constant` schedule; CRAFT "
-    "uses 0.999)",
+    "local.lr_decay": "the lr is multiplied by this every round from round 3, as CRAFT's code "
+    "(`constant` schedule; CRAFT uses 0.999)",
     "local.momentum": "SGD momentum (a fresh optimiser every round)",
     "local.weight_decay": "SGD weight decay",
     "local.lr_schedule": "`warmup_cosine`: linear warm-up over `warmup_rounds`, then cosine "
@@ -93,6 +104,12 @@ KEY_MEANINGS: dict[str, str] = {
     "checkpoint_every": "rounds between checkpoints (0 = off); not part of `config_hash`",
     "checkpoint_dir": "checkpoint folder (relative: under the project root); not part of "
     "`config_hash`",
+}
+
+# Keys typed str that take a built-in name (the tuple of fedcore.config) or the user's own.
+OPEN_NAMES: dict[str, tuple[str, str]] = {
+    "dataset.name": ("DATASETS", "or own data's name (from Python)"),
+    "model.name": ("MODELS", "or an import path `package.module:Name`"),
 }
 
 # Each shipped method (a file of configs/methods): its paper and its page in docs/methods.
@@ -193,6 +210,7 @@ def config_page() -> str:
     """Every key of the experiment config, from the pydantic models."""
     from pydantic import BaseModel
 
+    from fedcore import config
     from fedcore.config import ExperimentConfig
 
     rows: list[str] = []
@@ -207,7 +225,12 @@ def config_page() -> str:
             if key == "method":
                 rows.append(_row(key, "name, path or mapping", "`fedavg`", "", info))
                 continue
-            rows.append(_row(key, _type_name(sub), _default(info), _constraints(info), info))
+            typ = _type_name(sub)
+            if key in OPEN_NAMES:  # a str field: the built-in names, or the user's own
+                names, other = OPEN_NAMES[key]
+                builtin = ", ".join(f"`{n}`" for n in getattr(config, names))
+                typ = f"one of {builtin}, {other}"
+            rows.append(_row(key, typ, _default(info), _constraints(info), info))
 
     def _row(key: str, typ: str, default: str, limits: str, info: Any) -> str:
         meaning = info.description or KEY_MEANINGS.get(key)
