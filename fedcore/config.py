@@ -46,7 +46,7 @@ class _Strict(StrictNumbers):
     model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False)
 
 
-ALPHA_MAX = 1e6  # dataset.alpha's documented maximum (README "Reliability")
+ALPHA_MAX = 1e6  # dataset.alpha's documented maximum (docs/explanation/reliability.md)
 
 
 class _Recorded(_Strict):

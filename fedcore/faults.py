@@ -2,7 +2,7 @@
 
 Libraries report a full disk in their own words (SQLite: ``database or disk is full``; torch's
 writer: ``unexpected pos 6208 vs 6102``, with the ``OSError`` only as its context); fedcore
-turns each into ``no space left on device writing <what> <path>`` (README "Reliability").
+turns each into ``no space left on device writing <what> <path>`` (docs/explanation/reliability.md).
 """
 
 from __future__ import annotations

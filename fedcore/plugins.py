@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# registry kind -> entry point group (README "Extending fedcore from your own package")
+# registry kind -> entry point group (docs/how-to/plugins.md)
 GROUPS = {
     "aggregator rule": "fedcore.rules",
     "client algorithm": "fedcore.clients",

@@ -1,6 +1,6 @@
 """Byzantine attacks act on every vector a client sends, for every shipped method config.
 
-The guarantee tested (README "Reliability"): one round, 10 clients, all sampled, one of them
+The guarantee tested (docs/explanation/reliability.md): one round, 10 clients, all sampled, one of them
 Byzantine with a sign flip of strength 1e6. A non-robust rule gives a different global model
 than the clean run. A robust rule (Krum, Multi-Krum, median, trimmed mean, RFA, geometric
 median) moves the global model by at most ``2 R`` from the clean run, R = the L2 norm of the

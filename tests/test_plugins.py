@@ -1,7 +1,7 @@
-"""Components from a package outside the repository (README "Extending fedcore from your own
-package"): a rule and a client objective by entry point and by import path, through ``run``,
-``sweep`` (threads and a Dask LocalCluster) and ``tune``; their code is in the code digest, so
-editing the rule reruns the sweep's cells."""
+"""Components from a package outside the repository (docs/how-to/plugins.md): a rule and a
+client objective by entry point and by import path, through ``run``, ``sweep`` (threads and a
+Dask LocalCluster) and ``tune``; their code is in the code digest, so editing the rule reruns
+the sweep's cells."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checkpoints that must not resume (README "Checkpoints and failures"): another config's, one
+"""Checkpoints that must not resume (docs/how-to/checkpoints.md): another config's, one
 edited or corrupted after it was written (its digest), and one inconsistent with the run (a
 round beyond ``rounds``, a history that does not match its round, parameters of another shape)
 are refused when loaded, in one line naming the file, what is wrong and the remedy."""

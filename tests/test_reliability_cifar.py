@@ -1,4 +1,4 @@
-"""CIFAR batches with verify=false (README "Reliability"): a batch declaring a shape its bytes
+"""CIFAR batches with verify=false (docs/explanation/reliability.md): a batch declaring a shape its bytes
 do not back (the probe's (300000, 3072) through numpy's own ``_reconstruct``: 0.9 GB of
 uninitialised images, accepted before), an object array, more images than the format holds, an
 oversized file or float labels are refused naming the file, before anything large is built."""

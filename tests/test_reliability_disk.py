@@ -1,4 +1,4 @@
-"""A full disk (README "Reliability"): the MLflow store or a checkpoint filling mid-run ends
+"""A full disk (docs/explanation/reliability.md): the MLflow store or a checkpoint filling mid-run ends
 the run with one line naming the cause and the path, no traceback, and no partial file. Uses a
 real, tiny tmpfs (needs root to mount; skipped elsewhere)."""
 

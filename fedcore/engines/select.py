@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 BACKENDS = ("auto", "sequential", "vectorised")
 # Why ``auto`` keeps CPU runs sequential: vectorised / sequential client-steps per second
-# (benchmarks/vectorised.py, README "Vectorised engine").
+# (benchmarks/vectorised.py, docs/how-to/gpu.md).
 CPU_MEASURED = (
     "vectorised/sequential on a 2-core CPU, one torch thread, 2026-12-02: MLP 0.76x and 0.81x "
     "at 20 and 50 clients per round on a quiet machine (1.29x and 1.63x under load), CNN "

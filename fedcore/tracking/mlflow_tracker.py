@@ -424,7 +424,7 @@ class MLflowTracker(Callback):
             if not faults.is_disk_full(exc):
                 raise
             # the store's disk is full: the run stays RUNNING, and rerunning the command
-            # resumes it once there is space (README "Checkpoints and failures")
+            # resumes it once there is space (docs/how-to/checkpoints.md)
 
 
 def per_client_frame(tables: list[ClientTable]) -> pd.DataFrame:
