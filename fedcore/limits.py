@@ -1,8 +1,9 @@
 """Size limits of every input fedcore reads from a user (config, sweep, study, claims and method
 files, ``KEY=VALUE`` overrides, config dicts given to the library), in one place.
 
-Input beyond a limit is refused with one line naming the file or key (docs/explanation/reliability.md):
-the limits are far above any real config and far below what exhausts memory or the stack.
+Input beyond a limit is refused with one line naming the file or key
+(docs/explanation/reliability.md): the limits are far above any real config and far below what
+exhausts memory or the stack.
 """
 
 from __future__ import annotations

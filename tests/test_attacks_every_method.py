@@ -1,12 +1,12 @@
 """Byzantine attacks act on every vector a client sends, for every shipped method config.
 
-The guarantee tested (docs/explanation/reliability.md): one round, 10 clients, all sampled, one of them
-Byzantine with a sign flip of strength 1e6. A non-robust rule gives a different global model
-than the clean run. A robust rule (Krum, Multi-Krum, median, trimmed mean, RFA, geometric
-median) moves the global model by at most ``2 R`` from the clean run, R = the L2 norm of the
-coordinate-wise largest |honest delta|: the radius of the box that holds every honest delta,
-and so every step that stays in the honest hull, whatever the attack strength (the attacker
-alone would move it by about 1e6 R).
+The guarantee tested (docs/explanation/reliability.md): one round, 10 clients, all sampled, one of
+them Byzantine with a sign flip of strength 1e6. A non-robust rule gives a different global model
+than the clean run. A robust rule (Krum, Multi-Krum, median, trimmed mean, RFA, geometric median)
+moves the global model by at most ``2 R`` from the clean run, R = the L2 norm of the
+coordinate-wise largest |honest delta|: the radius of the box that holds every honest delta, and so
+every step that stays in the honest hull, whatever the attack strength (the attacker alone would
+move it by about 1e6 R).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""CIFAR batches with verify=false (docs/explanation/reliability.md): a batch declaring a shape its bytes
-do not back (the probe's (300000, 3072) through numpy's own ``_reconstruct``: 0.9 GB of
+"""CIFAR batches with verify=false (docs/explanation/reliability.md): a batch declaring a shape its
+bytes do not back (the probe's (300000, 3072) through numpy's own ``_reconstruct``: 0.9 GB of
 uninitialised images, accepted before), an object array, more images than the format holds, an
 oversized file or float labels are refused naming the file, before anything large is built."""
 

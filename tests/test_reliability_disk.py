@@ -1,5 +1,5 @@
-"""A full disk (docs/explanation/reliability.md): the MLflow store or a checkpoint filling mid-run ends
-the run with one line naming the cause and the path, no traceback, and no partial file. Uses a
+"""A full disk (docs/explanation/reliability.md): the MLflow store or a checkpoint filling mid-run
+ends the run with one line naming the cause and the path, no traceback, and no partial file. Uses a
 real, tiny tmpfs (needs root to mount; skipped elsewhere)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Hostile YAML and oversized input (docs/explanation/reliability.md, fedcore/limits.py): anchor/alias
-bombs, duplicate keys, true/false as a number, undecodable files, deep nesting and huge
-strings are refused with one short line naming the file or key, exit code 2, before the MLflow
+"""Hostile YAML and oversized input (docs/explanation/reliability.md, fedcore/limits.py):
+anchor/alias bombs, duplicate keys, true/false as a number, undecodable files, deep nesting and
+huge strings are refused with one short line naming the file or key, exit code 2, before the MLflow
 store exists."""
 
 from __future__ import annotations
