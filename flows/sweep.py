@@ -171,10 +171,11 @@ def sweep(
     parent = parent_run(spec, settings)
     client = mlflow_client(settings)
     log_source(client, parent, sweep_file, list(overrides or []), "sweep.yaml")
-    note = other_code_note((c.config.config_hash() for c in spec.cells), settings,
-                           reused=reuse_other_code)
-    if note:
-        print(note)
+    for note in (spec.duplicates_note(),
+                 other_code_note((c.config.config_hash() for c in spec.cells), settings,
+                                 reused=reuse_other_code)):
+        if note:
+            print(note)
     api_url = None
     if is_ephemeral() or owns_server():
         set_gpu_limit(gpu_slots(max_workers, cells_per_gpu))

@@ -1,0 +1,69 @@
+"""Hostile sweep files and concurrent sweeps (issue 27): one-line refusals before Prefect
+starts or the store is created, one run per config, reports only under reports/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedcore.cli import main
+from fedcore.sweep import load_sweep
+
+TINY_SET = "set: {rounds: 1, model.name: mlp, dataset.num_clients: 6, clients_per_round: 2}\n"
+
+
+def _file(tmp_path: Path, text: str, stem: str = "s") -> Path:
+    path = tmp_path / f"{stem}.yaml"
+    path.write_text(text)
+    return path
+
+
+BAD = [
+    ("", "is empty; expected a mapping with a grid"),
+    ("name: [1, 2]\ngrid: {seed: [0]}\n", "sweep.name: expected a string (got a list"),
+    ("set: [1, 2]\ngrid: {seed: [0]}\n", "sweep.set: expected a mapping of KEY: value (got a list"),
+    ("name: ../../x\ngrid: {seed: [0]}\n", "sweep.name: '../../x' is not a valid sweep name"),
+    ("name: /tmp/abs\ngrid: {seed: [0]}\n", "sweep.name: '/tmp/abs' is not a valid sweep name"),
+    ("name: ..\ngrid: {seed: [0]}\n", "sweep.name: '..' is not a valid sweep name"),
+    ("name: x\n" + TINY_SET, "sweep.grid: missing or empty"),
+    ("grid: {dataset.name: [mnist, fashion_mnist]}\nset: {dataset.name: digits}\n",
+     "sweep.grid.dataset.name: also set by set (dataset.name)"),
+    ("grid: {dataset.alpha: [0.1, 1.0]}\nset: {dataset: {partition: iid}}\n",
+     "sweep.grid.dataset.alpha: also set by set (dataset)"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD)
+@pytest.mark.parametrize("command", ["sweep", "report"])
+def test_bad_sweep_file_is_one_line_before_anything_is_written(
+    capsys, tracking, tmp_path, text, message, command
+):
+    path = _file(tmp_path, text)
+    assert main([command, str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fedcore: error: ") and "\n" not in err and message in err
+    assert not (tmp_path / "mlflow.db").exists()  # the store was not created
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_an_override_of_a_grid_key_is_refused(tmp_path):
+    from fedcore.config import ConfigError
+
+    path = _file(tmp_path, "grid: {seed: [0, 1]}\n" + TINY_SET)
+    with pytest.raises(ConfigError, match=r"sweep.grid.seed: also set by an override \(seed\)"):
+        load_sweep(path, {"seed": 3})
+    # a method's own keys combine with a grid over methods (the method is loaded first)
+    both = _file(tmp_path, "grid: {method: [fedavg, fedavgm]}\n"
+                 "set: {method.aggregator.server_lr: 0.5, rounds: 1}\n", "m")
+    assert [c.config.method.name for c in load_sweep(both).cells] == ["fedavg", "fedavgm"]
+
+
+@pytest.mark.parametrize("grid", ["{method: [fedavg, fedavg]}", "{dataset.alpha: [0.1, 1e-1]}",
+                                  "[{seed: [0]}, {seed: [0, 1]}]"])
+def test_duplicate_cells_run_once(tmp_path, grid):
+    spec = load_sweep(_file(tmp_path, f"grid: {grid}\n" + TINY_SET))
+    hashes = [c.config.config_hash() for c in spec.cells]
+    assert len(hashes) == len(set(hashes)) == (2 if "seed: [0, 1]" in grid else 1)
+    note = spec.duplicates_note()
+    assert note is not None and note.startswith("1 grid point(s) have the config of an earlier")
