@@ -16,9 +16,10 @@ from fedcore.devices import pinned_device
 from fedcore.simulation import resolve_device
 from fedcore.sweep import SweepSpec, load_sweep
 from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
+from fedcore.tracking.cell_claim import claim_cell
 from fedcore.tracking.mlflow_tracker import wait_for_runs
 from fedcore.tracking.parents import log_source, sweep_summary
-from fedcore.tracking.runner import finished_run, other_code_note, run_tracked
+from fedcore.tracking.runner import finished_run, finishing, other_code_note, run_tracked
 from flows.artifacts import publish_table
 from flows.runners import (
     GPU_TAG,
@@ -88,10 +89,17 @@ def _simulate_cell(
     cells_per_gpu: int, finish_in_background: bool, reuse_other_code: bool,
 ) -> dict[str, Any] | State[Any]:
     cfg = build_config(resolved)
-    done = finished_run(cfg.config_hash(), settings, any_code=reuse_other_code)
-    if done is not None:
-        return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
+    settings = settings or load_settings()
+    try:  # one process at a time runs a config; the others then find it FINISHED
+        claim = claim_cell(cfg.config_hash(), settings.tracking_uri, on_wait=lambda: print(
+            f"cell {cfg.config_hash()}: another sweep runs this config; waiting for it"))
+    except stopping.StopRequested:
+        return stopped_state("cell")
+    run_id: str | None = None
     try:
+        done = finished_run(cfg.config_hash(), settings, any_code=reuse_other_code)
+        if done is not None:
+            return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
         with pinned_device(cfg.device, cells_per_gpu) as device:
             data = shared_federated_data(cfg.dataset, cfg.seed,
                                          resolve_device(device or cfg.device), cfg.clients)
@@ -101,6 +109,12 @@ def _simulate_cell(
             )
     except stopping.StopRequested:  # its run is KILLED with the rounds it finished
         return stopped_state("cell")
+    finally:  # held until the run's end (FINISHED) is written, in the background or here
+        ending = finishing(run_id) if run_id is not None else None
+        if ending is None:
+            claim.release()
+        else:
+            ending.add_done_callback(lambda _: claim.release())
     return {"run_id": run_id, "status": "finished", **result.summary}
 
 

@@ -67,3 +67,83 @@ def test_duplicate_cells_run_once(tmp_path, grid):
     assert len(hashes) == len(set(hashes)) == (2 if "seed: [0, 1]" in grid else 1)
     note = spec.duplicates_note()
     assert note is not None and note.startswith("1 grid point(s) have the config of an earlier")
+
+
+def _finished(tracking, config_hash: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking.tracking_uri)
+    exp = client.get_experiment_by_name(tracking.experiment).experiment_id
+    return client.search_runs([exp], f"tags.config_hash = '{config_hash}' and "
+                                     "attributes.status = 'FINISHED'")
+
+
+def test_two_sweeps_running_one_cell_together_give_one_finished_run(tracking):
+    """Two sweeps of one file at once (here two threads; processes take the same flock)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fedcore.config import load_config
+    from fedcore.tracking import get_experiment_id, mlflow_client
+    from fedcore.tracking.mlflow_tracker import wait_for_runs
+    from flows.sweep import _simulate_cell
+
+    cfg = load_config(None, ["rounds=1", "model.name=mlp", "dataset.num_clients=6",
+                             "clients_per_round=2"])
+    client = mlflow_client(tracking)
+    parent = client.create_run(get_experiment_id(client, tracking)).info.run_id
+    with ThreadPoolExecutor(2) as pool:
+        rows = list(pool.map(lambda _: _simulate_cell(
+            cfg.resolved(), parent, "x", tracking, 1, True, False), range(2)))
+    wait_for_runs()
+    assert sorted(r["status"] for r in rows) == ["finished", "skipped"]
+    assert len(_finished(tracking, cfg.config_hash())) == 1
+
+
+def test_a_claim_of_a_killed_holder_is_free_at_once(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from fedcore.tracking.cell_claim import claim_dir, try_claim
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = try_claim("abc", uri)  # free; creates the folder of claims
+    assert first is not None
+    first.release()
+    lock = claim_dir(uri) / "abc.lock"
+    holder = subprocess.Popen(  # a holder that takes the claim's flock, then is SIGKILLed
+        [sys.executable, "-c", "import fcntl, os, time\n"
+         f"fcntl.flock(os.open({str(lock)!r}, os.O_RDWR), fcntl.LOCK_EX)\n"
+         "print('held', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert try_claim("abc", uri) is None  # held by the other process
+        claim = try_claim("abd", uri)  # another config is free
+        assert claim is not None
+        claim.release()
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        again = try_claim("abc", uri)
+        assert again is not None
+        again.release()
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+def test_a_rerun_adds_no_duplicate_metric_step_to_the_parent(tracking):
+    from mlflow.tracking import MlflowClient
+
+    from fedcore.tracking.parents import sweep_summary
+
+    client = MlflowClient(tracking.tracking_uri)
+    exp = client.get_experiment_by_name(tracking.experiment)
+    exp_id = exp.experiment_id if exp else client.create_experiment(tracking.experiment)
+    run = client.create_run(exp_id).info.run_id
+    rows = [{"cell": "a", "status": "finished", "final/accuracy": 0.5}]
+    for again in (rows, rows, [{**rows[0], "status": "skipped"}]):
+        sweep_summary(client, run, "s", again)
+    for key in ("cells/finished", "cells/skipped", "best/final_accuracy"):
+        steps = [m.step for m in client.get_metric_history(run, key)]
+        assert len(steps) == len(set(steps)), (key, steps)
+    assert client.get_run(run).data.metrics["cells/skipped"] == 1.0
