@@ -147,3 +147,29 @@ def test_a_rerun_adds_no_duplicate_metric_step_to_the_parent(tracking):
         steps = [m.step for m in client.get_metric_history(run, key)]
         assert len(steps) == len(set(steps)), (key, steps)
     assert client.get_run(run).data.metrics["cells/skipped"] == 1.0
+
+
+SECRET_URI = "http://alice:s3cret@127.0.0.1:9"
+
+
+def test_links_that_are_stored_carry_no_password():
+    """Optuna's ``mlflow_run_url`` and Prefect's artifact links are built by these functions."""
+    from fedcore.tracking.links import experiment_url, run_url, without_credentials
+    from fedcore.tracking.settings import TrackingSettings
+
+    settings = TrackingSettings(SECRET_URI, "file:///tmp/a", "fedcore")
+    for url in (run_url(settings, "1", "abc"), experiment_url(settings, "1")):
+        assert url.startswith("http://127.0.0.1:9/#/experiments/1") and "s3cret" not in url
+    assert without_credentials("postgresql://bob:pw@db:5432/x") == "postgresql://db:5432/x"
+    assert without_credentials("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"
+
+
+def test_fedcore_ui_prints_no_password(capsys, monkeypatch):
+    import fedcore.tracking.ui as ui
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", SECRET_URI)
+    monkeypatch.setattr(ui, "_experiment_id", lambda settings: "1")  # no server at port 9
+    assert main(["ui"]) == 0
+    out = capsys.readouterr().out
+    assert "http://127.0.0.1:9/#/experiments/1/runs" in out and "s3cret" not in out
+    assert "alice" not in out

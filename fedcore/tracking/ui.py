@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from fedcore.tracking.links import TRAINING_VIEW
+from fedcore.tracking.links import TRAINING_VIEW, without_credentials
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
 
@@ -34,14 +34,15 @@ def _experiment_id(settings: TrackingSettings) -> str | None:
 def ui_command(host: str = "127.0.0.1", port: int = 5000) -> int:
     """Serve the project's MLflow store (mlflow.yml / MLFLOW_TRACKING_URI) until Ctrl-C."""
     settings = load_settings()
+    shown = without_credentials(settings.tracking_uri)  # never print a password
     if settings.tracking_uri.startswith(("http://", "https://")):
         exp_id = _experiment_id(settings)
-        print(f"MLflow tracking server: {settings.tracking_uri}\n"
-              f"open {settings.tracking_uri.rstrip('/')}/#/experiments"
+        print(f"MLflow tracking server: {shown}\n"
+              f"open {shown.rstrip('/')}/#/experiments"
               + (f"/{exp_id}/runs" if exp_id else "") + f"?{TRAINING_VIEW}", flush=True)
         return 0
     exp_id = _experiment_id(settings)
-    print(f"MLflow UI for {settings.tracking_uri} (experiment {settings.experiment!r})\n"
+    print(f"MLflow UI for {shown} (experiment {settings.experiment!r})\n"
           f"open {ui_link(host, port, exp_id)}\n(Ctrl-C stops it)", flush=True)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", settings.tracking_uri,
            "--host", host, "--port", str(port), "--workers", "1"]
