@@ -199,8 +199,31 @@ def sweep(
                 f"warning: no Prefect server configured; the workers of {dask_address} cannot "
                 "reach this temporary one and start their own (set PREFECT_API_URL)"
             )
-    rows: list[dict[str, Any]] = []
     stop_event = f"fedcore-stop-{uuid.uuid4().hex}" if runner == "dask" else None
+    try:
+        rows = _run_cells(spec, parent, settings, max_workers, runner, dask_address, api_url,
+                          cells_per_gpu, reuse_other_code, stop_event)
+    except BaseException:  # e.g. the Dask cluster went away: the parent is not left RUNNING
+        client.set_terminated(parent, "KILLED" if stopping.requested() else "FAILED")
+        raise
+    wait_for_runs()
+    if stopping.requested():
+        client.set_terminated(parent, "KILLED")
+        return stopped_state(f"sweep {spec.name}")
+    failed = sum(r["status"] == "failed" for r in rows)
+    table = sweep_summary(client, parent, spec.name, rows)
+    publish_table(f"sweep-{spec.name}", table, settings, parent, rows)
+    client.set_terminated(parent, "FAILED" if failed else "FINISHED")
+    return rows
+
+
+def _run_cells(
+    spec: SweepSpec, parent: str, settings: TrackingSettings, max_workers: int, runner: str,
+    dask_address: str | None, api_url: str | None, cells_per_gpu: int, reuse_other_code: bool,
+    stop_event: str | None,
+) -> list[dict[str, Any]]:
+    """Submit every cell to the task runner and collect one row per cell, in grid order."""
+    rows: list[dict[str, Any]] = []
     with (make_task_runner(runner, max_workers, dask_address, api_url) as task_runner,
           relay_stop_to_dask(task_runner, stop_event)):
         futures = [
@@ -238,12 +261,4 @@ def sweep(
                     }
                 )
             print(f"[{rows[-1]['status']}] {cell.label}")
-    wait_for_runs()
-    if stopping.requested():
-        client.set_terminated(parent, "KILLED")
-        return stopped_state(f"sweep {spec.name}")
-    failed = sum(r["status"] == "failed" for r in rows)
-    table = sweep_summary(client, parent, spec.name, rows)
-    publish_table(f"sweep-{spec.name}", table, settings, parent, rows)
-    client.set_terminated(parent, "FAILED" if failed else "FINISHED")
     return rows

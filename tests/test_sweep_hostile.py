@@ -173,3 +173,44 @@ def test_fedcore_ui_prints_no_password(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "http://127.0.0.1:9/#/experiments/1/runs" in out and "s3cret" not in out
     assert "alice" not in out
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_unreachable_dask_scheduler_fails_fast_in_one_line(capsys, tracking, tmp_path):
+    import time
+
+    path = _file(tmp_path, "grid: {seed: [0]}\n" + TINY_SET)
+    address = f"tcp://127.0.0.1:{_closed_port()}"
+    start = time.monotonic()
+    assert main(["sweep", str(path), "--runner", "dask", "--dask-address", address]) == 2
+    assert time.monotonic() - start < 10
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"fedcore: error: dask_address: no Dask scheduler reachable at "
+                          f"{address} (") and "\n" not in err
+    assert not (tmp_path / "mlflow.db").exists()  # no parent run left RUNNING: none at all
+
+
+def test_a_sweep_whose_task_runner_fails_does_not_leave_its_parent_running(
+    prefect_harness, tracking, tmp_path, monkeypatch
+):
+    import flows.sweep as flow
+    from fedcore.tracking import get_experiment_id, mlflow_client
+
+    def unreachable(*args, **kwargs):
+        raise OSError("Timed out trying to connect to tcp://10.0.0.5:8786 after 30 s")
+
+    monkeypatch.setattr(flow, "make_task_runner", unreachable)
+    path = _file(tmp_path, "name: gone\ngrid: {seed: [0]}\n" + TINY_SET)
+    with pytest.raises(OSError, match="Timed out"):
+        flow.sweep(str(path))
+    client = mlflow_client(tracking)
+    (parent,) = client.search_runs([get_experiment_id(client, tracking)],
+                                   "tags.`fedcore.role` = 'sweep'")
+    assert parent.info.status == "FAILED"
