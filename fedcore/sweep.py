@@ -77,7 +77,7 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
     spec = read_yaml(path)
     grids = check_shape(spec, path)
     name = sweep_name(spec.get("name"), path)
-    check_grid_keys(grids, spec.get("set") or {}, overrides or {})
+    check_grid_keys(grids, spec.get("set") or {})
     base = read_base(spec.get("base"), path)
     fixed = {**(spec.get("set") or {}), **(overrides or {})}
     points = [dict(zip(g.keys(), values, strict=True))

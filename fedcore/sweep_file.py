@@ -1,5 +1,5 @@
 """The shape of a sweep file, checked before any cell is built: each key's type, a safe sweep
-name, no grid key that ``set`` or an override also sets, and no two cells of one config."""
+name, and no grid key that ``set`` also sets."""
 
 from __future__ import annotations
 
@@ -71,15 +71,14 @@ def _overlap(a: str, b: str) -> bool:
     return long.startswith(short + ".") and short != "method"
 
 
-def check_grid_keys(grids: list[dict[str, list[Any]]], fixed: dict[str, Any],
-                    overrides: dict[str, Any]) -> None:
-    """Refuse a grid key that ``set`` or a command-line override would silently replace."""
+def check_grid_keys(grids: list[dict[str, list[Any]]], fixed: dict[str, Any]) -> None:
+    """Refuse a grid key that ``set`` would silently replace in every cell. (A command-line
+    override may replace a grid key on purpose, e.g. ``checkpoint_dir`` of a broken folder.)"""
     for g in grids:
         for key in g:
-            for source, keys in (("set", fixed), ("an override", overrides)):
-                other = next((k for k in keys if _overlap(str(key), str(k))), None)
-                if other is not None:
-                    raise ConfigError(
-                        f"sweep.grid.{key}: also set by {source} ({other}), which would replace "
-                        "the grid's values in every cell; remove it from one of them"
-                    )
+            other = next((k for k in fixed if _overlap(str(key), str(k))), None)
+            if other is not None:
+                raise ConfigError(
+                    f"sweep.grid.{key}: also set by set ({other}), which would replace the "
+                    "grid's values in every cell; remove it from one of them"
+                )

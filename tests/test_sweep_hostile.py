@@ -47,12 +47,7 @@ def test_bad_sweep_file_is_one_line_before_anything_is_written(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
 
 
-def test_an_override_of_a_grid_key_is_refused(tmp_path):
-    from fedcore.config import ConfigError
-
-    path = _file(tmp_path, "grid: {seed: [0, 1]}\n" + TINY_SET)
-    with pytest.raises(ConfigError, match=r"sweep.grid.seed: also set by an override \(seed\)"):
-        load_sweep(path, {"seed": 3})
+def test_method_keys_in_set_combine_with_a_grid_over_methods(tmp_path):
     # a method's own keys combine with a grid over methods (the method is loaded first)
     both = _file(tmp_path, "grid: {method: [fedavg, fedavgm]}\n"
                  "set: {method.aggregator.server_lr: 0.5, rounds: 1}\n", "m")
