@@ -88,7 +88,7 @@ def test_two_sweeps_running_one_cell_together_give_one_finished_run(tracking):
     parent = client.create_run(get_experiment_id(client, tracking)).info.run_id
     with ThreadPoolExecutor(2) as pool:
         rows = list(pool.map(lambda _: _simulate_cell(
-            cfg.resolved(), parent, "x", tracking, 1, True, False), range(2)))
+            cfg.resolved(), parent, "x", tracking, 1, True, False, {}), range(2)))
     wait_for_runs()
     assert sorted(r["status"] for r in rows) == ["finished", "skipped"]
     assert len(_finished(tracking, cfg.config_hash())) == 1
