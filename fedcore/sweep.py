@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.config import ConfigError, ExperimentConfig, build_config, read_yaml
-
-SWEEP_KEYS = ("name", "base", "grid", "set", "studies")
+from fedcore.sweep_file import check_grid_keys, check_shape, sweep_name
 
 
 @dataclass(frozen=True)
@@ -30,11 +29,21 @@ class Cell:
 @dataclass(frozen=True)
 class SweepSpec:
     """A sweep's validated cells; ``tuning``: per method, the study its tuned rows come from
-    (``craft_server_lr: 30 trials, seed 1000``)."""
+    (``craft_server_lr: 30 trials, seed 1000``); ``duplicates``: the grid points left out because
+    an earlier cell has the same config (``label`` -> the cell's label that runs it)."""
 
     name: str
     cells: list[Cell]
     tuning: dict[str, str] = field(default_factory=dict)
+    duplicates: dict[str, str] = field(default_factory=dict)
+
+    def duplicates_note(self) -> str | None:
+        """One line on the grid points run once as another cell (None if none)."""
+        if not self.duplicates:
+            return None
+        pairs = "; ".join(f"[{a}] = [{b}]" for a, b in self.duplicates.items())
+        return (f"{len(self.duplicates)} grid point(s) have the config of an earlier cell and "
+                f"run once: {pairs}")[:2000]
 
     def tuning_text(self, method: str) -> str:
         """The study a tuned row of ``method`` comes from, or ``by hand``."""
@@ -66,31 +75,28 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
     """
     path = Path(path)
     spec = read_yaml(path)
-    unknown = set(spec) - set(SWEEP_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"sweep: unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(SWEEP_KEYS)}"
-        )
+    grids = check_shape(spec, path)
+    name = sweep_name(spec.get("name"), path)
+    check_grid_keys(grids, spec.get("set") or {})
     base = read_base(spec.get("base"), path)
-    grid = spec.get("grid") or {}
-    grids = grid if isinstance(grid, list) else [grid]
-    for g in grids:
-        if not isinstance(g, dict) or any(not isinstance(v, list) or not v for v in g.values()):
-            raise ConfigError("sweep.grid: expected a mapping of KEY: [non-empty list of values], "
-                              "or a list of such mappings")
     fixed = {**(spec.get("set") or {}), **(overrides or {})}
     points = [dict(zip(g.keys(), values, strict=True))
               for g in grids for values in itertools.product(*g.values())]
-    cells = []
+    cells: dict[str, Cell] = {}
+    duplicates: dict[str, str] = {}
     for point in points:
         try:
             cfg = build_config(base, {**point, **fixed})
         except ConfigError as exc:
             label = " ".join(f"{k}={v}" for k, v in point.items())
             raise ConfigError(f"sweep cell [{label}]: {exc}") from None
-        cells.append(Cell(point, cfg))
-    return SweepSpec(spec.get("name") or path.stem, cells,
-                     tuning_studies(spec.get("studies"), [c.config.seed for c in cells], "sweep"))
+        cell = Cell(point, cfg)
+        first = cells.setdefault(cfg.config_hash(), cell)
+        if first is not cell:  # e.g. alpha 0.1 and 1e-1: one config, run once
+            duplicates[cell.label] = first.label
+    return SweepSpec(name, list(cells.values()),
+                     tuning_studies(spec.get("studies"), [c.config.seed for c in cells.values()],
+                                    "sweep"), duplicates)
 
 
 def tuning_studies(raw: Any, seeds: Iterable[int], where: str) -> dict[str, str]:

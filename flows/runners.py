@@ -43,6 +43,37 @@ def check_runner(runner: str, workers: int, dask_address: str | None, cells_per_
         raise ConfigError(f"cells_per_gpu: must be >= 1 (got {cells_per_gpu})")
     if dask_address and runner != "dask":
         raise ConfigError(f"dask_address: needs runner=dask (got runner={runner!r})")
+    if dask_address:
+        check_dask_address(dask_address)
+
+
+DASK_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_dask_address(address: str, timeout: float = DASK_CONNECT_TIMEOUT_S) -> None:
+    """Refuse, within ``timeout`` seconds, a Dask scheduler address that nothing listens on
+    (one-line ConfigError naming it), before the sweep creates its parent run. Addresses whose
+    transport is not TCP (inproc://, ucx://) are left to Dask."""
+    import socket
+    from urllib.parse import urlsplit
+
+    scheme = address.split("://", 1)[0] if "://" in address else "tcp"
+    if scheme not in ("tcp", "tls", "ws", "wss"):
+        return
+    try:
+        parts = urlsplit(address if "://" in address else f"tcp://{address}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or port is None:
+        raise ConfigError(f"dask_address: {address!r} is not a scheduler address; expected "
+                          "tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786")
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"dask_address: no Dask scheduler reachable at {address} ({reason}); "
+                          "start one (`dask scheduler`) or leave out --dask-address") from None
 
 
 def worker_env(api_url: str | None = None) -> dict[str, str]:

@@ -17,10 +17,11 @@ from fedcore.devices import pinned_device
 from fedcore.simulation import resolve_device
 from fedcore.sweep import SweepSpec, load_sweep
 from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
+from fedcore.tracking.cell_claim import claim_cell
 from fedcore.tracking.mlflow_tracker import wait_for_runs
 from fedcore.tracking.names import cell_identities, parent_name
 from fedcore.tracking.parents import log_source, sweep_summary
-from fedcore.tracking.runner import finished_run, other_code_note, run_tracked
+from fedcore.tracking.runner import finished_run, finishing, other_code_note, run_tracked
 from flows.artifacts import publish_table
 from flows.runners import (
     GPU_TAG,
@@ -99,11 +100,18 @@ def _simulate_cell(
         cfg = build_config(resolved)
     except ConfigError as exc:  # e.g. a worker of another machine lacks the user's package
         raise ConfigError(f"{exc} (on {where()})") from None
-    done = finished_run(cfg.config_hash(), settings, any_code=reuse_other_code,
-                        code=code_digest.of_config(cfg))
-    if done is not None:
-        return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
+    settings = settings or load_settings()
+    try:  # one process at a time runs a config; the others then find it FINISHED
+        claim = claim_cell(cfg.config_hash(), settings.tracking_uri, on_wait=lambda: print(
+            f"cell {cfg.config_hash()}: another sweep runs this config; waiting for it"))
+    except stopping.StopRequested:
+        return stopped_state("cell")
+    run_id: str | None = None
     try:
+        done = finished_run(cfg.config_hash(), settings, any_code=reuse_other_code,
+                            code=code_digest.of_config(cfg))
+        if done is not None:
+            return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
         with pinned_device(cfg.device, cells_per_gpu) as device:
             data = shared_federated_data(cfg.dataset, cfg.seed,
                                          resolve_device(device or cfg.device), cfg.clients)
@@ -114,6 +122,12 @@ def _simulate_cell(
             )
     except stopping.StopRequested:  # its run is KILLED with the rounds it finished
         return stopped_state("cell")
+    finally:  # held until the run's end (FINISHED) is written, in the background or here
+        ending = finishing(run_id) if run_id is not None else None
+        if ending is None:
+            claim.release()
+        else:
+            ending.add_done_callback(lambda _: claim.release())
     return {"run_id": run_id, "status": "finished", **result.summary}
 
 
@@ -194,10 +208,11 @@ def sweep(
     parent = parent_run(spec, settings)
     client = mlflow_client(settings)
     log_source(client, parent, sweep_file, list(overrides or []), "sweep.yaml")
-    note = other_code_note((c.config for c in spec.cells), settings,
-                           reused=reuse_other_code)
-    if note:
-        print(note)
+    for note in (spec.duplicates_note(),
+                 other_code_note((c.config for c in spec.cells), settings,
+                                 reused=reuse_other_code)):
+        if note:
+            print(note)
     api_url = None
     if is_ephemeral() or owns_server():
         set_gpu_limit(gpu_slots(max_workers, cells_per_gpu))
@@ -207,8 +222,31 @@ def sweep(
                 f"warning: no Prefect server configured; the workers of {dask_address} cannot "
                 "reach this temporary one and start their own (set PREFECT_API_URL)"
             )
-    rows: list[dict[str, Any]] = []
     stop_event = f"fedcore-stop-{uuid.uuid4().hex}" if runner == "dask" else None
+    try:
+        rows = _run_cells(spec, parent, settings, max_workers, runner, dask_address, api_url,
+                          cells_per_gpu, reuse_other_code, stop_event)
+    except BaseException:  # e.g. the Dask cluster went away: the parent is not left RUNNING
+        client.set_terminated(parent, "KILLED" if stopping.requested() else "FAILED")
+        raise
+    wait_for_runs()
+    if stopping.requested():
+        client.set_terminated(parent, "KILLED")
+        return stopped_state(f"sweep {spec.name}")
+    failed = sum(r["status"] == "failed" for r in rows)
+    table = sweep_summary(client, parent, spec.name, rows)
+    publish_table(f"sweep-{spec.name}", table, settings, parent, rows)
+    client.set_terminated(parent, "FAILED" if failed else "FINISHED")
+    return rows
+
+
+def _run_cells(
+    spec: SweepSpec, parent: str, settings: TrackingSettings, max_workers: int, runner: str,
+    dask_address: str | None, api_url: str | None, cells_per_gpu: int, reuse_other_code: bool,
+    stop_event: str | None,
+) -> list[dict[str, Any]]:
+    """Submit every cell to the task runner and collect one row per cell, in grid order."""
+    rows: list[dict[str, Any]] = []
     identities = cell_identities(spec.cells)
     with (make_task_runner(runner, max_workers, dask_address, api_url) as task_runner,
           relay_stop_to_dask(task_runner, stop_event)):
@@ -249,12 +287,4 @@ def sweep(
                     }
                 )
             print(f"[{rows[-1]['status']}] {cell.label}")
-    wait_for_runs()
-    if stopping.requested():
-        client.set_terminated(parent, "KILLED")
-        return stopped_state(f"sweep {spec.name}")
-    failed = sum(r["status"] == "failed" for r in rows)
-    table = sweep_summary(client, parent, spec.name, rows)
-    publish_table(f"sweep-{spec.name}", table, settings, parent, rows)
-    client.set_terminated(parent, "FAILED" if failed else "FINISHED")
     return rows

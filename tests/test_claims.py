@@ -124,11 +124,20 @@ def test_implementation_checks_and_recipes_are_validated(tmp_path):
     del check["baseline"]
     with pytest.raises(ConfigError, match="claims.claims.0..kind: test zero_every_round holds"):
         load_claims(_file(tmp_path, [check]))
-    with pytest.raises(ConfigError, match="recipe: unknown 'nope'; allowed: craft"):
+    shipped = "craft, craft_cifar100, crf, fedoui, fedquad, sapef"  # configs/experiments/
+    refused = rf"^claims\.claims\[0\]\.recipe: unknown 'nope'; allowed: {shipped}$"
+    with pytest.raises(ConfigError, match=refused):
         load_claims(_file(tmp_path, [{**FAILING, "recipe": "nope"}]))
     spec = load_claims(_file(tmp_path, [{**FAILING, "recipe": "sapef"}]))
     run, base = spec.configs(spec.claims[0], 0)
-    assert run.local.steps == 5 and base is not None and base.local == run.local
+    # both sides take every local setting of SA-PEF's recipe file, read here on its own
+    recipe = yaml.safe_load((config_dir() / "experiments" / "sapef.yaml").read_text())["local"]
+    assert base is not None and recipe
+    for key, value in recipe.items():
+        assert getattr(run.local, key) == value == getattr(base.local, key), key
+    no_recipe = load_claims(_file(tmp_path, [FAILING]))
+    plain = no_recipe.configs(no_recipe.claims[0], 0)[0].local
+    assert plain != run.local  # without a recipe the local work is the default one
 
 
 def test_measure_reduces_over_rounds_and_censors_rounds_to_target():

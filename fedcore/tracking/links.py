@@ -8,13 +8,27 @@ from fedcore.tracking.settings import TrackingSettings
 TRAINING_VIEW = "workflowType=machine_learning"
 
 
+def without_credentials(url: str) -> str:
+    """``url`` without its ``user:password@`` part, for anything stored or printed (links in
+    Optuna's and Prefect's databases, ``fedcore ui``'s output); other URLs unchanged."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.rsplit("@", 1)[-1] if "@" in url else url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
 def ui_base(settings: TrackingSettings) -> str:
-    """The MLflow UI's address: the tracking server itself, else mlflow.yml's ``ui_url``
-    (where ``fedcore ui`` serves a SQLite store)."""
+    """The MLflow UI's address (no credentials): the tracking server itself, else mlflow.yml's
+    ``ui_url`` (where ``fedcore ui`` serves a SQLite store)."""
     uri = settings.tracking_uri
     if uri.startswith(("http://", "https://")):
-        return uri.rstrip("/")
-    return settings.ui_url.rstrip("/")
+        return without_credentials(uri).rstrip("/")
+    return without_credentials(settings.ui_url).rstrip("/")
 
 
 def experiment_url(settings: TrackingSettings, experiment_id: str) -> str:

@@ -72,13 +72,29 @@ def sweep_summary(
         metrics["best/final_accuracy"] = max(accs)
         metrics["mean/final_accuracy"] = sum(accs) / len(accs)
     ts = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric(k, v, ts, 0) for k, v in metrics.items()])
+    client.log_batch(run_id, metrics=[Metric(k, v, ts, step)
+                                      for k, v, step in _new_values(client, run_id, metrics)])
     note = (f"### Sweep `{name}`: {len(rows)} cells ("
             + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")\n\n"
             + markdown_rows(rows, SWEEP_COLUMNS)
             + "\n\n`fedcore report` replaces this table with the comparison report.")
     set_description(client, run_id, note)
     return note
+
+
+def _new_values(client: MlflowClient, run_id: str, metrics: dict[str, float]
+                ) -> list[tuple[str, float, int]]:
+    """``(key, value, step)`` of the metrics a rerun of the sweep changes: each at the step after
+    the key's last one, so that no (metric, step) is recorded twice; unchanged ones left out."""
+    out = []
+    for key, value in metrics.items():
+        history = client.get_metric_history(run_id, key)
+        last = max(history, key=lambda m: (m.step, m.timestamp), default=None)
+        if last is None:
+            out.append((key, value, 0))
+        elif last.value != value:
+            out.append((key, value, last.step + 1))
+    return out
 
 
 def html_page(body: str, title: str) -> str:

@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 from collections.abc import Iterable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from fedcore import checkpoint, code_digest, faults, stopping
@@ -88,8 +89,15 @@ def run_tracked(
     if tracker.finished is None:
         _ACTIVE.discard(run_id)
     else:  # still this process's run until its end is written
+        _FINISHING[run_id] = tracker.finished
         tracker.finished.add_done_callback(lambda _: _ACTIVE.discard(run_id))
+        tracker.finished.add_done_callback(lambda _: _FINISHING.pop(run_id, None))
     return run_id, result
+
+
+def finishing(run_id: str) -> Future[None] | None:
+    """The background writing of ``run_id``'s end (``wait=False``), while it is not done."""
+    return _FINISHING.get(run_id)
 
 
 def _label(exc: BaseException, run_id: str | None, round: int) -> None:
@@ -117,6 +125,7 @@ def _label_disk_full(exc: BaseException, settings: TrackingSettings) -> None:
 
 _CLAIM = threading.Lock()
 _ACTIVE: set[str] = set()  # runs this process is writing now (never resumed by another thread)
+_FINISHING: dict[str, Future[None]] = {}  # runs whose end a background writer is writing
 
 
 def unfinished_runs(config_hash: str, settings: TrackingSettings | None = None) -> list[Run]:

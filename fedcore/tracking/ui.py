@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from fedcore.tracking.links import TRAINING_VIEW, ui_address
+from fedcore.tracking.links import TRAINING_VIEW, ui_address, without_credentials
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
 
@@ -38,18 +38,20 @@ def ui_command(host: str | None = None, port: int | None = None) -> int:
     default_host, default_port = ui_address(settings)
     moved = (host or default_host, port or default_port) != (default_host, default_port)
     host, port = host or default_host, port or default_port
+    shown = without_credentials(settings.tracking_uri)  # never print a password
     if settings.tracking_uri.startswith(("http://", "https://")):
         exp_id = _experiment_id(settings)
-        print(f"MLflow tracking server: {settings.tracking_uri}\n"
-              f"open {settings.tracking_uri.rstrip('/')}/#/experiments"
+        print(f"MLflow tracking server: {shown}\n"
+              f"open {shown.rstrip('/')}/#/experiments"
               + (f"/{exp_id}/runs" if exp_id else "") + f"?{TRAINING_VIEW}", flush=True)
         return 0
     exp_id = _experiment_id(settings)
-    print(f"MLflow UI for {settings.tracking_uri} (experiment {settings.experiment!r})\n"
+    print(f"MLflow UI for {shown} (experiment {settings.experiment!r})\n"
           f"open {ui_link(host, port, exp_id)}\n(Ctrl-C stops it)", flush=True)
     if moved:
-        print(f"note: the links runs record point at {settings.ui_url} (ui_url in mlflow.yml, "
-              "or FEDCORE_MLFLOW_UI_URL; serve there, or set it to this address)", flush=True)
+        print(f"note: the links runs record point at {without_credentials(settings.ui_url)} "
+              "(ui_url in mlflow.yml, or FEDCORE_MLFLOW_UI_URL; serve there, or set it to this "
+              "address)", flush=True)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", settings.tracking_uri,
            "--host", host, "--port", str(port), "--workers", "1"]
     try:

@@ -188,6 +188,9 @@ def mask_password(url: str) -> str:
     return f"{scheme}://{user}:***@{host}" if ":" in creds else url
 
 
+STORAGE_SCHEMES = ("sqlite", "postgresql", "mysql")  # with an optional driver: mysql+pymysql
+
+
 def default_storage() -> str:
     return f"sqlite:///{project_root() / DEFAULT_STORAGE_FILE}"
 
@@ -200,6 +203,12 @@ def resolve_storage(url: str | None) -> str:
         raise ConfigError(
             f"study.storage: expected an SQLAlchemy URL such as sqlite:///optuna.db or "
             f"postgresql://user:pw@host/db (got {url!r})"
+        )
+    scheme = url.split("://", 1)[0].split("+", 1)[0]
+    if scheme not in STORAGE_SCHEMES:
+        raise ConfigError(
+            f"study.storage: unknown scheme {scheme[:40]!r} in {mask_password(url)[:200]!r}; "
+            f"allowed: {', '.join(STORAGE_SCHEMES)} (e.g. sqlite:///optuna.db)"
         )
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
         return "sqlite:///" + str((project_root() / url.removeprefix("sqlite:///")).resolve())
@@ -369,6 +378,8 @@ def _budget(value: Any, key: str, cast: type) -> Any:
         raise ConfigError(
             f"study.{key}: expected a positive finite number or null (got {value!r})"
         )
+    if cast is int and value != int(value):  # n_trials=1.5 would run 1 trial
+        raise ConfigError(f"study.{key}: expected a positive integer or null (got {value!r})")
     return cast(value)
 
 

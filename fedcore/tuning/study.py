@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import optuna
 from optuna.exceptions import ExperimentalWarning
 from optuna.storages import RetryHeartbeatStaleTrialCallback
@@ -44,8 +45,9 @@ class TrialPruned(optuna.TrialPruned):
     run_status = "KILLED"
 
 
-def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
-    kind, seed = spec.sampler["type"], spec.sampler["seed"]
+def make_sampler(spec: StudySpec, stored_trials: int = 0) -> optuna.samplers.BaseSampler:
+    """The study's sampler, seeded for a study that holds ``stored_trials`` trials already."""
+    kind, seed = spec.sampler["type"], resumed_seed(spec.sampler["seed"], stored_trials)
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if kind == "nsga2":
@@ -53,6 +55,15 @@ def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
         return optuna.samplers.NSGAIISampler(seed=seed, **kwargs)
     kwargs = {k: spec.sampler[k] for k in ("n_startup_trials",) if k in spec.sampler}
     return optuna.samplers.TPESampler(seed=seed, **kwargs)
+
+
+def resumed_seed(seed: int | None, stored_trials: int) -> int | None:
+    """The sampler's seed: ``seed`` for a new study (reproducible), else one derived from
+    ``seed`` and the number of trials already stored, so that a resumed study does not propose
+    its first trials' parameters again (and a resume after as many trials proposes the same)."""
+    if seed is None or stored_trials == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, stored_trials]).generate_state(1)[0])
 
 
 def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
@@ -152,6 +163,9 @@ def open_study(spec: StudySpec) -> optuna.Study:
     else:
         kwargs["direction"] = spec.directions[0]
     study = optuna.create_study(**kwargs)
+    stored = len(study.get_trials(deepcopy=False))
+    if stored:  # resumed: not the sampler's sequence from its first trial again
+        study.sampler = make_sampler(spec, stored)
     if [d.name.lower() for d in study.directions] != list(spec.directions):
         raise ConfigError(
             f"study_name={spec.study_name!r}: the stored study has direction(s) "
