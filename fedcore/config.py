@@ -8,9 +8,10 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -37,6 +38,17 @@ UNHASHED = ("checkpoint_every", "checkpoint_dir")  # cannot change a run's numbe
 # keys fedcore fills in for own data and models (what they are), not settings to give
 RECORDED = ("dataset.source", "dataset.digest", "dataset.partition_seed", "model.code",
             "model.weights")
+
+
+def _a_path(value: str) -> str:
+    """A path setting within the limits of fedcore.limits (length, parts, characters)."""
+    problem = limits.path_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+PathSetting = Annotated[str, AfterValidator(_a_path)]
 
 
 class _Strict(StrictNumbers):
@@ -71,7 +83,7 @@ class DatasetConfig(_Recorded):
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("source", "digest", "partition_seed")
     name: str = "digits"
-    root: str = "data"
+    root: PathSetting = "data"
     download: bool = False
     verify: bool = True
     partition: Literal["iid", "dirichlet", "shards", "natural", "given"] = "dirichlet"
@@ -113,13 +125,6 @@ class DatasetConfig(_Recorded):
             )
         return v
 
-    @field_validator("root")
-    @classmethod
-    def _root_is_a_path(cls, value: str) -> str:
-        problem = limits.path_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
 
 
 class ModelConfig(_Recorded):
@@ -214,15 +219,8 @@ class ExperimentConfig(_Strict):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     # resumable runs (docs/how-to/checkpoints.md); not part of config_hash()
     checkpoint_every: int = Field(0, ge=0)
-    checkpoint_dir: str = ".fedcore/checkpoints"
+    checkpoint_dir: PathSetting = ".fedcore/checkpoints"
 
-    @field_validator("checkpoint_dir")
-    @classmethod
-    def _checkpoint_dir_is_a_path(cls, value: str) -> str:
-        problem = limits.path_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
 
     @model_validator(mode="after")
     def _clients_fit(self) -> ExperimentConfig:

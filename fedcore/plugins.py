@@ -64,8 +64,9 @@ def _check(obj: Any, what: str, kind: str, base: type) -> type:
     return obj
 
 
-def load_import_path(path: str, kind: str, base: type) -> type:
-    """The class at ``module:Class`` (a dotted attribute path after the colon is allowed)."""
+def import_object(path: str) -> Any:
+    """The object at ``module:attr`` (``attr`` may be dotted), or a one-line
+    :class:`ComponentError` naming the module and the cause."""
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
         raise ComponentError(f"{path!r}: an import path is module:Class, e.g. mypkg.rules:ClipAvg")
@@ -81,7 +82,12 @@ def load_import_path(path: str, kind: str, base: type) -> type:
         if not hasattr(obj, part):
             raise ComponentError(f"module {module_name!r} has no attribute {attr!r} ({path!r})")
         obj = getattr(obj, part)
-    return _check(obj, repr(path), kind, base)
+    return obj
+
+
+def load_import_path(path: str, kind: str, base: type) -> type:
+    """The class at ``module:Class`` (a dotted attribute path after the colon is allowed)."""
+    return _check(import_object(path), repr(path), kind, base)
 
 
 def load_entry_point(ep: metadata.EntryPoint, kind: str, base: type) -> type:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import importlib
 import inspect
 import sys
 from collections.abc import Callable
@@ -37,17 +36,12 @@ def is_import_path(name: str) -> bool:
 def resolve(path: str, key: str = "model.name") -> Any:
     """The object at ``module:attr`` (``attr`` may be dotted); a one-line ``ConfigError`` naming
     ``key``, the module and the cause when the import fails."""
-    module_name, _, attr = path.partition(":")
+    from fedcore.plugins import ComponentError, import_object
+
     try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001  (any import error is the user's, named below)
-        raise ConfigError(
-            f"{key}: cannot import module {module_name!r} ({type(exc).__name__}: {exc})"
-        ) from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(f"{key}: module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+        obj = import_object(path)
+    except ComponentError as exc:
+        raise ConfigError(f"{key}: {exc.args[0]}") from None
     if not callable(obj):
         raise ConfigError(f"{key}: {path!r} is not a class or function")
     return obj
