@@ -33,6 +33,8 @@ CONFIGS: dict[str, list[str]] = {
     "sapef_topk": ["method=sapef_topk", "model.name=mlp"],
     "crf_fedprox": ["method=crf_fedprox", "model.name=mlp"],
 }
+TOLERANT = "_vectorised"  # vmapped sums: equal to a relative RTOL, not bit for bit
+RTOL = 1e-5
 COMMON = ["rounds=3", "local.epochs=1", "seed=0", "device=cpu", "dataset.num_clients=20"]
 WALL_TIMES = ("agg/seconds",)
 
@@ -76,25 +78,55 @@ def record_one(overrides: list[str], tracked: bool) -> dict[str, Any]:
     return out
 
 
-def record(tracked: bool) -> dict[str, Any]:
+def every_method() -> dict[str, list[str]]:
+    """Every shipped method config on the MLP: sequential, and vectorised where it applies."""
+    from fedcore.config import ConfigError, load_config, method_names
+
+    out: dict[str, list[str]] = {}
+    for name in method_names():
+        out[name] = [f"method={name}", "model.name=mlp", "engine=sequential"]
+        vec = [f"method={name}", "model.name=mlp", "engine=vectorised"]
+        try:
+            load_config(None, [*COMMON, *vec])
+        except ConfigError:
+            continue
+        out[name + TOLERANT] = vec
+    return out
+
+
+def record(tracked: bool, every: bool = False) -> dict[str, Any]:
     torch.set_num_threads(1)
-    return {name: record_one(overrides, tracked) for name, overrides in CONFIGS.items()}
+    configs = every_method() if every else CONFIGS
+    return {name: record_one(overrides, tracked) for name, overrides in configs.items()}
 
 
-def differences(golden: dict[str, Any], now: dict[str, Any], path: str = "") -> list[str]:
-    """Every path where ``now`` differs from ``golden``."""
+def _close(golden: Any, now: Any) -> bool:
+    """Two recorded values equal to RTOL (floats as hex strings)."""
+    try:
+        g, n = float.fromhex(golden), float.fromhex(now)
+    except (TypeError, ValueError):
+        return bool(golden == now)
+    return bool(np.isclose(n, g, rtol=RTOL, atol=0.0, equal_nan=True))
+
+
+def differences(
+    golden: dict[str, Any], now: dict[str, Any], path: str = "", tolerant: bool = False
+) -> list[str]:
+    """Every path where ``now`` differs from ``golden`` (to RTOL where ``tolerant``)."""
     if isinstance(golden, dict) and isinstance(now, dict):
         out = []
         for key in sorted(set(golden) | set(now)):
             if key not in golden or key not in now:
                 out.append(f"{path}/{key}: only in {'now' if key in now else 'golden'}")
             else:
-                out += differences(golden[key], now[key], f"{path}/{key}")
+                tol = tolerant or (not path and key.endswith(TOLERANT))
+                out += differences(golden[key], now[key], f"{path}/{key}", tol)
         return out
     if isinstance(golden, list) and isinstance(now, list) and len(golden) == len(now):
         return [d for i, (g, n) in enumerate(zip(golden, now, strict=True))
-                for d in differences(g, n, f"{path}[{i}]")]
-    return [] if golden == now else [f"{path}: {golden!r} != {now!r}"]
+                for d in differences(g, n, f"{path}[{i}]", tolerant)]
+    same = _close(golden, now) if tolerant else golden == now
+    return [] if same else [f"{path}: {golden!r} != {now!r}"]
 
 
 def main() -> int:
@@ -102,11 +134,14 @@ def main() -> int:
     parser.add_argument("action", choices=["record", "check"])
     parser.add_argument("file", type=Path)
     parser.add_argument("--tracked", action="store_true", help="through run_tracked and MLflow")
+    parser.add_argument("--every-method", action="store_true",
+                        help="every shipped method config (sequential; vectorised where it "
+                        f"applies, compared to a relative {RTOL:g})")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fedcore-golden-") as tmp:
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
         os.environ["FEDCORE_ARTIFACT_LOCATION"] = f"{tmp}/artifacts"
-        now = record(args.tracked)
+        now = record(args.tracked, args.every_method)
         from fedcore.tracking.mlflow_tracker import wait_for_runs
 
         if args.tracked:

@@ -7,6 +7,7 @@ place of the simulation object, so they see exactly these fields and nothing els
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -43,3 +44,6 @@ class RoundContext:
     buffers: dict[str, torch.Tensor]
     schedule: LocalSchedule
     downlink: dict[str, torch.Tensor] = field(default_factory=dict)  # Aggregator.broadcast()
+    # where client k's local SGD starts, given the local steps it will take (None: at theta_t)
+    start_point: Callable[[int, int | None], torch.Tensor | None] = lambda k, steps: None
+    needs_num_steps: bool = False  # start_point needs the client's planned local steps

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from fedcore import aggregators, checkpoint, clients, code_digest, compression, stopping
-from fedcore.adversaries import choose_clients
+from fedcore.adversaries import attack_update, choose_clients
 from fedcore.aggregators import Aggregate, UpdateBatch
 from fedcore.aggregators.base import REGISTRY as RULES
 from fedcore.bn_statistics import average_bn_statistics
@@ -229,6 +229,10 @@ class Simulation:
             buffers=self.buffers,
             schedule=self.schedule(round),
             downlink=self.aggregator.broadcast(),
+            start_point=lambda k, steps: self.compressor.start_point(
+                self.params, self.store[k], steps
+            ),
+            needs_num_steps=self.compressor.needs_num_steps,
         )
 
     def train_client(self, client_id: int, round: int) -> ClientUpdate:
@@ -247,6 +251,8 @@ class Simulation:
         probe = self.compressor.probe(rc, sampled)
         updates = self.engine.train_round(rc, sampled, order)
         self._note_fallback()
+        for cid in self.byzantine.intersection(sampled):
+            attack(rc, updates[cid])
         ups = [updates[cid] for cid in sampled]
         reject_non_finite_scalars(ups, self.aggregator.needs, round)
         uplink = self.transmit(rc, ups)
@@ -563,6 +569,19 @@ class Simulation:
         self.load_state_dict(state)
         log.info("resumed %s at round %d", self.cfg.config_hash(), self.round)
         return True
+
+
+def attack(rc: RoundContext, update: ClientUpdate) -> None:
+    """A Byzantine client's update replaced by its attack, as the server sees it: EVERY vector
+    it sends (``client_algo.uplink``), in uplink order, from the attack's own stream."""
+    how, strength = rc.cfg.clients.attack, rc.cfg.clients.attack_strength
+    seed = derive_seed(rc.cfg.seed, "attack", rc.round, update.client_id)
+    generator = torch.Generator().manual_seed(seed)
+    for name in rc.client_algo.uplink:
+        if name == "delta":
+            update.delta = attack_update(update.delta, how, strength, generator)
+        else:
+            update.extras[name] = attack_update(update.extras[name], how, strength, generator)
 
 
 def reject_non_finite_scalars(ups: list[ClientUpdate], needs: frozenset[str], round: int) -> None:

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from fedcore.adversaries import attack_update, choose_clients, flip_labels
+from fedcore.simulation import attack
 from fedcore.config import load_config
 from fedcore.seeding import numpy_rng
 from fedcore.simulation import Simulation
@@ -53,8 +54,12 @@ def test_byzantine_client_sends_the_attacked_delta():
     attacked = Simulation(load_config(None, [*TINY, "clients.byzantine_fraction=0.5",
                                              "clients.attack=sign_flip",
                                              "clients.attack_strength=3"]))
+    rc = attacked.round_context(1)
     for k in range(6):
-        a, b = honest.train_client(k, 1).delta, attacked.train_client(k, 1).delta
+        a, up = honest.train_client(k, 1).delta, attacked.train_client(k, 1)
+        if k in attacked.byzantine:
+            attack(rc, up)
+        b = up.delta
         expected = -3.0 * a if k in attacked.byzantine else a
         torch.testing.assert_close(b, expected)
 

@@ -8,7 +8,6 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from fedcore.adversaries import attack_update
 from fedcore.clients import ClientAlgorithm, ClientUpdate, LocalContext
 from fedcore.round_context import RoundContext
 from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed
@@ -37,8 +36,8 @@ def local_context(rc: RoundContext, client_id: int) -> LocalContext:
         server_payload=rc.downlink,
         seed=rc.cfg.seed,
     )
-    steps = planned_steps(rc.client_algo, ctx) if rc.compressor.needs_num_steps else None
-    ctx.start_params = rc.compressor.start_point(rc.params, ctx.state, steps)
+    steps = planned_steps(rc.client_algo, ctx) if rc.needs_num_steps else None
+    ctx.start_params = rc.start_point(client_id, steps)
     return ctx
 
 
@@ -64,20 +63,6 @@ def seed_global_rng(rc: RoundContext, seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-def attack(rc: RoundContext, update: ClientUpdate, generator: torch.Generator) -> ClientUpdate:
-    """A Byzantine client's update replaced by its attack (after training, as the server sees):
-    EVERY vector it sends (``client_algo.uplink``: the delta, SCAFFOLD's Delta c, SCAFCOM's
-    increment), each in uplink order, so no method is spared by sending something else."""
-    if update.client_id in rc.byzantine:
-        how, strength = rc.cfg.clients.attack, rc.cfg.clients.attack_strength
-        for name in rc.client_algo.uplink:
-            if name == "delta":
-                update.delta = attack_update(update.delta, how, strength, generator)
-            else:
-                update.extras[name] = attack_update(update.extras[name], how, strength, generator)
-    return update
-
-
 def global_rng_guard(model: nn.Module) -> AbstractContextManager[object]:
     """The process-wide RNG lock when training draws from torch's global RNG (dropout), so
     simulations in parallel threads stay bit-identical; no lock otherwise."""
@@ -90,8 +75,7 @@ def train_client(rc: RoundContext, client_id: int) -> ClientUpdate:
     ctx = local_context(rc, client_id)
     with global_rng_guard(rc.model), torch.random.fork_rng(devices=rng_devices(rc)):
         seed_global_rng(rc, client_seed(rc, client_id))
-        update = rc.client_algo.local_update(ctx)
-    return attack(rc, update, ctx.generator)
+        return rc.client_algo.local_update(ctx)
 
 
 def train_round(

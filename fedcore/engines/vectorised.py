@@ -41,7 +41,6 @@ from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
 from fedcore.clients.sgd import sgd_step
 from fedcore.engines import sequential
 from fedcore.engines.sequential import (
-    attack,
     client_seed,
     local_context,
     rng_devices,
@@ -535,7 +534,7 @@ class VectorisedEngine:
         loss: torch.Tensor,
         steps: int,
     ) -> ClientUpdate:
-        """Stats of the trained client (hooks and extras on its local model), then the attack."""
+        """Stats of the trained client (hooks and extras on its local model)."""
         ctx, algo, stats = plan.ctx, rc.client_algo.global_objective, plan.stats
         stats["num_steps"] = float(steps)
         load_flat_params(rc.model, final)  # end_training and the extras see the local model
@@ -553,7 +552,7 @@ class VectorisedEngine:
             stats=stats,
         )
         algo.finish_update(update, ctx)
-        return attack(rc, update, ctx.generator)
+        return update
 
 
 class PerClientField:
