@@ -19,7 +19,7 @@ from fedcore.aggregators import Aggregate, UpdateBatch
 from fedcore.aggregators.base import REGISTRY as RULES
 from fedcore.bn_statistics import average_bn_statistics
 from fedcore.callbacks import Callback
-from fedcore.clients import ClientData, ClientUpdate, LocalSchedule
+from fedcore.clients import ClientData, ClientUpdate, Commit, LocalSchedule
 from fedcore.compression.base import side_bytes
 from fedcore.config import ConfigError, ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
@@ -260,7 +260,7 @@ class Simulation:
         batch = self.update_batch(rc, ups, uplink)
         result, agg_seconds = self.aggregate(batch)
         for up, sent, ok in zip(ups, uplink.sent, uplink.accepted, strict=True):
-            self.client_algo.commit(self.store[up.client_id], up, sent, ok)
+            self.client_algo.commit(Commit(self.store[up.client_id], up, sent, ok))
         closing = self.compressor.end_round(sampled, self.store)
         self.params = self.params + result.step
         if closing.step is not None:  # a stage's extra server step (CSER's digest mean)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedcore.clients.base import (
-    REGISTRY,
-    ClientAlgorithm,
+from fedcore.clients.base import REGISTRY, ClientAlgorithm
+from fedcore.clients.plan import Batch, Commit, Finished, FollowUp, LocalPlan
+from fedcore.clients.records import (
+    BatchMask,
     ClientData,
     ClientUpdate,
     LocalContext,
@@ -23,10 +24,16 @@ def names() -> list[str]:
 
 
 __all__ = [
+    "Batch",
+    "BatchMask",
     "ClientAlgorithm",
     "ClientData",
     "ClientUpdate",
+    "Commit",
+    "Finished",
+    "FollowUp",
     "LocalContext",
+    "LocalPlan",
     "LocalSchedule",
     "build",
     "names",

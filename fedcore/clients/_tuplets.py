@@ -8,24 +8,23 @@ for quadruplets) with CE over all images plus ``beta`` times the hinge term.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 from pydantic import Field
 from torch import nn
 
 from fedcore.clients.base import (
-    BatchMask,
+    Batch,
     ClientAlgorithm,
+    Finished,
     LocalContext,
+    LocalPlan,
     LocalSchedule,
     batch_mean,
     cross_entropy,
 )
 from fedcore.registry import HParams as BaseHParams
-
-if TYPE_CHECKING:
-    from fedcore.models import ModelView
 
 
 def sample_tuplets(y: torch.Tensor, arity: int, generator: torch.Generator) -> torch.Tensor:
@@ -150,7 +149,6 @@ class TupletClient(ClientAlgorithm):
     arity: ClassVar[int] = 4
     vectorisable = True
     model_needs = ("embedding", "head")
-    _current: int = 0  # tuplet size of the client being trained (0 = CE only)
 
     class HParams(BaseHParams):
         """The weight of the tuplet term, shared by every tuplet objective (which adds its
@@ -165,34 +163,31 @@ class TupletClient(ClientAlgorithm):
     ) -> torch.Tensor:
         raise NotImplementedError
 
-    def batches(self, ctx: LocalContext) -> Iterator[torch.Tensor]:
+    def plan(self, ctx: LocalContext) -> LocalPlan:
+        """Batches of the largest tuplets the client's classes allow (plain minibatches, arity
+        0, when no tuplet can be formed)."""
         _, counts = torch.unique(ctx.data.y_train.cpu(), return_counts=True)
         usable = len(counts) >= 2 and bool((counts >= 2).any())
-        self._current = min(self.arity, len(counts) + 1) if usable else 0
-        if self._current == 0:
-            return super().batches(ctx)
-        return tuplet_batches(ctx.data.y_train, self._current, ctx.schedule, ctx.generator)
+        arity = min(self.arity, len(counts) + 1) if usable else 0
+        if arity == 0:
+            return super().plan(ctx)
+        batches = tuplet_batches(ctx.data.y_train, arity, ctx.schedule, ctx.generator)
+        return LocalPlan(list(batches), self.loss, arity=arity)
 
-    def loss(
-        self,
-        model: ModelView,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        ctx: LocalContext,
-        mask: BatchMask | None = None,
-    ) -> torch.Tensor:
+    def loss(self, b: Batch) -> torch.Tensor:
         """CE over all images + beta * the tuplet hinges on normalised embeddings, laid out
-        role by role (``_current`` blocks of rows; padded blocks when masked)."""
-        h = model.embedding(x)
-        ce = cross_entropy(model.head(h), y, mask)  # CE on all images (fedquad.md)
-        if self._current == 0:
+        role by role (``b.arity`` blocks of rows; padded blocks when masked)."""
+        h = b.model.embedding(b.x)
+        ce = cross_entropy(b.model.head(h), b.y, b.mask)  # CE on all images (fedquad.md)
+        if b.arity == 0:
             return ce
-        z = nn.functional.normalize(h, dim=1).view(self._current, -1, h.shape[1])
-        weights = None if mask is None else mask.tuplets
+        z = nn.functional.normalize(h, dim=1).view(b.arity, -1, h.shape[1])
+        weights = None if b.mask is None else b.mask.tuplets
         return ce + self.hp.beta * self.tuplet_loss(list(z), weights)
 
-    def end_training(self, model: nn.Module, ctx: LocalContext, stats: dict[str, float]) -> None:
-        stats[f"{self.name}/fallback_clients"] = float(self._current < self.arity)
-        stats[f"{self.name}/ce_only_clients"] = float(self._current == 0)
+    def finish(self, done: Finished) -> None:
+        arity, stats = done.plan.arity, done.update.stats
+        stats[f"{self.name}/fallback_clients"] = float(arity < self.arity)
+        stats[f"{self.name}/ce_only_clients"] = float(arity == 0)
         if self.arity == 4:
-            stats[f"{self.name}/triplet_fallback_clients"] = float(self._current == 3)
+            stats[f"{self.name}/triplet_fallback_clients"] = float(arity == 3)

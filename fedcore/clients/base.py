@@ -1,24 +1,35 @@
-"""Local training: the client interface and the SGD loop every client objective shares."""
+"""The client interface: a client objective describes its local work as a plan.
+
+``ClientAlgorithm.plan(ctx)`` returns the round's :class:`~fedcore.clients.plan.LocalPlan`
+(batches, loss, tuplet size, frozen models, gradient shift, proximal term, follow-up pass);
+``finish`` completes the update after training; ``commit`` updates client state once the
+server has judged it. The template both engines share is ``fedcore.clients.template``.
+"""
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from fedcore.clients.sgd import sgd_step
-from fedcore.layout import ParamLayout, flat_params, load_flat_params
+from fedcore.clients.plan import Batch, Commit, Finished, FollowUp, LocalPlan
+from fedcore.clients.records import (
+    BatchMask,
+    ClientData,
+    ClientUpdate,
+    FrozenParams,
+    LocalContext,
+    LocalSchedule,
+)
 from fedcore.registry import HParams as BaseHParams
 from fedcore.registry import Registry
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
-    from fedcore.models import FedModel, ModelView
+    from fedcore.models import FedModel
     from fedcore.round_context import RoundContext
 
 REGISTRY: Registry[ClientAlgorithm] = Registry(
@@ -26,73 +37,25 @@ REGISTRY: Registry[ClientAlgorithm] = Registry(
 )
 register = REGISTRY.register
 
-
-@dataclass
-class ClientData:
-    """One client's local train and test split, as tensors on the simulation device."""
-
-    client_id: int
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-
-    @property
-    def num_train(self) -> int:
-        return int(self.y_train.shape[0])
-
-
-FrozenParams = tuple[torch.Tensor, dict[str, torch.Tensor]]  # flat params, buffers
-
-
-@dataclass(frozen=True)
-class LocalSchedule:
-    """How long and how fast a client trains in one round (the ``local`` config block)."""
-
-    epochs: int = 1
-    steps: int | None = None
-    batch_size: int = 32
-    lr: float = 0.05
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-
-
-@dataclass
-class LocalContext:
-    """Everything a client sees in one round."""
-
-    model: nn.Module
-    global_params: torch.Tensor
-    global_buffers: dict[str, torch.Tensor]
-    layout: ParamLayout
-    data: ClientData
-    schedule: LocalSchedule
-    state: dict[str, Any]
-    generator: torch.Generator
-    round: int
-    needs: frozenset[str] = frozenset()
-    start_params: torch.Tensor | None = None  # where SGD starts (step-ahead EF); None: global
-    server_payload: Mapping[str, torch.Tensor] = field(default_factory=dict)  # the downlink
-    seed: int = 0  # the experiment seed (FedOUI's probe seed)
-    # The objective's ``frozen_models`` while it trains, set by the engine: gradient-free models
-    # in eval mode with the model API (``model(x)``, ``embedding``, ``head``).
-    frozen: Mapping[str, ModelView] = field(default_factory=dict)
-
-    def global_tensors(self) -> list[torch.Tensor]:
-        """The global parameters as views shaped like ``model.parameters()``, in order."""
-        return [self.global_params[s.start : s.stop].view(s.shape) for s in self.layout.slots]
-
-
-@dataclass(frozen=True)
-class BatchMask:
-    """Which rows of a padded batch are real (the vectorised engine pads clients to one shape).
-
-    ``rows``: 1 for a real sample; ``tuplets``: 1 for a real tuplet (tuplet objectives). The
-    sequential engine passes no mask: every row is real.
-    """
-
-    rows: torch.Tensor
-    tuplets: torch.Tensor | None = None
+__all__ = [
+    "REGISTRY",
+    "Batch",
+    "BatchMask",
+    "ClientAlgorithm",
+    "ClientData",
+    "ClientUpdate",
+    "Commit",
+    "Finished",
+    "FollowUp",
+    "FrozenParams",
+    "LocalContext",
+    "LocalPlan",
+    "LocalSchedule",
+    "batch_mean",
+    "cross_entropy",
+    "minibatches",
+    "register",
+]
 
 
 def batch_mean(values: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -109,37 +72,6 @@ def cross_entropy(
     if mask is None:
         return nn.functional.cross_entropy(logits, y)
     return batch_mean(nn.functional.cross_entropy(logits, y, reduction="none"), mask.rows)
-
-
-@dataclass
-class PersonalTraining:
-    """A client's second model, trained after its global update (Ditto's v_k): the one
-    definition both engines execute. SGD from ``start`` over ``batches`` with ``schedule`` on
-    ``loss``, pulled to the round's global model by the shared SGD's proximal term
-    ``mu (v - theta_t)``; ``keep(state, params, buffers)`` stores the result."""
-
-    start: torch.Tensor
-    buffers: dict[str, torch.Tensor]
-    schedule: LocalSchedule
-    batches: list[torch.Tensor]
-    mu: float
-    loss: Callable[..., torch.Tensor]  # (model, x, y, ctx, mask=None), as ClientAlgorithm.loss
-    keep: Callable[[dict[str, Any], torch.Tensor, dict[str, torch.Tensor]], None]
-
-
-@dataclass
-class ClientUpdate:
-    """What a client sends back (before compression)."""
-
-    client_id: int
-    delta: torch.Tensor
-    num_samples: int
-    num_steps: int
-    train_loss: torch.Tensor
-    stats: dict[str, float] = field(default_factory=dict)
-    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
-    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # extra uplink d-vectors
-    pending: dict[str, torch.Tensor] = field(default_factory=dict)  # state to commit, not sent
 
 
 def minibatches(
@@ -166,19 +98,19 @@ def minibatches(
 
 
 class ClientAlgorithm:
-    """Base client: plain local SGD on cross-entropy. Objectives override ``loss`` or hooks."""
+    """Base client: plain local SGD on cross-entropy. Objectives override ``loss`` or ``plan``."""
 
     name: ClassVar[str]
     HParams: ClassVar[type[BaseHParams]] = BaseHParams
     hp: BaseHParams
     uplink: tuple[str, ...] = ("delta",)  # the vectors sent: "delta" and/or named extras
-    personalized: ClassVar[bool] = False  # keeps personal models (``personal_params``), Ditto
-    # The vectorised engine vmaps ``loss`` (with a BatchMask) for objectives that set this; the
-    # others give ``not_vectorised`` as the reason they train sequentially.
+    personalized: ClassVar[bool] = False  # keeps personal models (``personal_params``)
+    # The vectorised engine vmaps the plan's loss (with a BatchMask) for objectives that set
+    # this; the others give ``not_vectorised`` as the reason they train sequentially.
     vectorisable: ClassVar[bool] = False
     not_vectorised: ClassVar[str] = "its loss has not been written for padded batches"
-    # what ``loss`` and ``prepare_model`` call beyond ``model(x)`` (fedcore.models.protocol)
-    model_needs: ClassVar[tuple[str, ...]] = ()
+    # what the loss and ``prepare_model`` call beyond ``model(x)`` (fedcore.models.protocol)
+    model_needs: tuple[str, ...] = ()
 
     def __init__(self, hparams: BaseHParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()
@@ -187,65 +119,26 @@ class ClientAlgorithm:
         """Why this objective (with its hparams) trains sequentially; None: it vectorises."""
         return None if self.vectorisable else self.not_vectorised
 
-    @property
-    def global_objective(self) -> ClientAlgorithm:
-        """The objective whose local training gives the global update (Ditto: its ``inner``);
-        the vectorised engine runs its loss, batches and hooks."""
-        return self
+    def plan(self, ctx: LocalContext) -> LocalPlan:
+        """This client's local work in the round: plain minibatches (drawn now from
+        ``ctx.generator``) on ``loss``. Objectives extend it (a proximal mu, a gradient shift,
+        frozen models, tuplet batches, a follow-up pass)."""
+        return LocalPlan(list(minibatches(ctx.data.num_train, ctx.schedule, ctx.generator)),
+                         self.loss)
 
-    def personal_training(self, ctx: LocalContext) -> PersonalTraining | None:
-        """This client's personal-model training after the global update (drawing its batches
-        from ``ctx.generator``); None: no personal model (every objective but Ditto)."""
-        return None
-
-    def loss(
-        self,
-        model: ModelView,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        ctx: LocalContext,
-        mask: BatchMask | None = None,
-    ) -> torch.Tensor:
+    def loss(self, b: Batch) -> torch.Tensor:
         """The objective of one batch: the one definition both engines execute (the vectorised
         one passes a functional model view and a mask; see ``vectorisable``)."""
-        return cross_entropy(model(x), y, mask)
+        return cross_entropy(b.model(b.x), b.y, b.mask)
 
-    @property
-    def proximal_mu(self) -> float:
-        """mu of a proximal term (mu/2)||w - theta_t||^2, applied by the shared SGD step."""
-        return 0.0
+    def finish(self, done: Finished) -> None:
+        """Complete the update after training, in both engines: per-client stats (keys with a
+        ``/`` become round metrics), extra uplink vectors, state to keep or commit;
+        ``done.model`` holds the local model and may be used as scratch."""
 
-    def gradient_shift(self, ctx: LocalContext) -> torch.Tensor | None:
-        """A constant flat d-vector added to every step's gradient this round (the local
-        objective gains <shift, w>); applied by the shared SGD step in both engines."""
-        return None
-
-    def finish_update(self, update: ClientUpdate, ctx: LocalContext) -> None:
-        """Complete the update after training, in both engines (extra uplink vectors, state
-        to commit); ``ctx.model`` may be used as scratch."""
-
-    def batches(self, ctx: LocalContext) -> Iterator[torch.Tensor]:
-        """Index batches into the client's train split (FedQuad yields quadruplet batches)."""
-        return minibatches(ctx.data.num_train, ctx.schedule, ctx.generator)
-
-    def frozen_models(self, ctx: LocalContext) -> dict[str, FrozenParams]:
-        """Named models the loss evaluates beside the one it trains (MOON: the round's global
-        model and the client's previous local model), as (flat params, buffers).
-
-        Both engines hand them to ``loss`` as ``ctx.frozen[name]``, gradient-free and in eval
-        mode: the sequential engine as module copies, the vectorised one as functional views,
-        where params that are the round's ``ctx.global_params`` (the same tensor for every
-        client) are shared and all others are stacked per client. Clients with different
-        names train in different vectorised chunks.
-        """
-        return {}
-
-    def end_training(self, model: nn.Module, ctx: LocalContext, stats: dict[str, float]) -> None:
-        """Hook after the last step, before the delta is taken, with ``model`` holding the
-        client's local model (both engines); may add to ``stats``.
-
-        Stats keys with a ``/`` become round metrics (``fedcore.metrics.client_stat_metrics``).
-        """
+    def commit(self, c: Commit) -> None:
+        """Update client state once the server has judged the update; called for every
+        sampled client."""
 
     @classmethod
     def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
@@ -254,8 +147,11 @@ class ClientAlgorithm:
 
     @property
     def projection_dim(self) -> int | None:
-        """Width of a projection head the model gets in ``prepare_model`` (MOON); None: none."""
+        """Width of a projection head the model gets in ``prepare_model``; None: none."""
         return None
+
+    def prepare_model(self, model: FedModel) -> None:
+        """Adapt the freshly built model before theta is taken (e.g. add a projection head)."""
 
     def personal_params(
         self, state: dict[str, Any]
@@ -263,119 +159,16 @@ class ClientAlgorithm:
         """A personalised client's (flat params, buffers) from its state; None if not personal."""
         return None
 
-    def prepare_model(self, model: FedModel) -> None:
-        """Adapt the freshly built model before theta is taken (MOON adds its projection head)."""
-
-    def commit(
-        self,
-        state: dict[str, Any],
-        update: ClientUpdate,
-        sent: Mapping[str, torch.Tensor],
-        accepted: bool,
-    ) -> None:
-        """Update client state once the server has judged the update (``sent``: the vectors as
-        the server received them, after compression); called for every sampled client."""
-
     def evaluate_clients(self, rc: RoundContext) -> dict[str, np.ndarray]:
-        """Per-client evaluation columns beyond the global model's (Ditto's personal models).
+        """Per-client evaluation columns beyond the global model's (personal models).
 
         A column named ``X_accuracy`` also gets fairness summary metrics under ``X/``.
         """
         return {}
 
     def local_update(self, ctx: LocalContext) -> ClientUpdate:
-        from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
+        """This client's round with autograd on ``ctx.model``: the shared template
+        (``fedcore.clients.template``), as the sequential engine runs it."""
+        from fedcore.clients.template import run_client
 
-        model, data, sched = ctx.model, ctx.data, ctx.schedule
-        start = ctx.start_params if ctx.start_params is not None else ctx.global_params
-        load_flat_params(model, start)  # the delta below stays measured from global_params
-        if ctx.global_buffers:
-            model.load_state_dict(ctx.global_buffers, strict=False)
-        stats = {k: fn(model, ctx) for k, fn in BEFORE_TRAINING.items() if k in ctx.needs}
-        model.train()
-        params = [p for p in model.parameters() if p.requires_grad]
-        momentum: list[torch.Tensor | None] = [None] * len(params)
-        mu = self.proximal_mu
-        anchors = ctx.global_tensors() if mu else None
-        shift = self.gradient_shift(ctx)
-        shifts = None if shift is None else [shift[s.start : s.stop].view(s.shape)
-                                              for s in ctx.layout.slots]
-        device = data.x_train.device
-        loss_sum = torch.zeros((), device=device)
-        seen, steps = 0, 0
-        ctx.frozen = {
-            name: model_view(frozen_copy(model, p, b))
-            for name, (p, b) in self.frozen_models(ctx).items()
-        }
-        view = model_view(model)
-        for idx in self.batches(ctx):
-            idx = idx.to(device)
-            x, y = data.x_train[idx], data.y_train[idx]
-            for p in params:
-                p.grad = None
-            loss = self.loss(view, x, y, ctx)
-            loss.backward()
-            sgd_step(params, [p.grad for p in params], momentum, sched, mu, anchors, shifts)
-            loss_sum += loss.detach() * len(idx)
-            seen += len(idx)
-            steps += 1
-        ctx.frozen = {}
-        stats["num_steps"] = float(steps)
-        self.end_training(model, ctx, stats)
-        for key, fn in AFTER_TRAINING.items():
-            if key in ctx.needs:
-                stats[key] = fn(model, ctx, steps, self)
-        delta = flat_params(model) - ctx.global_params
-        buffers = {
-            k: v.detach().clone() for k, v in model.named_buffers() if v.dtype.is_floating_point
-        }
-        update = ClientUpdate(
-            client_id=data.client_id,
-            delta=delta,
-            num_samples=data.num_train,
-            num_steps=steps,
-            train_loss=loss_sum / max(seen, 1),
-            stats=stats,
-            buffers=buffers,
-        )
-        self.finish_update(update, ctx)
-        return update
-
-
-def frozen_copy(
-    model: nn.Module, params: torch.Tensor, buffers: dict[str, torch.Tensor]
-) -> nn.Module:
-    """An eval-mode, gradient-free copy of ``model`` holding ``params`` and ``buffers``."""
-    twin = copy.deepcopy(model)
-    load_flat_params(twin, params)
-    if buffers:
-        twin.load_state_dict(buffers, strict=False)
-    return twin.requires_grad_(False).eval()
-
-
-def model_view(model: nn.Module) -> ModelView:
-    """``model`` as the sequential engine hands it to an objective: any module offers
-    ``model(x)``; the objectives that call ``embedding``/``head`` run on FedModels."""
-    return cast("ModelView", model)  # nn.Module types its submodules as Tensor | Module
-
-
-def train_personal(ctx: LocalContext, plan: PersonalTraining) -> None:
-    """Run ``plan`` on ``ctx.model`` (the sequential engine) and keep the personal model."""
-    model, data = ctx.model, ctx.data
-    load_flat_params(model, plan.start)
-    if plan.buffers:
-        model.load_state_dict(plan.buffers, strict=False)
-    model.train()
-    weights = [p for p in model.parameters() if p.requires_grad]
-    momentum: list[torch.Tensor | None] = [None] * len(weights)
-    anchors = ctx.global_tensors() if plan.mu else None
-    for idx in plan.batches:
-        idx = idx.to(data.x_train.device)
-        for p in weights:
-            p.grad = None
-        plan.loss(model, data.x_train[idx], data.y_train[idx], ctx).backward()
-        sgd_step(weights, [p.grad for p in weights], momentum, plan.schedule, plan.mu, anchors)
-    buffers = {
-        k: v.detach().clone() for k, v in model.named_buffers() if v.dtype.is_floating_point
-    }
-    plan.keep(ctx.state, flat_params(model).clone(), buffers)
+        return run_client(self, ctx)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -12,15 +11,16 @@ from pydantic import Field, field_validator
 
 from fedcore.clients.base import (
     REGISTRY,
-    BatchMask,
+    Batch,
     ClientAlgorithm,
-    ClientUpdate,
+    Commit,
+    Finished,
+    FollowUp,
     LocalContext,
-    PersonalTraining,
+    LocalPlan,
     cross_entropy,
     minibatches,
     register,
-    train_personal,
 )
 from fedcore.layout import load_flat_params
 from fedcore.metrics import per_sample_eval
@@ -28,7 +28,7 @@ from fedcore.registry import HParams as BaseHParams
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
-    from fedcore.models import FedModel, ModelView
+    from fedcore.models import FedModel
     from fedcore.round_context import RoundContext
 
 
@@ -37,7 +37,8 @@ class DittoClient(ClientAlgorithm):
     """The global model trains with the ``inner`` objective (FedAvg by default) and is
     aggregated by any rule; then the personal model v_k (``state["ditto_personal"]``,
     initialised from theta_t at the first participation) takes its own local steps
-    (``personal_training``; the vectorised engine stacks the personal models per client)."""
+    (the plan's follow-up pass; the vectorised engine stacks the personal models per
+    client)."""
 
     vectorisable = True  # when the inner objective is (``not_vectorised_reason``)
 
@@ -65,6 +66,7 @@ class DittoClient(ClientAlgorithm):
         super().__init__(hparams)
         self.inner = REGISTRY.build(self.hp.inner)
         self.uplink = self.inner.uplink  # the global update is the inner objective's message
+        self.model_needs = self.inner.model_needs  # the global model trains the inner loss
 
     personalized = True
 
@@ -78,24 +80,14 @@ class DittoClient(ClientAlgorithm):
         reason = inner.check_config(cfg, inner_hp)
         return None if reason is None else f"{reason} (ditto's inner objective {inner.name})"
 
-    def commit(
-        self,
-        state: dict[str, Any],
-        update: ClientUpdate,
-        sent: Mapping[str, torch.Tensor],
-        accepted: bool,
-    ) -> None:
+    def commit(self, c: Commit) -> None:
         """The inner objective's state (SCAFFOLD's c_i, ...); the personal model is kept at
         training time, whatever the server decides."""
-        self.inner.commit(state, update, sent, accepted)
+        self.inner.commit(c)
 
     def not_vectorised_reason(self) -> str | None:
         reason = self.inner.not_vectorised_reason()
         return None if reason is None else f"its inner objective {self.inner.name}: {reason}"
-
-    @property
-    def global_objective(self) -> ClientAlgorithm:
-        return self.inner
 
     @property
     def projection_dim(self) -> int | None:
@@ -130,23 +122,20 @@ class DittoClient(ClientAlgorithm):
             return None
         return state["ditto_personal"], state["ditto_personal_buffers"]
 
-    def batches(self, ctx: LocalContext) -> Iterator[torch.Tensor]:
-        """The global model's batches: the inner objective's."""
-        return self.inner.batches(ctx)
+    def plan(self, ctx: LocalContext) -> LocalPlan:
+        """The inner objective's plan for the global model, then the personal model's pass as
+        its follow-up (its batches drawn after the global model's)."""
+        plan = self.inner.plan(ctx)
+        plan.follow_up = self.personal_training(ctx)
+        return plan
 
-    def local_update(self, ctx: LocalContext) -> ClientUpdate:
-        update = self.inner.local_update(ctx)
-        self.train_personal(ctx)
-        return update
+    def finish(self, done: Finished) -> None:
+        self.inner.finish(done)
 
-    def train_personal(self, ctx: LocalContext) -> None:
-        """The personal model's steps on ``ctx.model`` (the sequential engine)."""
-        train_personal(ctx, self.personal_training(ctx))
-
-    def personal_training(self, ctx: LocalContext) -> PersonalTraining:
+    def personal_training(self, ctx: LocalContext) -> FollowUp:
         """v_k <- v_k - eta_p (grad F_k(v_k) + lam (v_k - theta_t)) on CE, the lam-term as the
         shared SGD's proximal term, so momentum and weight decay act on it as on grad F_k
-        (easyFL's ditto); its batches are drawn now, after the global model's."""
+        (easyFL's ditto)."""
         own = self.personal_params(ctx.state)
         params, buffers = own if own is not None else (ctx.global_params, ctx.global_buffers)
         lr = self.hp.personal_lr if self.hp.personal_lr is not None else ctx.schedule.lr
@@ -154,19 +143,12 @@ class DittoClient(ClientAlgorithm):
         if self.hp.personal_steps is not None:
             sched = replace(sched, steps=self.hp.personal_steps)
         batches = list(minibatches(ctx.data.num_train, sched, ctx.generator))
-        return PersonalTraining(params, buffers, sched, batches, self.hp.lam,
-                                self.personal_loss, self.keep_personal)
+        return FollowUp(params, buffers, sched, batches, self.hp.lam, self.personal_loss,
+                        self.keep_personal)
 
-    def personal_loss(
-        self,
-        model: ModelView,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        ctx: LocalContext,
-        mask: BatchMask | None = None,
-    ) -> torch.Tensor:
+    def personal_loss(self, b: Batch) -> torch.Tensor:
         """F_k of the personal model: cross-entropy (over the real rows when masked)."""
-        return cross_entropy(model(x), y, mask)
+        return cross_entropy(b.model(b.x), b.y, b.mask)
 
     @staticmethod
     def keep_personal(

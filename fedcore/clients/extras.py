@@ -1,7 +1,7 @@
 """Client-side statistics a server rule can ask for (``Aggregator.needs``), computed on demand.
 
 ``BEFORE_TRAINING[name](model, ctx)`` runs on the global model before local training;
-``AFTER_TRAINING[name](model, ctx, num_steps, algo)`` on the local model after it.
+``AFTER_TRAINING[name](model, ctx, num_steps, plan)`` on the local model after it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from fedcore.clients.base import ClientAlgorithm, LocalContext
+from fedcore.clients.plan import LocalPlan
+from fedcore.clients.records import LocalContext
 from fedcore.oui import oui_from_preactivations, probe_indices
 
 if TYPE_CHECKING:
@@ -34,11 +35,11 @@ def loss_before(model: nn.Module, ctx: LocalContext) -> float:
 
 
 def accumulation_norm(
-    model: nn.Module, ctx: LocalContext, num_steps: int, algo: ClientAlgorithm
+    model: nn.Module, ctx: LocalContext, num_steps: int, plan: LocalPlan
 ) -> float:
     """FedNova's ||a_k||_1 for tau local steps (docs/methods/fednova.md)."""
     momentum, lr = ctx.schedule.momentum, ctx.schedule.lr
-    mu = float(algo.proximal_mu)
+    mu = float(plan.mu)
     if mu > 0:
         return float(sum((1 - lr * mu) ** j for j in range(num_steps)))
     if momentum > 0:
@@ -46,13 +47,13 @@ def accumulation_norm(
     return float(num_steps)
 
 
-def local_lr(model: nn.Module, ctx: LocalContext, num_steps: int, algo: ClientAlgorithm) -> float:
+def local_lr(model: nn.Module, ctx: LocalContext, num_steps: int, plan: LocalPlan) -> float:
     """The round's local learning rate eta_l (q-FedAvg's L = 1 / eta_l)."""
     return float(ctx.schedule.lr)
 
 
 @torch.no_grad()
-def oui(model: FedModel, ctx: LocalContext, num_steps: int, algo: ClientAlgorithm) -> float:
+def oui(model: FedModel, ctx: LocalContext, num_steps: int, plan: LocalPlan) -> float:
     """FedOUI's o_k: OUI of the local model on the client's fixed probe (docs/methods/fedoui.md).
 
     The probe indices are drawn once (``probe_indices``, seeded by the experiment seed) and

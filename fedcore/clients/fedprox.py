@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pydantic import Field
 
-from fedcore.clients.base import ClientAlgorithm, register
+from fedcore.clients.base import ClientAlgorithm, LocalContext, LocalPlan, register
 from fedcore.registry import HParams as BaseHParams
 
 
@@ -20,7 +22,7 @@ class FedProxClient(ClientAlgorithm):
 
     hp: HParams
 
-    @property
-    def proximal_mu(self) -> float:
-        """The proximal coefficient (FedNova's accumulation norm reads it too)."""
-        return self.hp.mu  # grad of (mu/2)||w - theta_t||^2 is mu (w - theta_t)
+    def plan(self, ctx: LocalContext) -> LocalPlan:
+        """Plain minibatches with the proximal coefficient (FedNova's accumulation norm reads
+        it from the plan too)."""
+        return replace(super().plan(ctx), mu=self.hp.mu)  # grad of (mu/2)||w - theta_t||^2

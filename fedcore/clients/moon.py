@@ -9,19 +9,21 @@ from pydantic import Field
 from torch import nn
 
 from fedcore.clients.base import (
-    BatchMask,
+    Batch,
     ClientAlgorithm,
-    FrozenParams,
+    Finished,
     LocalContext,
+    LocalPlan,
     batch_mean,
     cross_entropy,
     register,
 )
+from fedcore.clients.template import float_buffers
 from fedcore.layout import flat_params
 from fedcore.registry import HParams as BaseHParams
 
 if TYPE_CHECKING:
-    from fedcore.models import FedModel, ModelView
+    from fedcore.models import FedModel
 
 
 def moon_contrastive(
@@ -46,7 +48,7 @@ class MoonClient(ClientAlgorithm):
     """Each client keeps its last local model (``state["moon_prev"]``, buffer size 1). At a
     client's first participation there is no previous model and the loss is CE alone.
 
-    The global and the previous model are the objective's ``frozen_models``: the vectorised
+    The global and the previous model are the plan's frozen models: the vectorised
     engine shares the global one across a chunk and stacks the previous ones per client.
     """
 
@@ -67,38 +69,34 @@ class MoonClient(ClientAlgorithm):
     def prepare_model(self, model: FedModel) -> None:
         model.add_projection_head(self.hp.out_dim)  # the head is part of theta
 
-    def frozen_models(self, ctx: LocalContext) -> dict[str, FrozenParams]:
-        """The round's global model and this client's previous local model (none at the
-        first participation, or with mu = 0: the loss is then CE alone)."""
+    def plan(self, ctx: LocalContext) -> LocalPlan:
+        """Plain minibatches with two frozen models: the round's global model and this
+        client's previous local model (none at the first participation, or with mu = 0: the
+        loss is then CE alone)."""
+        plan = super().plan(ctx)
         prev = ctx.state.get("moon_prev")
         if prev is None or self.hp.mu == 0:
-            return {}
-        return {
+            return plan
+        plan.frozen = {
             "global": (ctx.global_params, ctx.global_buffers),
             "prev": (prev, ctx.state.get("moon_prev_buffers", {})),
         }
+        return plan
 
-    def loss(
-        self,
-        model: ModelView,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        ctx: LocalContext,
-        mask: BatchMask | None = None,
-    ) -> torch.Tensor:
-        z = model.embedding(x)  # the projection head's output
-        ce = cross_entropy(model.head(z), y, mask)
-        if "prev" not in ctx.frozen:
+    def loss(self, b: Batch) -> torch.Tensor:
+        z = b.model.embedding(b.x)  # the projection head's output
+        ce = cross_entropy(b.model.head(z), b.y, b.mask)
+        frozen = b.ctx.frozen
+        if "prev" not in frozen:
             return ce
         with torch.no_grad():
-            z_glob = ctx.frozen["global"].embedding(x)
-            z_prev = ctx.frozen["prev"].embedding(x)
-        rows = None if mask is None else mask.rows
+            z_glob = frozen["global"].embedding(b.x)
+            z_prev = frozen["prev"].embedding(b.x)
+        rows = None if b.mask is None else b.mask.rows
         # l = CE + mu * CE([cos(z,z_glob)/tau, cos(z,z_prev)/tau], 0)   (docs/methods/moon.md)
         return ce + self.hp.mu * moon_contrastive(z, z_glob, z_prev, self.hp.temperature, rows)
 
-    def end_training(self, model: nn.Module, ctx: LocalContext, stats: dict[str, float]) -> None:
-        ctx.state["moon_prev"] = flat_params(model).clone()
-        ctx.state["moon_prev_buffers"] = {
-            k: v.detach().clone() for k, v in model.named_buffers() if v.dtype.is_floating_point
-        }
+    def finish(self, done: Finished) -> None:
+        """Keep the local model as next participation's previous model."""
+        done.ctx.state["moon_prev"] = flat_params(done.model).clone()
+        done.ctx.state["moon_prev_buffers"] = float_buffers(done.model)

@@ -8,13 +8,12 @@ v_i <- v_i+ and c_i <- c_i + C(v_i+ - c_i), the vector as the server received it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from pydantic import Field
 
-from fedcore.clients.base import ClientUpdate, LocalContext, register
+from fedcore.clients.base import Commit, Finished, register
 from fedcore.clients.scaffold import CONTROL, ControlledClient, control_of, refuse_unless
 from fedcore.registry import HParams as BaseHParams
 
@@ -37,7 +36,8 @@ class ScafcomClient(ControlledClient):
     def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
         return refuse_unless(cfg, "client scafcom", "scafcom", ef_free=True)
 
-    def finish_update(self, update: ClientUpdate, ctx: LocalContext) -> None:
+    def finish(self, done: Finished) -> None:
+        update, ctx = done.update, done.ctx
         c_i = control_of(ctx.state, ctx.global_params)
         update.stats["local_lr"] = ctx.schedule.lr
         if update.num_steps == 0:  # nothing learned: a zero increment, nothing committed
@@ -51,15 +51,10 @@ class ScafcomClient(ControlledClient):
         update.extras["cv_increment"] = v_new - c_i
         update.pending["v"] = v_new
 
-    def commit(
-        self,
-        state: dict[str, Any],
-        update: ClientUpdate,
-        sent: Mapping[str, torch.Tensor],
-        accepted: bool,
-    ) -> None:
-        if not accepted or "v" not in update.pending:
+    def commit(self, c: Commit) -> None:
+        if not c.accepted or "v" not in c.update.pending:
             return
-        state[MOMENTUM] = update.pending["v"]
-        increment = sent["cv_increment"]
+        state = c.state
+        state[MOMENTUM] = c.update.pending["v"]
+        increment = c.sent["cv_increment"]
         state[CONTROL] = control_of(state, increment) + increment

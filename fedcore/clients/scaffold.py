@@ -10,12 +10,21 @@ parameters down); deltas keep the framework's ``local - global`` sign.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
 
-from fedcore.clients.base import ClientAlgorithm, ClientUpdate, LocalContext, register
+from fedcore.clients.base import (
+    ClientAlgorithm,
+    ClientUpdate,
+    Commit,
+    Finished,
+    LocalContext,
+    LocalPlan,
+    register,
+)
 from fedcore.layout import flat_params, load_flat_params
 from fedcore.registry import HParams as BaseHParams
 from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed
@@ -67,8 +76,10 @@ class ControlledClient(ClientAlgorithm):
 
     vectorisable = True
 
-    def gradient_shift(self, ctx: LocalContext) -> torch.Tensor:
-        return server_control(ctx) - control_of(ctx.state, ctx.global_params)
+    def plan(self, ctx: LocalContext) -> LocalPlan:
+        """Plain minibatches with the gradient shift Gamma_i = c - c_i."""
+        shift = server_control(ctx) - control_of(ctx.state, ctx.global_params)
+        return replace(super().plan(ctx), shift=shift)
 
     def mean_gradient(self, update: ClientUpdate, ctx: LocalContext) -> torch.Tensor:
         """(1/K) sum_k g_k along the local path: -delta/(K lr) + c_i - c (K > 0)."""
@@ -104,7 +115,8 @@ class ScaffoldClient(ControlledClient):
             )
         return refuse_unless(cfg, "client scaffold", "scaffold", ef_free=False)
 
-    def finish_update(self, update: ClientUpdate, ctx: LocalContext) -> None:
+    def finish(self, done: Finished) -> None:
+        update, ctx = done.update, done.ctx
         c_i = control_of(ctx.state, ctx.global_params)
         if update.num_steps == 0:  # no step taken: nothing learned, c_i kept
             delta_c = torch.zeros_like(c_i)
@@ -149,19 +161,14 @@ class ScaffoldClient(ControlledClient):
         wd = ctx.schedule.weight_decay
         return flat + wd * flat_params(model) if wd else flat
 
-    def commit(
-        self,
-        state: dict[str, Any],
-        update: ClientUpdate,
-        sent: Mapping[str, torch.Tensor],
-        accepted: bool,
-    ) -> None:
+    def commit(self, c: Commit) -> None:
         """c_i <- c_i + Delta c_i as the server received it, only if it was accepted.
 
         With ``uplink: reconstruct`` that is the server's reconstruction from the delta it
         received (the same function on the same values), so c stays the mean of the c_i even
         when the sent delta is not the trained one (a Byzantine client's)."""
-        if not accepted:
+        state, update, sent = c.state, c.update, c.sent
+        if not c.accepted:
             return
         if "delta_c" in sent:
             delta_c = sent["delta_c"]

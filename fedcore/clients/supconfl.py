@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from pydantic import Field
 from torch import nn
 
-from fedcore.clients.base import (
-    BatchMask,
-    ClientAlgorithm,
-    LocalContext,
-    cross_entropy,
-    register,
-)
+from fedcore.clients.base import Batch, ClientAlgorithm, cross_entropy, register
 from fedcore.registry import HParams as BaseHParams
-
-if TYPE_CHECKING:
-    from fedcore.models import ModelView
 
 
 def supcon_loss(
@@ -74,16 +63,9 @@ class SupConFLClient(ClientAlgorithm):
 
     hp: HParams
 
-    def loss(
-        self,
-        model: ModelView,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        ctx: LocalContext,
-        mask: BatchMask | None = None,
-    ) -> torch.Tensor:
+    def loss(self, b: Batch) -> torch.Tensor:
         # l_ce + beta * SupCon(z; tau)   (docs/methods/supconfl.md), z = the classifier's input
-        h = model.embedding(x)
-        ce = cross_entropy(model.head(h), y, mask)
-        rows = None if mask is None else mask.rows
-        return ce + self.hp.beta * supcon_loss(h, y, self.hp.temperature, rows)
+        h = b.model.embedding(b.x)
+        ce = cross_entropy(b.model.head(h), b.y, b.mask)
+        rows = None if b.mask is None else b.mask.rows
+        return ce + self.hp.beta * supcon_loss(h, b.y, self.hp.temperature, rows)

@@ -1,51 +1,21 @@
-"""The sequential engine: each sampled client trains on its own, one after the other."""
+"""The sequential engine: each sampled client trains on its own, one after the other, with
+autograd (the shared template of ``fedcore.clients.template``, via ``local_update``)."""
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import replace
 
 import torch
 from torch import nn
 
-from fedcore.clients import ClientAlgorithm, ClientUpdate, LocalContext
+from fedcore.clients import ClientUpdate
+from fedcore.clients.template import client_seed, local_context
 from fedcore.round_context import RoundContext
-from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed
+from fedcore.seeding import GLOBAL_RNG_LOCK
 
 NAME = "sequential"
-
-
-def client_seed(rc: RoundContext, client_id: int) -> int:
-    """The seed of a client's batches, dropout and attack noise in one round."""
-    return derive_seed(rc.cfg.seed, "client", rc.round, client_id)
-
-
-def local_context(rc: RoundContext, client_id: int) -> LocalContext:
-    """What client ``client_id`` sees in the round: data, state, generator, start, downlink."""
-    ctx = LocalContext(
-        model=rc.model,
-        global_params=rc.params,
-        global_buffers=rc.buffers,
-        layout=rc.layout,
-        data=rc.data.clients[client_id],
-        schedule=rc.schedule,
-        state=rc.store[client_id],
-        generator=torch.Generator().manual_seed(client_seed(rc, client_id)),
-        round=rc.round,
-        needs=rc.aggregator.needs,
-        server_payload=rc.downlink,
-        seed=rc.cfg.seed,
-    )
-    steps = planned_steps(rc.client_algo, ctx) if rc.needs_num_steps else None
-    ctx.start_params = rc.start_point(client_id, steps)
-    return ctx
-
-
-def planned_steps(algo: ClientAlgorithm, ctx: LocalContext) -> int:
-    """The number of local steps ``algo`` will take in ``ctx``: its batches, drawn from a copy
-    of the client's generator (the real draws are left untouched)."""
-    gen = torch.Generator().set_state(ctx.generator.get_state())
-    return sum(1 for _ in algo.batches(replace(ctx, generator=gen)))
+__all__ = ["NAME", "client_seed", "global_rng_guard", "local_context", "rng_devices",
+           "seed_global_rng", "train_client", "train_round"]
 
 
 def rng_devices(rc: RoundContext) -> list[torch.device]:

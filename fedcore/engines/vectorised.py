@@ -1,17 +1,18 @@
 """The vectorised engine: a chunk of clients trains at once with ``vmap(grad(...))``.
 
-It executes the client objective's own ``loss`` (the definition the sequential engine runs) on a
-functional view of the model, with a ``BatchMask`` for padded rows, and steps with the one SGD
-(``fedcore.clients.sgd``) on the stacked flat parameters. Each client gets exactly the batches,
-dropout masks and SGD steps of the sequential engine: batches come from its own generator
-(``algo.batches``), dropout masks are drawn up front from its own seeded RNG stream in the order
-the sequential forward passes draw them, and a client that has run out of steps (or a row past
-a partial batch) is masked. The deltas are the rows of the m x d update matrix.
+Every client is prepared and finished by the shared template (``fedcore.clients.template``);
+this engine only executes the SGD steps of the plans. It runs each plan's ``loss`` (the
+definition the sequential engine runs) on a functional view of the model, with a ``BatchMask``
+for padded rows, and steps with the one SGD (``fedcore.clients.sgd``) on the stacked flat
+parameters. Each client gets exactly the batches, dropout masks and SGD steps of the sequential
+engine: batches are its plan's, dropout masks are drawn up front from its own seeded RNG stream
+in the order the sequential forward passes draw them, and a client that has run out of steps
+(or a row past a partial batch) is masked. The deltas are the rows of the m x d update matrix.
 
-Frozen models an objective evaluates beside the trained one (``ClientAlgorithm.frozen_models``,
-MOON's global and previous local model) are functional views in eval mode: the round's global
-parameters are shared by the chunk (not vmapped), every other frozen model is stacked per client
-and vmapped with the client.
+A plan's frozen models are functional views in eval mode: the round's global parameters are
+shared by the chunk (not vmapped), every other frozen model is stacked per client and vmapped
+with the client. A plan's follow-up pass trains after every client's update, stacked the same
+way.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
 
@@ -28,24 +28,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from fedcore.clients import ClientUpdate, LocalContext
-from fedcore.clients._tuplets import TupletClient
-from fedcore.clients.base import (
-    BatchMask,
-    ClientAlgorithm,
-    FrozenParams,
-    LocalSchedule,
-    PersonalTraining,
-)
-from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
+from fedcore.clients import Batch, BatchMask, ClientAlgorithm, ClientUpdate, LocalContext
+from fedcore.clients import template as tpl
 from fedcore.clients.sgd import sgd_step
+from fedcore.clients.template import Pass, Prepared, client_seed, local_context
 from fedcore.engines import sequential
-from fedcore.engines.sequential import (
-    client_seed,
-    local_context,
-    rng_devices,
-    seed_global_rng,
-)
+from fedcore.engines.sequential import rng_devices, seed_global_rng
 from fedcore.layout import ParamLayout, load_flat_params
 from fedcore.models import FedModel
 from fedcore.round_context import RoundContext
@@ -53,6 +41,8 @@ from fedcore.seeding import GLOBAL_RNG_LOCK
 
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
+
+    from fedcore.models import ModelView
 
 log = logging.getLogger("fedcore")
 
@@ -98,7 +88,9 @@ class _MaskedDropout(nn.Module):
         return x * self.feed.masks[self.slot]
 
 
-_HOOKS = ("local_update", "loss", "batches", "frozen_models")
+# Hooks the template does not run in this engine: an instance override of one means the client
+# does something else than its plan, so it trains sequentially.
+_HOOKS = ("local_update",)
 
 
 def algo_blocker(algo: ClientAlgorithm) -> str | None:
@@ -106,9 +98,7 @@ def algo_blocker(algo: ClientAlgorithm) -> str | None:
     reason = algo.not_vectorised_reason()
     if reason is not None:
         return f"client objective {type(algo).__name__} is not vectorised: {reason}"
-    patched = [h for h in _HOOKS for a in {algo, algo.global_objective} if h in vars(a)]
-    if "personal_training" in vars(algo):
-        patched.append("personal_training")
+    patched = [h for h in _HOOKS if h in vars(algo)]
     if patched:
         return f"client objective has instance overrides of {', '.join(patched)}"
     return None
@@ -211,38 +201,32 @@ def _probe(
         model.train(was_training)
 
 
-@dataclass(frozen=True)
-class _Objective:
-    """What a chunk trains on: the loss, the SGD schedule, the pull mu to theta_t, the tuplet
-    size (the global model's objective, or a personal model's training)."""
-
-    loss: Callable[..., torch.Tensor]
-    schedule: LocalSchedule
-    mu: float
-    arity: int = 0
-
-
 @dataclass
 class _Client:
-    """One client's training in the round: context, index batches, tuplet size, start, stats
-    so far, the frozen models its loss evaluates, its gradient shift, the batches whose dropout
-    draws come first (the global model's, before a personal model's) and its personal
-    training."""
+    """One client's pass in a chunk: the prepared client, the pass (its plan's main pass or
+    follow-up) and the batches whose dropout draws come first (the main pass's, before a
+    follow-up's)."""
 
-    ctx: LocalContext
-    batches: list[torch.Tensor]
-    arity: int
-    start: torch.Tensor
-    stats: dict[str, float]
-    frozen: dict[str, FrozenParams]
-    shift: torch.Tensor | None = None
+    prep: Prepared
+    run: Pass
     drawn_before: list[torch.Tensor] = field(default_factory=list)
-    personal: PersonalTraining | None = None
+
+    @property
+    def ctx(self) -> LocalContext:
+        return self.prep.ctx
+
+    @property
+    def batches(self) -> list[torch.Tensor]:
+        return self.run.batches
+
+    @property
+    def frozen(self) -> dict[str, tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+        return self.run.frozen or {}
 
     @property
     def group(self) -> tuple[int, tuple[str, ...]]:
         """Clients of one chunk share the tuplet size and the frozen models' names."""
-        return self.arity, tuple(sorted(self.frozen))
+        return self.run.arity, tuple(sorted(self.frozen))
 
 
 class VectorisedEngine:
@@ -280,24 +264,6 @@ class VectorisedEngine:
 
     # -- planning ---------------------------------------------------------------------------
 
-    def _plan(self, rc: RoundContext, cid: int) -> _Client:
-        """The client's global-model training (its objective's), then its personal one's
-        batches, drawn from its generator in the sequential engine's order."""
-        algo = rc.client_algo.global_objective
-        ctx = local_context(rc, cid)
-        start = ctx.start_params if ctx.start_params is not None else ctx.global_params
-        stats: dict[str, float] = {}
-        before = [k for k in BEFORE_TRAINING if k in ctx.needs]
-        if before:
-            load_flat_params(rc.model, start)
-            for key in before:
-                stats[key] = BEFORE_TRAINING[key](rc.model, ctx)
-        batches = [idx.to(torch.long) for idx in algo.batches(ctx)]
-        arity = algo._current if isinstance(algo, TupletClient) else 0
-        frozen, shift = algo.frozen_models(ctx), algo.gradient_shift(ctx)
-        personal = rc.client_algo.personal_training(ctx)
-        return _Client(ctx, batches, arity, start, stats, frozen, shift, personal=personal)
-
     def chunk_size(self, rc: RoundContext, clients: list[_Client]) -> int:
         """Clients per chunk: the configured cap, else what fits the memory budget."""
         if self.max_chunk is not None:
@@ -331,23 +297,24 @@ class VectorisedEngine:
             self.last_path, self.fallback = sequential.NAME, blocker
             return sequential.train_round(rc, sampled, order)
         self.last_path = NAME
-        plans = [self._plan(rc, int(cid)) for cid in sampled]
+        algo = rc.client_algo
+        preps = [tpl.prepare(algo, local_context(rc, int(cid))) for cid in sampled]
+        clients = [_Client(p, tpl.main_pass(p)) for p in preps]
         groups: dict[tuple[int, tuple[str, ...]], list[_Client]] = {}
-        for plan in plans:
-            groups.setdefault(plan.group, []).append(plan)
+        for client in clients:
+            groups.setdefault(client.group, []).append(client)
         updates: dict[int, ClientUpdate] = {}
         self.last_chunks = []
-        obj = rc.client_algo.global_objective
-        for (arity, _), members in groups.items():
+        for members in groups.values():
             for chunk in self._chunks(rc, members):
-                objective = _Objective(obj.loss, rc.schedule, obj.proximal_mu, arity)
-                final, losses, steps = self._train_chunk(rc, chunk, objective)
+                final, losses, steps = self._train_chunk(rc, chunk)
                 deltas = final - rc.params  # the rows of the m x d update matrix
-                for i, plan in enumerate(chunk):
-                    updates[plan.ctx.data.client_id] = self._finish(
-                        rc, plan, final[i], deltas[i], losses[i], steps[i]
+                for i, client in enumerate(chunk):
+                    load_flat_params(rc.model, final[i])  # finish sees the local model
+                    updates[client.ctx.data.client_id] = tpl.finish(
+                        algo, client.prep, rc.model, deltas[i], losses[i], steps[i]
                     )
-        self._train_personal(rc, plans)
+        self._train_follow_ups(rc, clients)
         return updates
 
     def _chunks(self, rc: RoundContext, members: list[_Client]) -> list[list[_Client]]:
@@ -358,24 +325,21 @@ class VectorisedEngine:
         self.last_chunks.extend(len(c) for c in chunks)
         return chunks
 
-    def _train_personal(self, rc: RoundContext, plans: list[_Client]) -> None:
-        """Personal models (Ditto's v_k), stacked per client, after every global update: each
-        client's own start, batches and pull to theta_t; its dropout draws follow its global
-        model's, as in the sequential engine."""
-        clients = [
-            _Client(p.ctx, p.personal.batches, 0, p.personal.start, {}, {},
-                    drawn_before=p.batches, personal=p.personal)
-            for p in plans
-            if p.personal is not None
+    def _train_follow_ups(self, rc: RoundContext, clients: list[_Client]) -> None:
+        """The plans' follow-up passes, stacked per client, after every update: each client's
+        own start, batches and pull to theta_t; its dropout draws follow its main pass's, as in
+        the sequential engine."""
+        follow = [
+            _Client(c.prep, tpl.follow_up_pass(f), drawn_before=c.batches)
+            for c in clients
+            if (f := c.prep.plan.follow_up) is not None
         ]
-        if not clients:
-            return
-        for chunk in self._chunks(rc, clients):
-            how = chunk[0].personal
-            assert how is not None  # every client here has a personal training
-            final, _, _ = self._train_chunk(rc, chunk, _Objective(how.loss, how.schedule, how.mu))
+        for chunk in self._chunks(rc, follow) if follow else []:
+            final, _, _ = self._train_chunk(rc, chunk)
             for row, client in zip(final, chunk, strict=True):
-                how.keep(client.ctx.state, row.clone(), {})  # no buffers: the models have none
+                keep = client.prep.plan.follow_up
+                assert keep is not None  # every client here has a follow-up
+                keep.keep(client.ctx.state, row.clone(), {})  # no buffers: the models have none
 
     def _tensors(self, rc: RoundContext, chunk: list[_Client], arity: int) -> ChunkTensors:
         """Padded per-step index, masks and dropout noise of a chunk, on the device."""
@@ -424,19 +388,18 @@ class VectorisedEngine:
         return (x, y, index.to(device), image_mask.to(device), tuplet_mask.to(device), noise)
 
     def _train_chunk(
-        self, rc: RoundContext, chunk: list[_Client], objective: _Objective
+        self, rc: RoundContext, chunk: list[_Client]
     ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-        """Train ``chunk`` with ``objective``: (final params m x d, mean train losses, steps)."""
+        """Train ``chunk``'s passes (one loss, schedule and mu, those of one objective):
+        (final params m x d, mean train losses, steps)."""
         device, m = rc.device, len(chunk)
-        sched, arity = objective.schedule, objective.arity
+        run = chunk[0].run
+        sched, arity, loss_of = run.schedule, run.arity, run.loss
         x_all, y_all, index, image_mask, tuplet_mask, noise = self._tensors(rc, chunk, arity)
         counts = [len(c.batches) for c in chunk]
         if counts != sorted(counts, reverse=True):
             raise ValueError("vectorised chunk: clients must come longest first (step count)")
-        algo = rc.client_algo.global_objective
         ctx = shared_context(chunk[0].ctx)  # one traced call serves every client of the chunk
-        if isinstance(algo, TupletClient):
-            algo._current = arity
         feed, view = self.feed, self.view
         shared, stacked = self._frozen_params(rc, chunk)
         views = {name: FunctionalModel(self._frozen_view(rc)) for name in chunk[0].frozen}
@@ -459,15 +422,15 @@ class VectorisedEngine:
             for name, tensors in frozen.items():  # this client's row of each stacked model
                 views[name].params = tensors
             mask = BatchMask(img_mask, tup_mask if arity else None)
-            loss = objective.loss(view, x, y, ctx, mask)
+            loss = loss_of(Batch(cast("ModelView", view), x, y, ctx, mask, arity))
             return loss, loss.detach()
 
         step_grad = vmap(grad(one_client, has_aux=True))
-        mu = objective.mu
+        mu = run.mu
         anchors = [rc.params] if mu else None
-        shift_rows = [c.shift for c in chunk if c.shift is not None]  # all or none: one objective
+        shift_rows = [c.run.shift for c in chunk if c.run.shift is not None]  # all or none
         shift = torch.stack(shift_rows).to(device) if shift_rows else None
-        params = torch.stack([c.start for c in chunk]).to(device)
+        params = torch.stack([c.run.start for c in chunk]).to(device)
         buf: torch.Tensor | None = None  # momentum, rows = clients still training
         loss_sum = torch.zeros(m, device=device)
         seen = torch.zeros(m, device=device)
@@ -524,35 +487,6 @@ class VectorisedEngine:
             else:
                 stacked[name] = torch.stack(rows).to(rc.device)
         return shared, stacked
-
-    def _finish(
-        self,
-        rc: RoundContext,
-        plan: _Client,
-        final: torch.Tensor,
-        delta: torch.Tensor,
-        loss: torch.Tensor,
-        steps: int,
-    ) -> ClientUpdate:
-        """Stats of the trained client (hooks and extras on its local model)."""
-        ctx, algo, stats = plan.ctx, rc.client_algo.global_objective, plan.stats
-        stats["num_steps"] = float(steps)
-        load_flat_params(rc.model, final)  # end_training and the extras see the local model
-        if isinstance(algo, TupletClient):
-            algo._current = plan.arity
-        algo.end_training(rc.model, ctx, stats)
-        for key in (k for k in AFTER_TRAINING if k in ctx.needs):
-            stats[key] = AFTER_TRAINING[key](rc.model, ctx, steps, algo)
-        update = ClientUpdate(
-            client_id=ctx.data.client_id,
-            delta=delta,
-            num_samples=ctx.data.num_train,
-            num_steps=steps,
-            train_loss=loss,
-            stats=stats,
-        )
-        algo.finish_update(update, ctx)
-        return update
 
 
 class PerClientField:

@@ -64,8 +64,7 @@ def check_model(
     model: nn.Module, label: str, client: ClientAlgorithm, aggregator: type[Aggregator]
 ) -> None:
     """Raise a one-line ``ConfigError`` when ``model`` lacks what the method needs."""
-    objective = client.global_objective
-    wanted = [(n, f"client {objective.name}") for n in objective.model_needs]
+    wanted = [(n, f"client {client.name}") for n in client.model_needs]
     for stat in sorted(aggregator.needs):
         wanted += [(n, f"rule {aggregator.name}") for n in STAT_NEEDS.get(stat, ())]
     lacking = missing(model, [n for n, _ in wanted])
