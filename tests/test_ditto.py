@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fedcore import clients
+from fedcore.clients.template import run_follow_up
 from fedcore.config import ConfigError, load_config
 from fedcore.simulation import Simulation
 
@@ -75,7 +76,7 @@ def test_personal_lambda_term_goes_through_the_optimiser_with_momentum(momentum)
     lam = 2.0
     algo, ctx, model, x, y = _personal_context(lam, momentum)
     v0, theta = ctx.state["ditto_personal"].clone(), ctx.global_params.clone()
-    algo.train_personal(ctx)
+    run_follow_up(ctx, algo.personal_training(ctx))
     expected = _spec_personal_steps(model, v0, theta, x, y, lam, 0.1, momentum, 3)
     torch.testing.assert_close(ctx.state["ditto_personal"], expected, atol=1e-6, rtol=0)
 
@@ -84,7 +85,7 @@ def test_personal_pull_toward_the_global_model_is_the_sgd_step():
     # no data gradient (lr 0.1, lam 1, no momentum): v - theta shrinks by (1 - lr lam) a step
     algo, ctx, model, x, y = _personal_context(1.0, 0.0, steps=1)
     v0, theta = ctx.state["ditto_personal"].clone(), ctx.global_params.clone()
-    algo.train_personal(ctx)
+    run_follow_up(ctx, algo.personal_training(ctx))
     from fedcore.layout import load_flat_params
 
     load_flat_params(model, v0)

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from fedcore import clients
-from fedcore.clients import ClientData, LocalContext, LocalSchedule
+from fedcore.clients import Batch, ClientData, LocalContext, LocalSchedule
 from fedcore.clients._tuplets import quadruplet_loss, sample_tuplets, triplet_loss
-from fedcore.clients.base import frozen_copy
 from fedcore.clients.moon import moon_contrastive
 from fedcore.clients.supconfl import supcon_loss
+from fedcore.clients.template import frozen_copy
 from fedcore.config import load_config
 from fedcore.layout import ParamLayout, flat_params, load_flat_params
 from fedcore.metrics import client_stat_metrics, representation_stats
@@ -121,7 +121,7 @@ def test_fedquad_batches_and_fallback_stats(labels, arity, fallback, kind):
     y = torch.tensor(labels)
     algo = clients.build({"algorithm": "fedquad"})
     ctx = _ctx(y, _model())
-    batches = list(algo.batches(ctx))
+    batches = algo.plan(ctx).batches
     if arity > 1:
         assert all(len(b) == arity * 4 for b in batches[:-1])  # B = 4 tuplets of `arity` images
         first = y[batches[0]].view(arity, -1)
@@ -140,10 +140,11 @@ def test_quadrupletfl_differs_from_fedquad_exactly_in_the_second_hinge():
         clients.build({"algorithm": "quadrupletfl"}),
     )
     ctx = _ctx(y, model)
-    idx = next(iter(quad.batches(ctx)))
-    chen.batches(_ctx(y, model))
+    plan = quad.plan(ctx)
+    idx = plan.batches[0]
     x, yb = ctx.data.x_train[idx], y[idx]
-    diff = quad.loss(model, x, yb, ctx) - chen.loss(model, x, yb, ctx)
+    b = Batch(model, x, yb, ctx, None, plan.arity)
+    diff = quad.loss(b) - chen.loss(b)
     za, zp, zn1, zn2 = torch.nn.functional.normalize(model.features(x), dim=1).view(4, 4, -1)
     d = lambda u, v: ((u - v) ** 2).sum(1)  # noqa: E731
     expected = (
@@ -200,11 +201,11 @@ def test_moon_uses_the_previous_local_model_of_the_same_client():
     seen = []
     original = algo.loss
 
-    def spy(model, x, y, ctx, mask=None):
-        if "prev" in ctx.frozen and not seen:
-            seen.append((ctx.data.client_id, _flat(ctx.frozen["prev"]),
-                         _flat(ctx.frozen["global"])))
-        return original(model, x, y, ctx, mask)
+    def spy(b):
+        frozen = b.ctx.frozen
+        if "prev" in frozen and not seen:
+            seen.append((b.ctx.data.client_id, _flat(frozen["prev"]), _flat(frozen["global"])))
+        return original(b)
 
     algo.loss = spy
     sim.params = sim.params + 0.0
@@ -323,10 +324,10 @@ def test_moon_positive_is_the_global_model_and_negative_the_previous_local_model
     ctx = _ctx(y, model, state={"moon_prev": prev, "moon_prev_buffers": {}})
     ctx.global_params = flat_params(model) + 0.2 * torch.randn(prev.numel())
     algo = clients.build({"algorithm": "moon", "mu": 2.0, "temperature": 0.5, "out_dim": 8})
-    frozen = algo.frozen_models(ctx)
+    frozen = algo.plan(ctx).frozen
     ctx.frozen = {name: frozen_copy(model, p, b) for name, (p, b) in frozen.items()}
     x = ctx.data.x_train
-    got = algo.loss(model, x, y, ctx)
+    got = algo.loss(Batch(model, x, y, ctx))
 
     def z_of(params):
         twin = build_model("mlp", (1, 8, 8), 10)
@@ -353,9 +354,10 @@ def test_tuplet_loss_weighs_the_hinges_by_beta(algorithm, beta):
     y = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
     ctx = _ctx(y, model)
     algo = clients.build({"algorithm": algorithm, "beta": beta})
-    idx = next(iter(algo.batches(ctx)))  # role by role: [a..., p..., n1..., (n2...)]
+    plan = algo.plan(ctx)
+    idx = plan.batches[0]  # role by role: [a..., p..., n1..., (n2...)]
     x, yb = ctx.data.x_train[idx], y[idx]
-    got = algo.loss(model, x, yb, ctx)
+    got = algo.loss(Batch(model, x, yb, ctx, None, plan.arity))
     h = model.embedding(x)
     ce = torch.nn.functional.cross_entropy(model.head(h), yb)
     z = torch.nn.functional.normalize(h, dim=1).view(algo.arity, -1, h.shape[1])

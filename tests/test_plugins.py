@@ -55,8 +55,8 @@ class SmoothCE(ClientAlgorithm):
     class HParams(HParams):
         smoothing: float = Field(0.1, ge=0, lt=1)
 
-    def loss(self, model, x, y, ctx, mask=None):
-        return cross_entropy(model(x), y, label_smoothing=self.hp.smoothing)
+    def loss(self, b):
+        return cross_entropy(b.model(b.x), b.y, label_smoothing=self.hp.smoothing)
 '''
 ENTRY_POINTS = f"""\
 [fedcore.rules]

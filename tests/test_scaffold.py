@@ -6,7 +6,7 @@ from torch import nn
 
 from fedcore import aggregators, clients, compression
 from fedcore.aggregators import UpdateBatch
-from fedcore.clients import ClientData, LocalContext, LocalSchedule
+from fedcore.clients import ClientData, Commit, LocalContext, LocalSchedule
 from fedcore.clients.scafcom import MOMENTUM, ScafcomClient
 from fedcore.clients.scaffold import CONTROL, ScaffoldClient
 from fedcore.config import ConfigError, load_config
@@ -29,9 +29,9 @@ def quadratic(cls):
     """The client class with f_i(y) = a_i/2 ||y - b_i||^2 as its local loss (data: i)."""
 
     class Quadratic(cls):
-        def loss(self, model, x, y, ctx):
-            i = int(x[0])
-            return 0.5 * A[i] * (model.y - torch.tensor(B[i], dtype=torch.float64)).pow(2).sum()
+        def loss(self, b):
+            i = int(b.x[0])
+            return 0.5 * A[i] * (b.model.y - torch.tensor(B[i], dtype=torch.float64)).pow(2).sum()
 
     return Quadratic
 
@@ -70,7 +70,7 @@ def play(client, agg, x, sampled, stores, comp=None, reject=()):
     )
     res = agg.aggregate(batch)
     for i, up, sent, good in zip(sampled, ups, sent_all, ok, strict=True):
-        client.commit(stores[i], up, sent, good)
+        client.commit(Commit(stores[i], up, sent, good))
     return x + res.step, ups
 
 
@@ -123,8 +123,9 @@ def test_option2_control_is_the_mean_raw_gradient_along_the_path():
     a, b = torch.rand(4, generator=gen) + 0.5, torch.randn(4, generator=gen)
 
     class Recording(ScaffoldClient):
-        def loss(self, model, x, y, ctx):
-            return 0.5 * (a * (model.w - b).pow(2)).sum() + 0.1 * (model.w * x.sum()).sum()
+        def loss(self, batch):
+            w = batch.model.w
+            return 0.5 * (a * (w - b).pow(2)).sum() + 0.1 * (w * batch.x.sum()).sum()
 
     class W(nn.Module):
         def __init__(self):
@@ -221,8 +222,8 @@ def test_parameter_without_gradient_is_still_corrected():
             self.unused = nn.Parameter(torch.zeros(1, dtype=torch.float64))
 
     class Client(ScaffoldClient):
-        def loss(self, model, x, y, ctx):
-            return 0.5 * (model.used - 1.0).pow(2).sum()
+        def loss(self, b):
+            return 0.5 * (b.model.used - 1.0).pow(2).sum()
 
     model = Two()
     layout = ParamLayout.from_model(model)

@@ -238,8 +238,8 @@ def test_a_vectorised_loss_cannot_read_one_clients_context():
     class ReadsItsData(FedAvgClient):
         vectorisable = True
 
-        def loss(self, model, x, y, ctx, mask=None):
-            return super().loss(model, x, y, ctx, mask) * ctx.data.num_train
+        def loss(self, b):
+            return super().loss(b) * b.ctx.data.num_train
 
     sim = Simulation(load_config(None, [*TINY, "rounds=1"]))
     sim.client_algo = ReadsItsData(sim.client_algo.hp)
@@ -285,17 +285,17 @@ def test_in_float64_the_engines_agree_to_rounding(over):
 def test_a_new_objective_runs_vectorised_from_its_one_definition():
     """An objective written once (loss + mask helpers) is vmapped with no engine edits and
     equals the sequential engine in float64 (here: CE with label smoothing and a prox term)."""
-    from fedcore.clients.base import BatchMask, batch_mean
+    from fedcore.clients.base import Batch, batch_mean
     from fedcore.clients.fedprox import FedProxClient
 
     class Smoothed(FedProxClient):
         vectorisable = True
 
-        def loss(self, model, x, y, ctx, mask: BatchMask | None = None):
+        def loss(self, b: Batch):
             per_row = torch.nn.functional.cross_entropy(
-                model(x), y, reduction="none", label_smoothing=0.1
+                b.model(b.x), b.y, reduction="none", label_smoothing=0.1
             )
-            return batch_mean(per_row, None if mask is None else mask.rows)
+            return batch_mean(per_row, None if b.mask is None else b.mask.rows)
 
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
