@@ -31,7 +31,7 @@ def sgd_step(
     momentum buffer (m = g at the first step). ``buffers`` is updated in place. A None grad is
     skipped, unless there is a shift (its raw gradient then counts as 0)."""
     for i, (p, g) in enumerate(zip(params, grads, strict=True)):
-        if shifts is not None:  # a constant per-round gradient shift (SCAFFOLD's c - c_i)
+        if shifts is not None:  # a constant per-round gradient shift (a drift correction)
             g = shifts[i] if g is None else g + shifts[i]
         if g is None:
             continue
