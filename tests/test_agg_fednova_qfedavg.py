@@ -55,9 +55,12 @@ def test_fednova_validation_and_needs():
 
 
 def _algo(mu: float | None):
-    if mu is None:
-        return clients.build({"algorithm": "fedavg"})
-    return clients.build({"algorithm": "fedprox", "mu": mu})
+    """The plan of a client (its proximal mu is what the accumulation norm reads)."""
+    spec = {"algorithm": "fedavg"} if mu is None else {"algorithm": "fedprox", "mu": mu}
+    x, y = torch.zeros(4, 1), torch.zeros(4, dtype=torch.long)
+    ctx = SimpleNamespace(data=ClientData(0, x, y, x, y), schedule=LocalSchedule(),
+                          generator=torch.Generator())
+    return clients.build(spec).plan(ctx)
 
 
 @pytest.mark.parametrize(
