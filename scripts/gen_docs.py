@@ -128,6 +128,7 @@ PAPERS: dict[str, tuple[str, str]] = {
     "fedavg": ("McMahan et al., AISTATS 2017", "fedavg"),
     "fedavg_topk": ("Top-k uplink without error feedback", "compression"),
     "fedavgm": ("Hsu et al., arXiv 1909.06335", "fedavgm"),
+    "feddyn": ("Acar et al., ICLR 2021", "feddyn"),
     "fedfv": ("Wang et al., IJCAI 2021", "fedfv"),
     "fedlf": ("Pan et al., AAAI 2024", "fedlf"),
     "fednova": ("Wang et al., NeurIPS 2020", "fednova"),

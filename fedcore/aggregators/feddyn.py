@@ -1,0 +1,53 @@
+"""FedDyn server (Acar et al., ICLR 2021), docs/methods/feddyn.md.
+
+The server keeps h (zeros until the first round): h <- h - alpha (1/N) sum_{k in P_t} delta_k
+over the accepted clients, then theta^t = mean_{k in P_t} theta_k - h / alpha, i.e. the step
+mean_k delta_k - h / alpha. alpha is the client's (the ``feddyn_alpha`` stat it sends).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fedcore.aggregators.base import (
+    Aggregate,
+    Aggregator,
+    UpdateBatch,
+    needs_own_client,
+    register,
+)
+from fedcore.layout import ParamLayout
+from fedcore.registry import HParams as BaseHParams
+
+if TYPE_CHECKING:
+    from fedcore.config import ExperimentConfig
+
+ALPHA = "feddyn_alpha"  # as fedcore.clients.feddyn sends it
+
+
+@register("feddyn")
+class FedDyn(Aggregator):
+    """Uniform mean of the accepted clients' models, corrected by the server state h."""
+
+    @classmethod
+    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
+        return needs_own_client(cfg, "feddyn")
+
+    def setup(self, num_clients: int, layout: ParamLayout) -> None:
+        super().setup(num_clients, layout)
+        self.h = torch.zeros(layout.dim)
+
+    def aggregate(self, batch: UpdateBatch) -> Aggregate:
+        deltas = batch.deltas
+        alpha = float(batch.stats[ALPHA][0])
+        self.h = self.h.to(deltas) - alpha * deltas.sum(dim=0) / self.num_clients
+        step = deltas.mean(dim=0) - self.h / alpha
+        return Aggregate(step)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"h": self.h.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.h = state["h"].clone()
