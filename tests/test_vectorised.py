@@ -313,6 +313,53 @@ def test_a_new_objective_runs_vectorised_from_its_one_definition():
         assert torch.allclose(vec[c].delta, seq[c].delta, rtol=0, atol=1e-12)
 
 
+def test_a_plan_with_a_shift_and_a_follow_up_vectorises_with_no_engine_edits():
+    """An objective that describes its work as a plan (per-client shift, proximal mu, a
+    follow-up pass kept in its state) and adds stats in ``finish`` gets the same deltas,
+    stats and follow-up models from both engines in float64."""
+    from dataclasses import replace
+
+    from fedcore.clients import FollowUp
+    from fedcore.clients.base import minibatches
+    from fedcore.clients.fedavg import FedAvgClient
+
+    def keep(state, params, buffers):
+        state["second"] = params
+
+    class Planned(FedAvgClient):
+        def plan(self, ctx):
+            plan = super().plan(ctx)
+            shift = torch.full_like(ctx.global_params, 0.01 * (ctx.data.client_id + 1))
+            batches = list(minibatches(ctx.data.num_train, ctx.schedule, ctx.generator))
+            follow = FollowUp(ctx.global_params, {}, ctx.schedule, batches, 0.2, self.loss, keep)
+            return replace(plan, shift=shift, mu=0.1, follow_up=follow)
+
+        def finish(self, done):
+            done.update.stats["planned/steps_clients"] = float(len(done.plan.batches))
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        sim = Simulation(load_config(None, [*SKEWED, "model.name=mlp", "local.steps=3"]))
+        sim.client_algo = Planned(sim.client_algo.hp)
+        for c in sim.data.clients:
+            c.x_train = c.x_train.double()
+        sampled = list(map(int, sim.sample_clients(1)))
+        rc = sim.round_context(1)
+        seq = sequential.train_round(rc, sampled)
+        second = {c: sim.store[c].pop("second") for c in sampled}
+        engine = VectorisedEngine(sim.model, sim.layout, sim.data.in_shape, sim.device)
+        vec = engine.train_round(rc, sampled)
+    finally:
+        torch.set_default_dtype(default)
+    assert engine.last_path == "vectorised" and sum(engine.last_chunks) == 2 * len(sampled)
+    for c in sampled:
+        assert vec[c].stats == seq[c].stats and seq[c].stats["planned/steps_clients"] == 3.0
+        assert torch.allclose(vec[c].delta, seq[c].delta, rtol=0, atol=1e-12)
+        assert not torch.allclose(second[c], sim.params + seq[c].delta, atol=1e-6)
+        assert torch.allclose(sim.store[c]["second"], second[c], rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("method", ["scaffold", "scafcom_topk"])
 def test_control_variate_clients_vectorise_exactly(method):
     """SCAFFOLD's drift correction is a gradient shift of the shared SGD: after two rounds
