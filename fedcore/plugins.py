@@ -26,6 +26,9 @@ GROUPS = {
     "aggregator rule": "fedcore.rules",
     "client algorithm": "fedcore.clients",
     "compressor": "fedcore.compressors",
+    "error feedback": "fedcore.error_feedback",
+    "stage": "fedcore.stages",
+    "sampler": "fedcore.samplers",
 }
 DIGEST_LENGTH = 12
 
