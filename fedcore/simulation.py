@@ -7,7 +7,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -191,10 +191,11 @@ class Simulation:
         if self.buffers:
             self.model.load_state_dict(self.buffers, strict=False)
         out = []
-        for k in client_ids:
-            c = self.data.clients[k]
-            _, loss = per_sample_eval(self.model, c.x_train, c.y_train)
-            out.append(float(loss.double().mean()) if len(loss) else math.nan)
+        with torch.no_grad():
+            for k in client_ids:
+                c = self.data.clients[k]
+                _, loss = per_sample_eval(self.model, c.x_train, c.y_train)
+                out.append(float(loss.double().mean()) if len(loss) else math.nan)
         return np.array(out)
 
     def schedule(self, round: int) -> LocalSchedule:
@@ -240,7 +241,7 @@ class Simulation:
         return self.play_round(round, order=order).metrics
 
     def play_round(
-        self, round: int, sampled: Sequence[int] | None = None, order: list[int] | None = None
+        self, round: int, sampled: Iterable[int] | None = None, order: list[int] | None = None
     ) -> RoundOutcome:
         """One round as its phases; ``sampled`` None: the sampler draws the round's clients."""
         # sample
@@ -494,6 +495,7 @@ class Simulation:
             "history": self.history,
             "client_tables": [vars(t) for t in self.client_tables],
             "rng": checkpoint.rng_state(),
+            "stages": self.chain.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any], rng: bool = True) -> None:
@@ -518,6 +520,12 @@ class Simulation:
         )
         if problem:
             raise checkpoint.unusable(state, problem)
+        stages = state.get("stages")  # absent in checkpoints written before the stage chain
+        if stages is not None and (
+            not isinstance(stages, list) or len(stages) != len(self.chain.stages)
+            or not all(isinstance(st, dict) for st in stages)
+        ):
+            raise checkpoint.unusable(state, "its stage states do not match this run's stages")
         self.round = int(state["round"])
         self.bytes_up_total = int(state["bytes_up_total"])
         self.bytes_down_total = int(state["bytes_down_total"])
@@ -525,6 +533,7 @@ class Simulation:
         self.buffers = {k: v.to(self.device) for k, v in state["buffers"].items()}
         self.aggregator.load_state_dict(state["aggregator"])
         self.store.load_state_dict(state["store"])
+        self.chain.load_state_dict(stages or [{} for _ in self.chain.stages])
         self.history[:] = [dict(h) for h in state["history"]]
         self.client_tables[:] = [ClientTable(**t) for t in state["client_tables"]]
         if rng:

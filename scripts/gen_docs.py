@@ -70,8 +70,9 @@ KEY_MEANINGS: dict[str, str] = {
     "method.client": "client objective: `{algorithm: NAME, **hyper-parameters}` "
     "([methods](methods.md))",
     "method.aggregator": "server rule: `{rule: NAME, **hyper-parameters}`",
-    "method.compression": "uplink compressor and error feedback: "
-    "`{compressor: NAME, error_feedback: ..., **hyper-parameters}`",
+    "method.compression": "uplink compressor and error feedback, one flat mapping: "
+    "`{compressor: NAME, **its hyper-parameters, error_feedback: VARIANT, **the variant's}`; "
+    "a key of another variant is an error",
     "rounds": "federated rounds",
     "clients_per_round": "clients sampled per round (at most `dataset.num_clients`)",
     "local.epochs": "local epochs per round (unless `local.steps` is set)",
@@ -323,10 +324,16 @@ def _registries() -> list[tuple[str, str, Any]]:
     from fedcore.aggregators.base import REGISTRY as RULES
     from fedcore.clients.base import REGISTRY as CLIENTS
     from fedcore.compression.base import REGISTRY as COMPRESSORS
+    from fedcore.compression.feedback.base import REGISTRY as FEEDBACK
+    from fedcore.samplers.base import REGISTRY as SAMPLERS
+    from fedcore.stages.base import REGISTRY as STAGES
 
     return [("Client objectives", "method.client.algorithm", CLIENTS),
             ("Server rules", "method.aggregator.rule", RULES),
-            ("Compressors", "method.compression.compressor", COMPRESSORS)]
+            ("Compressors", "method.compression.compressor", COMPRESSORS),
+            ("Error feedback", "method.compression.error_feedback", FEEDBACK),
+            ("Client samplers", "method.sampler.sampler", SAMPLERS),
+            ("Stages", "method.stages[].stage", STAGES)]
 
 
 def methods_page() -> str:

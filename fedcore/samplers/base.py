@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedcore.registry import HParams, Registry
+from fedcore.registry import HParams as AnyHParams
 
 REGISTRY: Registry[Sampler] = Registry(
     "sampler", "sampler", "fedcore.samplers", "fedcore.samplers.base:Sampler"
@@ -38,9 +39,9 @@ class Population:
 class Sampler:
     name: ClassVar[str]
     HParams: ClassVar[type[HParams]] = HParams
-    hp: HParams
+    hp: AnyHParams
 
-    def __init__(self, hparams: HParams | None = None) -> None:
+    def __init__(self, hparams: AnyHParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()
 
     def check(self, num_clients: int, per_round: int) -> str | None:

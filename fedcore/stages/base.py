@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from fedcore.registry import HParams, Registry
+from fedcore.registry import HParams as AnyHParams
 
 if TYPE_CHECKING:
     from fedcore.clients.base import ClientUpdate
@@ -60,9 +61,9 @@ class Stage:
 
     name: ClassVar[str]
     HParams: ClassVar[type[HParams]] = HParams
-    hp: HParams
+    hp: AnyHParams
 
-    def __init__(self, hparams: HParams | None = None) -> None:
+    def __init__(self, hparams: AnyHParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()
 
     @property

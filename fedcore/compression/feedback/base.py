@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from fedcore.registry import HParams, Registry
+from fedcore.registry import HParams as AnyHParams
 from fedcore.stages.base import RoundEnd
 
 if TYPE_CHECKING:
@@ -35,11 +36,11 @@ class ErrorFeedback:
 
     name: ClassVar[str]
     HParams: ClassVar[type[HParams]] = HParams
-    hp: HParams
+    hp: AnyHParams
     active: ClassVar[bool] = False  # keeps a residual (BatchNorm variances moment-matched)
     per_client_alpha: bool = False  # start_point needs the client's planned local steps
 
-    def __init__(self, hparams: HParams | None = None) -> None:
+    def __init__(self, hparams: AnyHParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()
         self.round = 0
 

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from fedcore.compression.feedback.base import ErrorFeedback, Operator
 from fedcore.registry import HParams
+from fedcore.registry import HParams as AnyHParams
 from fedcore.stages.base import RoundEnd
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class ResidualFeedback(ErrorFeedback):
     active: ClassVar[bool] = True
     fixed_alpha: ClassVar[float] = 0.0
 
-    def __init__(self, hparams: HParams | None = None) -> None:
+    def __init__(self, hparams: AnyHParams | None = None) -> None:
         super().__init__(hparams)
         self.alpha = 0.0
         self.schedule: LocalSchedule | None = None
