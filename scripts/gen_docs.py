@@ -73,6 +73,9 @@ KEY_MEANINGS: dict[str, str] = {
     "method.compression": "uplink compressor and error feedback, one flat mapping: "
     "`{compressor: NAME, **its hyper-parameters, error_feedback: VARIANT, **the variant's}`; "
     "a key of another variant is an error",
+    "method.sampler": "client sampler: `{sampler: NAME, **hyper-parameters}` (unset: `uniform`)",
+    "method.stages": "client-side stages after the attack, in order: "
+    "`[{stage: NAME, **hyper-parameters}]` ([round protocol](../explanation/round-protocol.md))",
     "rounds": "federated rounds",
     "clients_per_round": "clients sampled per round (at most `dataset.num_clients`)",
     "local.epochs": "local epochs per round (unless `local.steps` is set)",
@@ -244,7 +247,8 @@ def config_page() -> str:
         return f"| `{key}` | {_cell(kind)} | {default} | {_cell(meaning)} |"
 
     walk(ExperimentConfig, "")
-    for key in ("method.client", "method.aggregator", "method.compression"):
+    for key in ("method.client", "method.aggregator", "method.compression", "method.sampler",
+                "method.stages"):
         rows.append(f"| `{key}.*` | mapping | see [methods](methods.md) | "
                     f"{_cell(KEY_MEANINGS[key])} |")
     return (
