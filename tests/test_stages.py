@@ -54,3 +54,31 @@ def test_uniform_sampler_gives_todays_draws():
                      local_loss=lambda ids: np.zeros(len(ids)))
     want = np.sort(numpy_rng(7, "sample", 3).choice(20, 5, replace=False))
     assert np.array_equal(build(None).sample(pop), want)
+
+
+def test_sampling_happens_once_per_round_and_play_round_takes_the_sample():
+    from fedcore.simulation import Simulation
+
+    from .conftest import TINY
+
+    sim = Simulation(load_config(None, [*TINY, "rounds=2"]))
+    calls = []
+    sample = sim.sampler.sample
+
+    def counting(pop):
+        calls.append(pop.round)
+        return sample(pop)
+
+    sim.sampler.sample = counting
+    sim.run()
+    assert calls == [1, 2]
+    chosen = []
+    train_round = sim.engine.train_round
+
+    def recording(rc, sampled, order=None):
+        chosen.append(list(sampled))
+        return train_round(rc, sampled, order)
+
+    sim.engine.train_round = recording
+    sim.play_round(3, sampled=[0, 4, 5])
+    assert chosen == [[0, 4, 5]]
