@@ -82,3 +82,18 @@ def test_sampling_happens_once_per_round_and_play_round_takes_the_sample():
     sim.engine.train_round = recording
     sim.play_round(3, sampled=[0, 4, 5])
     assert chosen == [[0, 4, 5]]
+
+
+def test_checkpoint_without_stage_states_loads_and_a_mismatched_one_is_refused():
+    from fedcore.checkpoint import CheckpointError
+    from fedcore.simulation import Simulation
+
+    from .conftest import TINY
+
+    sim = Simulation(load_config(None, TINY))
+    state = sim.state_dict()
+    assert len(state["stages"]) == len(sim.chain.stages)
+    old = {k: v for k, v in state.items() if k != "stages"}  # written before the stage chain
+    sim.load_state_dict(old, rng=False)
+    with pytest.raises(CheckpointError, match="stage states do not match"):
+        sim.load_state_dict({**state, "stages": [{}]}, rng=False)
