@@ -47,7 +47,7 @@ def main() -> None:
         for k_frac in args.k_fracs:
             spec = {"compressor": "topk", "k_frac": k_frac}
             topk = compression.build(spec)
-            sapef = compression.build({**spec, "error_feedback": "sapef"})
+            sapef = compression.build_feedback({**spec, "error_feedback": "sapef"})
             sapef.begin_round(2, LocalSchedule())
             state = {RESIDUAL: torch.zeros_like(delta)}
 
@@ -55,13 +55,13 @@ def main() -> None:
                 c.apply(delta)
                 sync()
 
-            def with_ef(c=sapef, s=state, delta=delta):
-                c.compress(delta, s)
+            def with_ef(c=sapef, s=state, delta=delta, op=topk.apply):
+                c.compress(op, delta, s)
                 sync()
 
             store = ClientStore()
             for k in range(args.sample):
-                sapef.compress(delta, store[k])
+                sapef.compress(topk.apply, delta, store[k])
             per_client = store_bytes(store, args.sample) / args.sample
             rows.append(
                 {

@@ -66,7 +66,7 @@ def measure(name: str, overrides: list[str], clients: int, args) -> dict:
     ])
     sim = Simulation(cfg)
     sampled = list(map(int, sim.sample_clients(1)))
-    sim.compressor.begin_round(1, sim.schedule(1))
+    sim.chain.begin_round(sim.round_context(1), sampled)
     best, updates = timed(
         sim,
         {"seq": sequential, "vec": VectorisedEngine(sim.model, sim.layout, sim.data.in_shape,

@@ -190,11 +190,17 @@ class ClientsConfig(_Strict):
     attack_strength: float = Field(3.0, gt=0)
 
 
-class MethodConfig(_Strict):
+class MethodConfig(_Recorded):
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("sampler", "stages")
+
     name: str = Field("fedavg", min_length=1, max_length=limits.NAME_CHARS)
     client: dict[str, Any] = Field(default_factory=lambda: {"algorithm": "fedavg"})
     aggregator: dict[str, Any] = Field(default_factory=lambda: {"rule": "fedavg"})
     compression: dict[str, Any] = Field(default_factory=lambda: {"compressor": "none"})
+    sampler: Any = Field(None, description="client sampler `{sampler: NAME, **hparams}` "
+                         "(unset: uniform)")
+    stages: Any = Field(None, description="client-side stages, in order: "
+                        "`[{stage: NAME, **hparams}]`")
 
 
 class EngineConfig(_Strict):
@@ -421,10 +427,16 @@ def load_config(
 def _validate_method(cfg: ExperimentConfig) -> None:
     from fedcore.aggregators.base import REGISTRY as AGG
     from fedcore.clients.base import REGISTRY as CLIENTS
-    from fedcore.compression.base import REGISTRY as COMP
+    from fedcore.compression.spec import resolve_compression
+    from fedcore.samplers import resolve_sampler
+    from fedcore.stages.spec import resolve_stages
 
     method = cfg.method
-    for field_name, registry in (("client", CLIENTS), ("aggregator", AGG), ("compression", COMP)):
+    method.compression = resolve_compression(dict(method.compression))
+    method.sampler = resolve_sampler(method.sampler, cfg.dataset.num_clients,
+                                     cfg.clients_per_round)
+    method.stages = resolve_stages(method.stages)
+    for field_name, registry in (("client", CLIENTS), ("aggregator", AGG)):
         spec = dict(getattr(method, field_name))
         prefix = f"method.{field_name}"
         name = spec.get(registry.key)

@@ -26,6 +26,9 @@ GROUPS = {
     "aggregator rule": "fedcore.rules",
     "client algorithm": "fedcore.clients",
     "compressor": "fedcore.compressors",
+    "error feedback": "fedcore.error_feedback",
+    "stage": "fedcore.stages",
+    "sampler": "fedcore.samplers",
 }
 DIGEST_LENGTH = 12
 
@@ -212,28 +215,44 @@ def _specs(spec: Mapping[str, Any], key: str) -> Iterator[str]:
 
 def components(method: Mapping[str, Any]) -> list[Component]:
     """The out-of-tree components of a method mapping (``client``, ``aggregator``,
-    ``compression`` specs), in config order."""
+    ``compression``, ``sampler`` and ``stages`` specs), in config order."""
+    found: dict[tuple[str, str], Component] = {}
+    for field, registry in _axes():
+        specs = method.get(field)
+        for spec in specs if isinstance(specs, list) else [specs]:
+            if isinstance(spec, Mapping):
+                _add_components(found, spec, registry)
+    return list(found.values())
+
+
+def _axes() -> list[tuple[str, Any]]:
+    """(method key, registry) of every component axis a method names."""
     from fedcore.aggregators.base import REGISTRY as AGG
     from fedcore.clients.base import REGISTRY as CLIENTS
     from fedcore.compression.base import REGISTRY as COMP
+    from fedcore.compression.feedback.base import REGISTRY as FEEDBACK
+    from fedcore.samplers.base import REGISTRY as SAMPLERS
+    from fedcore.stages.base import REGISTRY as STAGES
 
-    found: dict[tuple[str, str], Component] = {}
-    for field, registry in (("client", CLIENTS), ("aggregator", AGG), ("compression", COMP)):
-        spec = method.get(field)
-        if not isinstance(spec, Mapping):
+    return [("client", CLIENTS), ("aggregator", AGG), ("compression", COMP),
+            ("compression", FEEDBACK), ("sampler", SAMPLERS), ("stages", STAGES)]
+
+
+def _add_components(
+    found: dict[tuple[str, str], Component], spec: Mapping[str, Any], registry: Any
+) -> None:
+    """Record the out-of-tree classes ``spec`` names on ``registry``'s axis in ``found``."""
+    for i, name in enumerate(_specs(spec, registry.key)):
+        try:
+            cls = registry.get(name)
+        except ComponentError:
+            if i == 0:  # the component itself; a nested key may mean something else
+                raise
             continue
-        for i, name in enumerate(_specs(spec, registry.key)):
-            try:
-                cls = registry.get(name)
-            except ComponentError:
-                if i == 0:  # the component itself; a nested key may mean something else
-                    raise
-                continue
-            if not in_tree(cls):
-                found[(registry.kind, name)] = Component(
-                    registry.kind, name, f"{cls.__module__}:{cls.__qualname__}",
-                    cls.__module__.split(".")[0])
-    return list(found.values())
+        if not in_tree(cls):
+            found[(registry.kind, name)] = Component(
+                registry.kind, name, f"{cls.__module__}:{cls.__qualname__}",
+                cls.__module__.split(".")[0])
 
 
 def sources(method: Mapping[str, Any]) -> list[PackageSource]:
@@ -264,11 +283,7 @@ def add_roots(roots: list[str]) -> None:
             added = True
     if added:
         importlib.invalidate_caches()
-        from fedcore.aggregators.base import REGISTRY as AGG
-        from fedcore.clients.base import REGISTRY as CLIENTS
-        from fedcore.compression.base import REGISTRY as COMP
-
-        for registry in (AGG, CLIENTS, COMP):
+        for _, registry in _axes():
             registry.refresh()
 
 

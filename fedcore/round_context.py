@@ -1,7 +1,7 @@
 """The typed round context: what every phase of one round reads
 (docs/explanation/round-protocol.md).
 
-The simulation builds one per round; engines, compressor probes and client hooks take it in
+The simulation builds one per round; engines, stages and client hooks take it in
 place of the simulation object, so they see exactly these fields and nothing else.
 """
 

@@ -3,31 +3,28 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from fedcore import aggregators, checkpoint, clients, code_digest, compression, stopping
-from fedcore.adversaries import attack_update, choose_clients
+from fedcore import checkpoint, code_digest, compose, stopping
 from fedcore.aggregators import Aggregate, UpdateBatch
-from fedcore.aggregators.base import REGISTRY as RULES
 from fedcore.bn_statistics import average_bn_statistics
 from fedcore.callbacks import Callback
 from fedcore.clients import ClientData, ClientUpdate, Commit, LocalSchedule
-from fedcore.compression.base import side_bytes
 from fedcore.config import ConfigError, ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
 from fedcore.data.own import config_with_data
 from fedcore.devices import check_device_present
 from fedcore.engines import sequential
-from fedcore.engines.select import build_engine
-from fedcore.layout import ParamLayout, flat_params, load_flat_params
+from fedcore.layout import flat_params, load_flat_params
 from fedcore.limits import shown
 from fedcore.metrics import (
     client_stat_metrics,
@@ -38,17 +35,17 @@ from fedcore.metrics import (
     per_sample_eval,
     representation_stats,
 )
-from fedcore.models.external import ModelArg, config_with_model, instantiate
-from fedcore.models.protocol import REPR_METRICS, check_model, has_embedding
+from fedcore.models.external import ModelArg, config_with_model
+from fedcore.models.protocol import REPR_METRICS, has_embedding
 from fedcore.round_context import RoundContext
+from fedcore.samplers import Population
 from fedcore.schedules import local_lr
-from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed, numpy_rng
+from fedcore.stages import Message
 from fedcore.store import ClientStore
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from fedcore.models import FedModel
 
 __all__ = ["Callback", "ClientStore", "ClientTable", "Result", "Simulation", "run"]
 
@@ -105,15 +102,6 @@ def resolve_device(name: str) -> torch.device:
 
 
 @dataclass
-class Uplink:
-    """What the server received from the sampled clients, in sampled order."""
-
-    sent: list[dict[str, torch.Tensor]]  # per client: each uplink vector after compression
-    accepted: list[bool]  # every sent vector finite
-    bytes_up: int
-
-
-@dataclass
 class RoundOutcome:
     """A played round: its metrics and the per-client values the rule reported (by client id)."""
 
@@ -149,29 +137,19 @@ class Simulation:
         self.callbacks = list(callbacks)
         self.device = resolve_device(device or cfg.device)
         self.data = data or build_federated_data(cfg.dataset, cfg.seed, self.device, cfg.clients)
-        self.byzantine = frozenset(
-            choose_clients(
-                self.data.num_clients, cfg.clients.byzantine_fraction, cfg.seed, "byzantine"
-            ).tolist()
-        )
-        self.client_algo = clients.build(cfg.method.client)
-        with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(cfg.seed, "init"))
-            model = instantiate(cfg, model, self.data.in_shape, self.data.num_classes)
-            check_model(model, cfg.model.name, self.client_algo,
-                        RULES.get(cfg.method.aggregator["rule"]))
-            # any nn.Module; what the method calls beyond model(x) was checked just above
-            fed_model = cast("FedModel", model)
-            self.client_algo.prepare_model(fed_model)
-            self.model = fed_model.to(self.device)
-        self.layout = ParamLayout.from_model(self.model)
+        parts = compose.build(cfg, self.data, self.device, model)
+        self.byzantine = parts.byzantine
+        self.client_algo = parts.client_algo
+        self.model = parts.model
+        self.layout = parts.layout
         self.params = flat_params(self.model)
         self.buffers = {k: v.detach().clone() for k, v in self.model.named_buffers()}
-        self.aggregator = aggregators.build(cfg.method.aggregator)
-        self.aggregator.setup(self.data.num_clients, self.layout)
-        self.compressor = compression.build(cfg.method.compression)
-        self.engine, self.engine_name, self.engine_reason = build_engine(
-            cfg, self.model, self.layout, tuple(self.data.in_shape), self.device
+        self.aggregator = parts.aggregator
+        self.compressor = parts.compressor
+        self.chain = parts.chain
+        self.sampler = parts.sampler
+        self.engine, self.engine_name, self.engine_reason = (
+            parts.engine, parts.engine_name, parts.engine_reason
         )
         log.info("engine: %s (%s)", self.engine_name, self.engine_reason)
         self.store = ClientStore()
@@ -196,9 +174,29 @@ class Simulation:
         return x, y, owner
 
     def sample_clients(self, round: int) -> np.ndarray:
-        rng = numpy_rng(self.cfg.seed, "sample", round)
-        chosen = rng.choice(self.data.num_clients, self.cfg.clients_per_round, replace=False)
-        return np.sort(chosen)
+        """The round's clients, sorted, from the sampler (``method.sampler``)."""
+        pop = Population(
+            seed=self.cfg.seed,
+            round=round,
+            num_clients=self.data.num_clients,
+            per_round=self.cfg.clients_per_round,
+            sizes=np.array([c.num_train for c in self.data.clients]),
+            local_loss=self.local_loss,
+        )
+        return np.sort(np.asarray(self.sampler.sample(pop)))
+
+    def local_loss(self, client_ids: list[int]) -> np.ndarray:
+        """The global model's mean loss on each client's training split (eval mode)."""
+        load_flat_params(self.model, self.params)
+        if self.buffers:
+            self.model.load_state_dict(self.buffers, strict=False)
+        out = []
+        with torch.no_grad():
+            for k in client_ids:
+                c = self.data.clients[k]
+                _, loss = per_sample_eval(self.model, c.x_train, c.y_train)
+                out.append(float(loss.double().mean()) if len(loss) else math.nan)
+        return np.array(out)
 
     def schedule(self, round: int) -> LocalSchedule:
         loc = self.cfg.local
@@ -213,7 +211,7 @@ class Simulation:
 
     def round_context(self, round: int) -> RoundContext:
         """Configure phase: what every client and stage sees this round (theta, downlink)."""
-        return RoundContext(
+        rc = RoundContext(
             cfg=self.cfg,
             device=self.device,
             data=self.data,
@@ -229,11 +227,10 @@ class Simulation:
             buffers=self.buffers,
             schedule=self.schedule(round),
             downlink=self.aggregator.broadcast(),
-            start_point=lambda k, steps: self.compressor.start_point(
-                self.params, self.store[k], steps
-            ),
-            needs_num_steps=self.compressor.needs_num_steps,
+            needs_num_steps=self.chain.needs_num_steps,
         )
+        rc.start_point = functools.partial(self.chain.start_point, rc)
+        return rc
 
     def train_client(self, client_id: int, round: int) -> ClientUpdate:
         """One client's update, trained on its own (the sequential engine's unit)."""
@@ -241,35 +238,48 @@ class Simulation:
 
     def run_round(self, round: int, order: list[int] | None = None) -> dict[str, float]:
         """Play one round and return its metrics."""
-        return self.play_round(round, order).metrics
+        return self.play_round(round, order=order).metrics
 
-    def play_round(self, round: int, order: list[int] | None = None) -> RoundOutcome:
-        """configure -> train -> uplink -> aggregate -> commit -> apply, as named phases."""
-        sampled = list(map(int, self.sample_clients(round)))
+    def play_round(
+        self, round: int, sampled: Iterable[int] | None = None, order: list[int] | None = None
+    ) -> RoundOutcome:
+        """One round as its phases; ``sampled`` None: the sampler draws the round's clients."""
+        # sample
+        ids = [int(k) for k in (self.sample_clients(round) if sampled is None else sampled)]
+        # configure: what every client and stage sees this round
         rc = self.round_context(round)
-        self.compressor.begin_round(round, rc.schedule)
-        probe = self.compressor.probe(rc, sampled)
-        updates = self.engine.train_round(rc, sampled, order)
+        # begin stages
+        opening = self.chain.begin_round(rc, ids)
+        # train: the engine returns each client's trained update
+        updates = self.engine.train_round(rc, ids, order)
         self._note_fallback()
-        for cid in self.byzantine.intersection(sampled):
-            attack(rc, updates[cid])
-        ups = [updates[cid] for cid in sampled]
-        reject_non_finite_scalars(ups, self.aggregator.needs, round)
-        uplink = self.transmit(rc, ups)
-        kept = [u for u, ok in zip(ups, uplink.accepted, strict=True) if ok]
-        batch = self.update_batch(rc, ups, uplink)
+        ups = [updates[k] for k in ids]
+        # client stages: change the trained updates before they are sent
+        self.chain.client_side(ups, rc)
+        # uplink: what goes on the wire, and its bytes
+        msgs = self.chain.send(ups, rc)
+        # server stages: what arrived, accepted or not
+        self.chain.receive(msgs, rc)
+        kept = [m.update for m in msgs if m.accepted]
+        # rule
+        batch = self.update_batch(rc, msgs)
         result, agg_seconds = self.aggregate(batch)
-        for up, sent, ok in zip(ups, uplink.sent, uplink.accepted, strict=True):
-            self.client_algo.commit(Commit(self.store[up.client_id], up, sent, ok))
-        closing = self.compressor.end_round(sampled, self.store)
+        # commit: each client's own state, knowing what the server received
+        for m in msgs:
+            state = self.store[m.update.client_id]
+            self.client_algo.commit(Commit(state, m.update, m.sent, m.accepted))
+        closing = self.chain.end_round(rc, ids)
+        # apply
         self.params = self.params + result.step
-        if closing.step is not None:  # a stage's extra server step (CSER's digest mean)
+        if closing.step is not None:  # a stage's extra server step
             self.params = self.params + closing.step
         self._average_buffers(kept)
-        bytes_down = len(sampled) * sum(
+        # round metrics
+        bytes_up = sum(m.nbytes for m in msgs)
+        bytes_down = len(ids) * sum(
             v.numel() * v.element_size() for v in (rc.params, *rc.downlink.values())
         )
-        self.bytes_up_total += uplink.bytes_up
+        self.bytes_up_total += bytes_up
         self.bytes_down_total += bytes_down
         n = torch.tensor([float(u.num_samples) for u in ups])
         train_loss = float((torch.stack([u.train_loss for u in ups]).cpu() * n).sum() / n.sum())
@@ -279,14 +289,14 @@ class Simulation:
             "agg/conflict_fraction": conflict_fraction(per_client, result.step) if kept else 0.0,
             "agg/rejected_clients": float(len(ups) - len(kept)),
             "agg/seconds": agg_seconds,
-            "comm/bytes_up": float(uplink.bytes_up),
+            "comm/bytes_up": float(bytes_up),
             "comm/bytes_up_total": float(self.bytes_up_total),
             "comm/bytes_down": float(bytes_down),
             "comm/bytes_down_total": float(self.bytes_down_total),
         }
         metrics.update(result.metrics)
         metrics.update(closing.metrics)
-        metrics.update(probe)
+        metrics.update(opening)
         metrics.update(client_stat_metrics([u.stats for u in ups]))
         return RoundOutcome(metrics, self._per_client(kept, result.client_values))
 
@@ -299,51 +309,21 @@ class Simulation:
             self.engine_reason = f"the vectorised engine fell back to sequential training: {why}"
             log.info("engine: %s (%s)", self.engine_name, self.engine_reason)
 
-    def transmit(self, rc: RoundContext, ups: list[ClientUpdate]) -> Uplink:
-        """Uplink phase: each client's named vectors through the compressor (``delta`` with its
-        error feedback), their bytes, and acceptance (every sent vector finite)."""
-        names = self.client_algo.uplink
-        sent_all, accepted, total = [], [], 0
-        for up in ups:
-            gen = None
-            if self.compressor.randomized:
-                seed = derive_seed(self.cfg.seed, "compress", rc.round, up.client_id)
-                gen = torch.Generator().manual_seed(seed)
-            sent: dict[str, torch.Tensor] = {}
-            for name in names:
-                if name == "delta":
-                    vec, nbytes = self.compressor.compress(up.delta, self.store[up.client_id], gen)
-                else:
-                    vec, nbytes = self.compressor.apply(up.extras[name], gen)
-                sent[name] = vec
-                total += nbytes
-            total += side_bytes(up.buffers)  # n_k and BatchNorm statistics
-            sent_all.append(sent)
-            accepted.append(all(bool(torch.isfinite(v).all()) for v in sent.values()))
-        if not all(accepted):
-            bad = [u.client_id for u, ok in zip(ups, accepted, strict=True) if not ok]
-            log.warning(
-                "round %d: NaN or Inf in the update of client(s) %s; excluded", rc.round, bad
-            )
-        return Uplink(sent_all, accepted, total)
-
-    def update_batch(
-        self, rc: RoundContext, ups: list[ClientUpdate], uplink: Uplink
-    ) -> UpdateBatch:
+    def update_batch(self, rc: RoundContext, msgs: list[Message]) -> UpdateBatch:
         """The accepted clients' vectors stacked as m x d matrices (zeros when no delta is sent)."""
-        rows = [i for i, ok in enumerate(uplink.accepted) if ok]
-        kept = [ups[i] for i in rows]
+        received = [m for m in msgs if m.accepted]
+        kept = [m.update for m in received]
         names = self.client_algo.uplink
         if not kept:
             deltas = self.params.new_zeros((0, self.layout.dim))
         elif "delta" in names:
-            deltas = torch.stack([uplink.sent[i]["delta"] for i in rows])
+            deltas = torch.stack([m.sent["delta"] for m in received])
         else:
-            deltas = self.params.new_zeros((len(rows), self.layout.dim))
+            deltas = self.params.new_zeros((len(received), self.layout.dim))
         extras = {
-            name: torch.stack([uplink.sent[i][name] for i in rows])
+            name: torch.stack([m.sent[name] for m in received])
             for name in names
-            if name != "delta" and rows
+            if name != "delta" and received
         }
         return UpdateBatch(
             deltas=deltas,
@@ -393,7 +373,7 @@ class Simulation:
         w = torch.tensor([u.num_samples for u in ups], dtype=torch.float32, device=self.device)
         self.buffers.update(
             average_bn_statistics(
-                [u.buffers for u in ups], w / w.sum(), self.compressor.moment_matched_bn
+                [u.buffers for u in ups], w / w.sum(), self.chain.moment_matched_bn
             )
         )
 
@@ -479,7 +459,7 @@ class Simulation:
             r = self.round + 1
             sampled = self.sample_clients(r)
             order = order_fn(list(map(int, sampled))) if order_fn else None
-            outcome = self.play_round(r, order)
+            outcome = self.play_round(r, sampled, order)
             metrics = outcome.metrics
             table = None
             if r % self.cfg.eval_every == 0 or r == total:
@@ -516,6 +496,7 @@ class Simulation:
             "history": self.history,
             "client_tables": [vars(t) for t in self.client_tables],
             "rng": checkpoint.rng_state(),
+            "stages": self.chain.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any], rng: bool = True) -> None:
@@ -540,6 +521,12 @@ class Simulation:
         )
         if problem:
             raise checkpoint.unusable(state, problem)
+        stages = state.get("stages")  # absent in checkpoints written before the stage chain
+        if stages is not None and (
+            not isinstance(stages, list) or len(stages) != len(self.chain.stages)
+            or not all(isinstance(st, dict) for st in stages)
+        ):
+            raise checkpoint.unusable(state, "its stage states do not match this run's stages")
         self.round = int(state["round"])
         self.bytes_up_total = int(state["bytes_up_total"])
         self.bytes_down_total = int(state["bytes_down_total"])
@@ -547,6 +534,7 @@ class Simulation:
         self.buffers = {k: v.to(self.device) for k, v in state["buffers"].items()}
         self.aggregator.load_state_dict(state["aggregator"])
         self.store.load_state_dict(state["store"])
+        self.chain.load_state_dict(stages or [{} for _ in self.chain.stages])
         self.history[:] = [dict(h) for h in state["history"]]
         self.client_tables[:] = [ClientTable(**t) for t in state["client_tables"]]
         if rng:
@@ -569,30 +557,6 @@ class Simulation:
         self.load_state_dict(state)
         log.info("resumed %s at round %d", self.cfg.config_hash(), self.round)
         return True
-
-
-def attack(rc: RoundContext, update: ClientUpdate) -> None:
-    """A Byzantine client's update replaced by its attack, as the server sees it: EVERY vector
-    it sends (``client_algo.uplink``), in uplink order, from the attack's own stream."""
-    how, strength = rc.cfg.clients.attack, rc.cfg.clients.attack_strength
-    seed = derive_seed(rc.cfg.seed, "attack", rc.round, update.client_id)
-    generator = torch.Generator().manual_seed(seed)
-    for name in rc.client_algo.uplink:
-        if name == "delta":
-            update.delta = attack_update(update.delta, how, strength, generator)
-        else:
-            update.extras[name] = attack_update(update.extras[name], how, strength, generator)
-
-
-def reject_non_finite_scalars(ups: list[ClientUpdate], needs: frozenset[str], round: int) -> None:
-    """A client whose scalar for the server (``loss_before``, ``oui``, ...) is NaN or Inf gets
-    a NaN delta, so that it is rejected exactly like a non-finite update (its error-feedback
-    residual kept, counted in ``agg/rejected_clients``)."""
-    for up in ups:
-        bad = sorted(k for k in needs if k in up.stats and not math.isfinite(up.stats[k]))
-        if bad:
-            log.warning("round %d: client %d sent non-finite %s", round, up.client_id, bad)
-            up.delta = torch.full_like(up.delta, math.nan)
 
 
 def divergence(round: int, metrics: dict[str, float], sampled: int) -> str | None:

@@ -70,8 +70,12 @@ KEY_MEANINGS: dict[str, str] = {
     "method.client": "client objective: `{algorithm: NAME, **hyper-parameters}` "
     "([methods](methods.md))",
     "method.aggregator": "server rule: `{rule: NAME, **hyper-parameters}`",
-    "method.compression": "uplink compressor and error feedback: "
-    "`{compressor: NAME, error_feedback: ..., **hyper-parameters}`",
+    "method.compression": "uplink compressor and error feedback, one flat mapping: "
+    "`{compressor: NAME, **its hyper-parameters, error_feedback: VARIANT, **the variant's}`; "
+    "a key of another variant is an error",
+    "method.sampler": "client sampler: `{sampler: NAME, **hyper-parameters}` (unset: `uniform`)",
+    "method.stages": "client-side stages after the attack, in order: "
+    "`[{stage: NAME, **hyper-parameters}]` ([round protocol](../explanation/round-protocol.md))",
     "rounds": "federated rounds",
     "clients_per_round": "clients sampled per round (at most `dataset.num_clients`)",
     "local.epochs": "local epochs per round (unless `local.steps` is set)",
@@ -244,7 +248,8 @@ def config_page() -> str:
         return f"| `{key}` | {_cell(kind)} | {default} | {_cell(meaning)} |"
 
     walk(ExperimentConfig, "")
-    for key in ("method.client", "method.aggregator", "method.compression"):
+    for key in ("method.client", "method.aggregator", "method.compression", "method.sampler",
+                "method.stages"):
         rows.append(f"| `{key}.*` | mapping | see [methods](methods.md) | "
                     f"{_cell(KEY_MEANINGS[key])} |")
     return (
@@ -324,10 +329,16 @@ def _registries() -> list[tuple[str, str, Any]]:
     from fedcore.aggregators.base import REGISTRY as RULES
     from fedcore.clients.base import REGISTRY as CLIENTS
     from fedcore.compression.base import REGISTRY as COMPRESSORS
+    from fedcore.compression.feedback.base import REGISTRY as FEEDBACK
+    from fedcore.samplers.base import REGISTRY as SAMPLERS
+    from fedcore.stages.base import REGISTRY as STAGES
 
     return [("Client objectives", "method.client.algorithm", CLIENTS),
             ("Server rules", "method.aggregator.rule", RULES),
-            ("Compressors", "method.compression.compressor", COMPRESSORS)]
+            ("Compressors", "method.compression.compressor", COMPRESSORS),
+            ("Error feedback", "method.compression.error_feedback", FEEDBACK),
+            ("Client samplers", "method.sampler.sampler", SAMPLERS),
+            ("Stages", "method.stages[].stage", STAGES)]
 
 
 def methods_page() -> str:

@@ -7,7 +7,8 @@ import torch
 from fedcore.adversaries import attack_update, choose_clients, flip_labels
 from fedcore.config import load_config
 from fedcore.seeding import numpy_rng
-from fedcore.simulation import Simulation, attack
+from fedcore.simulation import Simulation
+from fedcore.stages.attack import attack
 from fedcore.tracking.mlflow_tracker import run_tags
 
 from .conftest import TINY

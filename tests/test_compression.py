@@ -9,6 +9,7 @@ import torch
 from fedcore import compression
 from fedcore.aggregators import UpdateBatch, build
 from fedcore.clients import ClientUpdate, LocalSchedule
+from fedcore.compose import stage_chain
 from fedcore.compression.feedback import RESIDUAL, alpha_star
 from fedcore.config import ConfigError, load_config
 from fedcore.schedules import local_lr
@@ -67,21 +68,21 @@ def test_qsgd_is_unbiased_and_reports_its_bits():
 
 
 def test_cser_reset_digest_by_hand():
-    comp = compression.build(
-        {"compressor": "topk", "k_frac": 0.1, "error_feedback": "cser", "H": 2, "reset_frac": 0.2}
-    )
+    spec = {"compressor": "topk", "k_frac": 0.1, "error_feedback": "cser", "H": 2,
+            "reset_frac": 0.2}
+    comp, ef = compression.build(spec), compression.build_feedback(spec)
     sched = LocalSchedule()
     store = {0: {}, 1: {}}
-    comp.begin_round(1, sched)
-    assert comp.end_round([0, 1], store).step is None  # round 1: not a reset round
-    comp.begin_round(2, sched)
+    ef.begin_round(1, sched)
+    assert ef.end_round([0, 1], store).step is None  # round 1: not a reset round
+    ef.begin_round(2, sched)
     a = torch.tensor([5.0, -4, 3, 0.5, 0, 0, 0, 0, 0, 0.1])
     b = torch.tensor([0.0, 1, -2, 6, 0, 0, 0, 0, 0, 0])
-    sent_a, bytes_a = comp.compress(a, store[0])
-    sent_b, _ = comp.compress(b, store[1])
+    sent_a, bytes_a = ef.compress(comp.apply, a, store[0])
+    sent_b, _ = ef.compress(comp.apply, b, store[1])
     assert bytes_a == 8 * 1 + 8 * 2  # Top-1 update + top-2 digest
     assert torch.equal(sent_a, torch.tensor([5.0, 0, 0, 0, 0, 0, 0, 0, 0, 0]))
-    closing = comp.end_round([0, 1], store)
+    closing = ef.end_round([0, 1], store)
     e_bar = closing.step
     assert torch.allclose(e_bar, torch.tensor([0.0, -1.5, 0.5, 0, 0, 0, 0, 0, 0, 0]))
     expect_a = torch.tensor([0.0, -2.5, 2.5, 0.5, 0, 0, 0, 0, 0, 0.1])
@@ -104,11 +105,11 @@ def test_theory_alpha_is_clipped_alpha_star():
     assert alpha_star(0.05, 1.0, 5) == 0.6  # 1/(1 + 12 * 0.25^2) = 0.571 -> 0.6
     assert alpha_star(0.01, 1.0, 5) == 0.9  # 0.971 -> 0.9
     assert math.isclose(alpha_star(0.02, 1.0, 5), 1 / 1.12)
-    comp = compression.build(
+    ef = compression.build_feedback(
         {"compressor": "topk", "error_feedback": "sapef", "alpha_schedule": "theory"}
     )
-    comp.begin_round(3, LocalSchedule(lr=0.02, steps=5))
-    assert math.isclose(comp.feedback.alpha, 1 / 1.12)
+    ef.begin_round(3, LocalSchedule(lr=0.02, steps=5))
+    assert math.isclose(ef.alpha, 1 / 1.12)
 
 
 def test_constant_decay_starts_in_round_3_as_crafts_code():
@@ -137,8 +138,8 @@ def _bn_update(n, mean, var):
 
 
 def _averaged_buffers(spec):
-    comp = compression.build(spec)
-    fake = SimpleNamespace(device=torch.device("cpu"), buffers={}, compressor=comp)
+    chain = stage_chain(load_config(None, [f"method.compression={spec}"]), compression.build(spec))
+    fake = SimpleNamespace(device=torch.device("cpu"), buffers={}, chain=chain)
     ups = [_bn_update(1, [0.0, 1.0], [1.0, 0.0]), _bn_update(3, [2.0, 1.0], [1.0, 0.0])]
     Simulation._average_buffers(fake, ups)
     return fake.buffers

@@ -76,7 +76,7 @@ def assert_same_float32_run(got: torch.Tensor, want: torch.Tensor, steps: int, w
 def _both(sim: Simulation, round: int, chunk: int | None = None):
     sampled = list(map(int, sim.sample_clients(round)))
     rc = sim.round_context(round)
-    sim.compressor.begin_round(round, rc.schedule)
+    sim.chain.begin_round(rc, sampled)
     seq = sequential.train_round(rc, sampled)
     engine = VectorisedEngine(sim.model, sim.layout, sim.data.in_shape, sim.device, chunk)
     vec = engine.train_round(rc, sampled)

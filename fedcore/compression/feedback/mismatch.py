@@ -54,24 +54,18 @@ def gradient_mismatch(
     return value
 
 
-def round_gradient_mismatch(rc: RoundContext, sampled: list[int]) -> dict[str, float]:
-    """``sapef/gradient_mismatch`` of a round's clients at the round's start (every eval_every).
+def round_gradient_mismatch(
+    rc: RoundContext, sampled: list[int], residuals: list[torch.Tensor | None], alpha: float
+) -> dict[str, float]:
+    """``sapef/gradient_mismatch`` of a round's clients at the round's start.
 
     Probe: the first PROBE_SIZE samples of the global test set, global BN buffers, each sampled
-    client's residual before local training, at ``probe_alpha`` (1: the fully corrected point),
-    averaged with n_k weights. Clients without a residual yet count as 0.
+    client's residual before local training, at ``alpha`` (``probe_alpha``; 1: the fully
+    corrected point), averaged with n_k weights. Clients without a residual yet count as 0.
     """
-    from fedcore.compression.feedback import RESIDUAL
-
-    comp = rc.compressor
-    if not comp.feedback.active or comp.feedback.round % rc.cfg.eval_every:
-        return {}
-    residuals, weights = [], []
-    for k in map(int, sampled):
-        residuals.append(rc.store[k].get(RESIDUAL))
-        weights.append(float(rc.data.clients[k].num_train))
+    weights = [float(rc.data.clients[k].num_train) for k in sampled]
     if rc.buffers:
         rc.model.load_state_dict(rc.buffers, strict=False)
     x, y = rc.data.x_test[:PROBE_SIZE], rc.data.y_test[:PROBE_SIZE]
-    value = gradient_mismatch(rc.model, rc.params, residuals, weights, x, y, comp.hp.probe_alpha)
+    value = gradient_mismatch(rc.model, rc.params, residuals, weights, x, y, alpha)
     return {"sapef/gradient_mismatch": value}

@@ -1,0 +1,97 @@
+"""The composition root: one experiment config (with its data, device and own model) turned
+into the objects the round driver owns (docs/explanation/round-protocol.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+import torch
+
+from fedcore import aggregators, clients, compression, samplers
+from fedcore.adversaries import choose_clients
+from fedcore.aggregators.base import REGISTRY as RULES
+from fedcore.engines.select import build_engine
+from fedcore.layout import ParamLayout
+from fedcore.models.external import ModelArg, instantiate
+from fedcore.models.protocol import check_model
+from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed
+from fedcore.stages.attack import Attack
+from fedcore.stages.base import REGISTRY as STAGES
+from fedcore.stages.base import Chain, Stage
+from fedcore.stages.finite import NonFinite
+from fedcore.stages.uplink import Uplink
+
+if TYPE_CHECKING:
+    from fedcore.aggregators.base import Aggregator
+    from fedcore.clients.base import ClientAlgorithm
+    from fedcore.compression.base import Compressor
+    from fedcore.config import ExperimentConfig
+    from fedcore.data.federated import FederatedData
+    from fedcore.engines.select import Engine
+    from fedcore.models import FedModel
+    from fedcore.samplers.base import Sampler
+
+
+@dataclass
+class Components:
+    """What one simulation is built from."""
+
+    byzantine: frozenset[int]
+    client_algo: ClientAlgorithm
+    model: FedModel
+    layout: ParamLayout
+    aggregator: Aggregator
+    compressor: Compressor
+    chain: Chain
+    sampler: Sampler
+    engine: Engine
+    engine_name: str
+    engine_reason: str
+
+
+def stage_chain(cfg: ExperimentConfig, compressor: Compressor) -> Chain:
+    """attack -> the config's stages (``method.stages``) -> error feedback and compression of
+    every uplink vector -> the non-finite filter."""
+    own: list[Stage] = [STAGES.build(spec) for spec in cfg.method.stages or []]
+    feedback = compression.build_feedback(cfg.method.compression)
+    return Chain([Attack(), *own, Uplink(compressor, feedback), NonFinite()])
+
+
+def build(
+    cfg: ExperimentConfig, data: FederatedData, device: torch.device, model: ModelArg | None
+) -> Components:
+    """Every component of ``cfg``; the model is initialised from the run's own ``init`` seed."""
+    byzantine = frozenset(
+        choose_clients(data.num_clients, cfg.clients.byzantine_fraction, cfg.seed, "byzantine")
+        .tolist()
+    )
+    client_algo = clients.build(cfg.method.client)
+    with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(cfg.seed, "init"))
+        module = instantiate(cfg, model, data.in_shape, data.num_classes)
+        check_model(module, cfg.model.name, client_algo, RULES.get(cfg.method.aggregator["rule"]))
+        # any nn.Module; what the method calls beyond model(x) was checked just above
+        fed_model = cast("FedModel", module)
+        client_algo.prepare_model(fed_model)
+        fed_model = fed_model.to(device)
+    layout = ParamLayout.from_model(fed_model)
+    aggregator = aggregators.build(cfg.method.aggregator)
+    aggregator.setup(data.num_clients, layout)
+    compressor = compression.build(cfg.method.compression)
+    engine, engine_name, engine_reason = build_engine(
+        cfg, fed_model, layout, tuple(data.in_shape), device
+    )
+    return Components(
+        byzantine=byzantine,
+        client_algo=client_algo,
+        model=fed_model,
+        layout=layout,
+        aggregator=aggregator,
+        compressor=compressor,
+        chain=stage_chain(cfg, compressor),
+        sampler=samplers.build(cfg.method.sampler),
+        engine=engine,
+        engine_name=engine_name,
+        engine_reason=engine_reason,
+    )

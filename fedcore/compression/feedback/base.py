@@ -1,0 +1,72 @@
+"""The error-feedback interface, its own registry axis (``error_feedback: NAME``).
+
+A variant wraps the compressor's operator C: it may move the point a client's local training
+starts from, turn the trained delta into what C compresses, keep per-client state in the client
+store, measure metrics at the round's start and add an extra server step when the round closes.
+Each variant's ``HParams`` lists exactly the knobs it reads (docs/methods/compression.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from fedcore.registry import HParams, Registry
+from fedcore.registry import HParams as AnyHParams
+from fedcore.stages.base import RoundEnd
+
+if TYPE_CHECKING:
+    from fedcore.clients.base import LocalSchedule
+    from fedcore.round_context import RoundContext
+    from fedcore.store import ClientStore
+
+REGISTRY: Registry[ErrorFeedback] = Registry(
+    "error feedback", "error_feedback", "fedcore.compression.feedback",
+    "fedcore.compression.feedback.base:ErrorFeedback",
+)
+register = REGISTRY.register
+
+Operator = Callable[[torch.Tensor, torch.Generator | None], tuple[torch.Tensor, int]]
+
+
+class ErrorFeedback:
+    """No feedback: C is applied to the delta as it is; nothing is kept between rounds."""
+
+    name: ClassVar[str]
+    HParams: ClassVar[type[HParams]] = HParams
+    hp: AnyHParams
+    active: ClassVar[bool] = False  # keeps a residual (BatchNorm variances moment-matched)
+    per_client_alpha: bool = False  # start_point needs the client's planned local steps
+
+    def __init__(self, hparams: AnyHParams | None = None) -> None:
+        self.hp = hparams if hparams is not None else self.HParams()
+        self.round = 0
+
+    def begin_round(self, round: int, schedule: LocalSchedule) -> None:
+        self.round = round
+
+    def probe(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
+        """Metrics measured at the round's start, before training."""
+        return {}
+
+    def start_point(
+        self, global_params: torch.Tensor, state: dict[str, Any], num_steps: int | None = None
+    ) -> torch.Tensor | None:
+        """Where the client's local training starts (None: at the global model)."""
+        return None
+
+    def compress(
+        self,
+        op: Operator,
+        delta: torch.Tensor,
+        state: dict[str, Any],
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, int]:
+        """(the delta as the server receives it, bytes on the wire)."""
+        return op(delta, generator)
+
+    def end_round(self, client_ids: list[int], store: ClientStore) -> RoundEnd:
+        """Close the round for the sampled clients: an extra server step or None, and metrics."""
+        return RoundEnd()

@@ -1,0 +1,53 @@
+"""The client sampler interface: which clients train in a round (``method.sampler``).
+
+The round driver asks its sampler once per round; a sampler sees the population through a
+:class:`Population` record (sizes, the seed, and a way to measure the current global model's
+loss on chosen clients), never the simulation itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from fedcore.registry import HParams, Registry
+from fedcore.registry import HParams as AnyHParams
+
+REGISTRY: Registry[Sampler] = Registry(
+    "sampler", "sampler", "fedcore.samplers", "fedcore.samplers.base:Sampler"
+)
+register = REGISTRY.register
+DEFAULT = "uniform"
+
+
+@dataclass(frozen=True)
+class Population:
+    """What a sampler may read in one round."""
+
+    seed: int
+    round: int
+    num_clients: int
+    per_round: int  # m, clients_per_round
+    sizes: np.ndarray  # training samples of each client
+    # the current global model's mean training loss on each of the given clients
+    local_loss: Callable[[list[int]], np.ndarray]
+
+
+class Sampler:
+    name: ClassVar[str]
+    HParams: ClassVar[type[HParams]] = HParams
+    hp: AnyHParams
+
+    def __init__(self, hparams: AnyHParams | None = None) -> None:
+        self.hp = hparams if hparams is not None else self.HParams()
+
+    def check(self, num_clients: int, per_round: int) -> str | None:
+        """Why this sampler cannot serve ``per_round`` of ``num_clients`` clients, or None."""
+        return None
+
+    def sample(self, pop: Population) -> np.ndarray:
+        """The round's client ids, sorted, without repeats."""
+        raise NotImplementedError

@@ -1,0 +1,38 @@
+"""The first stage: a Byzantine client's update replaced by its attack, as the server sees it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from fedcore.adversaries import attack_update
+from fedcore.seeding import derive_seed
+from fedcore.stages.base import Stage
+
+if TYPE_CHECKING:
+    from fedcore.clients.base import ClientUpdate
+    from fedcore.round_context import RoundContext
+
+
+class Attack(Stage):
+    """EVERY vector a Byzantine client sends (``client_algo.uplink``), in uplink order, from
+    the attack's own stream (``clients.attack``, ``clients.attack_strength``)."""
+
+    name = "attack"
+
+    def on_update(self, update: ClientUpdate, rc: RoundContext) -> None:
+        if update.client_id in rc.byzantine:
+            attack(rc, update)
+
+
+def attack(rc: RoundContext, update: ClientUpdate) -> None:
+    """Replace ``update``'s uplink vectors by the configured attack on them."""
+    how, strength = rc.cfg.clients.attack, rc.cfg.clients.attack_strength
+    seed = derive_seed(rc.cfg.seed, "attack", rc.round, update.client_id)
+    generator = torch.Generator().manual_seed(seed)
+    for name in rc.client_algo.uplink:
+        if name == "delta":
+            update.delta = attack_update(update.delta, how, strength, generator)
+        else:
+            update.extras[name] = attack_update(update.extras[name], how, strength, generator)

@@ -1,0 +1,172 @@
+"""The stage interface: an ordered chain of cross-cutting work around each client's update
+(docs/explanation/round-protocol.md).
+
+A stage sees a round through a few small hooks, every one optional: ``begin_round`` (metrics
+at the round's start), ``start_point`` (where a client's local training starts),
+``on_update`` (client side, on the trained update before it is sent), ``on_send`` (the uplink:
+what goes on the wire and its bytes), ``on_receive`` (server side, on what arrived) and
+``end_round`` (an extra server step and metrics). The round driver calls each hook on every
+stage in chain order; stages named in ``method.stages`` come from :data:`REGISTRY`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from fedcore.registry import HParams, Registry
+from fedcore.registry import HParams as AnyHParams
+
+if TYPE_CHECKING:
+    from fedcore.clients.base import ClientUpdate
+    from fedcore.round_context import RoundContext
+
+REGISTRY: Registry[Stage] = Registry(
+    "stage", "stage", "fedcore.stages", "fedcore.stages.base:Stage"
+)
+register = REGISTRY.register
+
+
+@dataclass
+class RoundEnd:
+    """What closing a round gives back: an extra server step (None: none) and metrics."""
+
+    step: torch.Tensor | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Message:
+    """One client's uplink as it travels through the chain: its update, the named vectors as
+    they go on the wire (in ``client_algo.uplink`` order), their bytes, and whether the server
+    accepts them."""
+
+    update: ClientUpdate
+    sent: dict[str, torch.Tensor]
+    nbytes: int = 0
+    accepted: bool = True
+
+
+def uplink_vectors(
+    update: ClientUpdate, names: tuple[str, ...] | list[str]
+) -> dict[str, torch.Tensor]:
+    """The named vectors a client sends, in uplink order (``delta`` or one of its extras)."""
+    return {n: update.delta if n == "delta" else update.extras[n] for n in names}
+
+
+class Stage:
+    """One link of the chain; every hook does nothing unless a subclass says otherwise."""
+
+    name: ClassVar[str]
+    HParams: ClassVar[type[HParams]] = HParams
+    hp: AnyHParams
+
+    def __init__(self, hparams: AnyHParams | None = None) -> None:
+        self.hp = hparams if hparams is not None else self.HParams()
+
+    @property
+    def needs_num_steps(self) -> bool:
+        """True when :meth:`start_point` needs the client's planned local steps."""
+        return False
+
+    @property
+    def moment_matched_bn(self) -> bool:
+        """True when the server should moment-match BatchNorm variances."""
+        return False
+
+    def begin_round(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
+        """Metrics measured at the round's start, before any client trains."""
+        return {}
+
+    def start_point(
+        self, rc: RoundContext, client_id: int, num_steps: int | None
+    ) -> torch.Tensor | None:
+        """Where the client's local training starts (None: this stage does not move it)."""
+        return None
+
+    def on_update(self, update: ClientUpdate, rc: RoundContext) -> None:
+        """Client side: change the trained update (its uplink vectors) in place."""
+
+    def on_send(self, msg: Message, rc: RoundContext) -> None:
+        """Uplink: replace ``msg.sent`` by what goes on the wire and add its bytes."""
+
+    def on_receive(self, msg: Message, rc: RoundContext) -> None:
+        """Server side: inspect what arrived; may set ``msg.accepted`` False."""
+
+    def end_round(self, rc: RoundContext, sampled: list[int]) -> RoundEnd:
+        """Close the round: an extra server step or None, and metrics."""
+        return RoundEnd()
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs of this stage (beyond the client store)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+
+class Chain:
+    """Stages in order; each driver phase calls one hook on every stage."""
+
+    def __init__(self, stages: list[Stage]) -> None:
+        self.stages = list(stages)
+
+    @property
+    def needs_num_steps(self) -> bool:
+        return any(s.needs_num_steps for s in self.stages)
+
+    @property
+    def moment_matched_bn(self) -> bool:
+        return any(s.moment_matched_bn for s in self.stages)
+
+    def begin_round(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        for s in self.stages:
+            metrics.update(s.begin_round(rc, sampled))
+        return metrics
+
+    def start_point(
+        self, rc: RoundContext, client_id: int, num_steps: int | None
+    ) -> torch.Tensor | None:
+        """The first start point a stage gives (None: the global model)."""
+        for s in self.stages:
+            point = s.start_point(rc, client_id, num_steps)
+            if point is not None:
+                return point
+        return None
+
+    def client_side(self, ups: list[ClientUpdate], rc: RoundContext) -> None:
+        for up in ups:
+            for s in self.stages:
+                s.on_update(up, rc)
+
+    def send(self, ups: list[ClientUpdate], rc: RoundContext) -> list[Message]:
+        msgs = [Message(up, uplink_vectors(up, rc.client_algo.uplink)) for up in ups]
+        for msg in msgs:
+            for s in self.stages:
+                s.on_send(msg, rc)
+        return msgs
+
+    def receive(self, msgs: list[Message], rc: RoundContext) -> None:
+        for msg in msgs:
+            for s in self.stages:
+                s.on_receive(msg, rc)
+
+    def end_round(self, rc: RoundContext, sampled: list[int]) -> RoundEnd:
+        """Every stage's closing; their steps add up, their metrics merge."""
+        out = RoundEnd()
+        for s in self.stages:
+            closing = s.end_round(rc, sampled)
+            if closing.step is not None:
+                out.step = closing.step if out.step is None else out.step + closing.step
+            out.metrics.update(closing.metrics)
+        return out
+
+    def state_dict(self) -> list[dict[str, Any]]:
+        return [s.state_dict() for s in self.stages]
+
+    def load_state_dict(self, states: list[dict[str, Any]]) -> None:
+        for s, state in zip(self.stages, states, strict=True):
+            s.load_state_dict(state)

@@ -1,0 +1,39 @@
+"""The last stage: non-finite updates are rejected (the run goes on without them)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from fedcore.stages.base import Message, Stage
+
+if TYPE_CHECKING:
+    from fedcore.clients.base import ClientUpdate
+    from fedcore.round_context import RoundContext
+
+log = logging.getLogger("fedcore")
+
+
+class NonFinite(Stage):
+    """Client side: a client whose scalar for the server (``aggregator.needs``: ``loss_before``,
+    ...) is NaN or Inf gets a NaN delta, so that it is rejected like a non-finite update (its
+    error-feedback residual kept). Server side: an uplink with a non-finite vector is not
+    accepted (counted in ``agg/rejected_clients``)."""
+
+    name = "non_finite"
+
+    def on_update(self, update: ClientUpdate, rc: RoundContext) -> None:
+        needs = rc.aggregator.needs
+        bad = sorted(k for k in needs if k in update.stats and not math.isfinite(update.stats[k]))
+        if bad:
+            log.warning("round %d: client %d sent non-finite %s", rc.round, update.client_id, bad)
+            update.delta = torch.full_like(update.delta, math.nan)
+
+    def on_receive(self, msg: Message, rc: RoundContext) -> None:
+        msg.accepted = all(bool(torch.isfinite(v).all()) for v in msg.sent.values())
+        if not msg.accepted:
+            log.warning("round %d: NaN or Inf in the update of client %d; excluded",
+                        rc.round, msg.update.client_id)

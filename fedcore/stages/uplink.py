@@ -1,0 +1,65 @@
+"""The uplink stage: error feedback and the compressor on every uplink vector, and the bytes.
+
+``delta`` goes through the error-feedback variant around C; every other uplink vector through
+C alone. A randomized compressor draws from a stream per (seed, round, client)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from fedcore.compression.base import Compressor, side_bytes
+from fedcore.compression.feedback.base import ErrorFeedback
+from fedcore.seeding import derive_seed
+from fedcore.stages.base import Message, RoundEnd, Stage
+
+if TYPE_CHECKING:
+    from fedcore.round_context import RoundContext
+
+
+class Uplink(Stage):
+    name = "uplink"
+
+    def __init__(self, compressor: Compressor, feedback: ErrorFeedback) -> None:
+        super().__init__()
+        self.compressor, self.feedback = compressor, feedback
+
+    @property
+    def needs_num_steps(self) -> bool:
+        return self.feedback.per_client_alpha
+
+    @property
+    def moment_matched_bn(self) -> bool:
+        """Error feedback with a residual moment-matches BatchNorm variances (sapef.md)."""
+        return self.feedback.active
+
+    def begin_round(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
+        self.feedback.begin_round(rc.round, rc.schedule)
+        return self.feedback.probe(rc, sampled)
+
+    def start_point(
+        self, rc: RoundContext, client_id: int, num_steps: int | None
+    ) -> torch.Tensor | None:
+        return self.feedback.start_point(rc.params, rc.store[client_id], num_steps)
+
+    def on_send(self, msg: Message, rc: RoundContext) -> None:
+        up = msg.update
+        gen = None
+        if self.compressor.randomized:
+            gen = torch.Generator().manual_seed(
+                derive_seed(rc.cfg.seed, "compress", rc.round, up.client_id)
+            )
+        for name, vec in msg.sent.items():
+            if name == "delta":
+                out, nbytes = self.feedback.compress(
+                    self.compressor.apply, vec, rc.store[up.client_id], gen
+                )
+            else:
+                out, nbytes = self.compressor.apply(vec, gen)
+            msg.sent[name] = out
+            msg.nbytes += nbytes
+        msg.nbytes += side_bytes(up.buffers)  # n_k and BatchNorm statistics
+
+    def end_round(self, rc: RoundContext, sampled: list[int]) -> RoundEnd:
+        return self.feedback.end_round(sampled, rc.store)

@@ -1,0 +1,61 @@
+"""The power-of-choice client sampler (docs/methods/power_of_choice.md)."""
+
+import numpy as np
+import pytest
+
+from fedcore.config import ConfigError, load_config
+from fedcore.samplers import Population, build
+from fedcore.simulation import Simulation
+
+from .conftest import TINY
+
+
+def _pop(n, m, loss, sizes=None, round=1):
+    calls = []
+
+    def local_loss(ids):
+        calls.append(list(ids))
+        return np.array([loss[k] for k in ids], dtype=float)
+
+    sizes = np.ones(n) if sizes is None else np.asarray(sizes, dtype=float)
+    return Population(0, round, n, m, sizes, local_loss), calls
+
+
+def test_picks_the_highest_loss_candidates():
+    loss = np.arange(10.0)[::-1]  # client 0 has the highest loss
+    sampler = build({"sampler": "power_of_choice", "d": 6})
+    pop, calls = _pop(10, 3, loss)
+    got = sampler.sample(pop)
+    cand = calls[0]
+    assert len(cand) == 6 and len(set(cand)) == 6
+    assert list(got) == sorted(sorted(cand, key=lambda k: -loss[k])[:3])
+    # d = N: every client is a candidate, so the m highest losses overall
+    pop, _ = _pop(10, 3, loss)
+    assert list(build({"sampler": "power_of_choice", "d": 10}).sample(pop)) == [0, 1, 2]
+
+
+def test_candidates_follow_the_data_sizes():
+    sizes = [0, 0, 0, 0, 1, 1, 1, 1, 1, 1]  # clients 0..3 hold no data: never candidates
+    seen = set()
+    for r in range(1, 30):
+        pop, calls = _pop(10, 2, np.zeros(10), sizes, round=r)
+        build({"sampler": "power_of_choice", "d": 4}).sample(pop)
+        seen.update(calls[0])
+    assert seen == set(range(4, 10))
+
+
+def test_run_is_reproducible_and_uses_the_global_models_loss():
+    over = [*TINY, "rounds=1", "method.sampler={sampler: power_of_choice, d: 6}"]
+    a, b = Simulation(load_config(None, over)), Simulation(load_config(None, over))
+    got = a.sample_clients(1)
+    assert np.array_equal(got, b.sample_clients(1))
+    losses = a.local_loss(list(range(6)))
+    assert list(got) == sorted(np.argsort(-losses, kind="stable")[:3].tolist())
+    a.run_round(1)
+    b.run_round(1)
+    assert (a.params == b.params).all()
+
+
+def test_bad_candidate_set_is_a_one_line_error():
+    with pytest.raises(ConfigError, match=r"^method.sampler.d: .*allowed: 3..6 \(got 2\)"):
+        load_config(None, [*TINY, "method.sampler={sampler: power_of_choice, d: 2}"])
