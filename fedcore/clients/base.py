@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -17,9 +16,9 @@ from fedcore.registry import HParams as BaseHParams
 from fedcore.registry import Registry
 
 if TYPE_CHECKING:
+    from fedcore.callbacks import Callback
     from fedcore.config import ExperimentConfig
     from fedcore.models import FedModel, ModelView
-    from fedcore.round_context import RoundContext
 
 REGISTRY: Registry[ClientAlgorithm] = Registry(
     "client algorithm", "algorithm", "fedcore.clients", "fedcore.clients.base:ClientAlgorithm"
@@ -172,7 +171,7 @@ class ClientAlgorithm:
     HParams: ClassVar[type[BaseHParams]] = BaseHParams
     hp: BaseHParams
     uplink: tuple[str, ...] = ("delta",)  # the vectors sent: "delta" and/or named extras
-    personalized: ClassVar[bool] = False  # keeps personal models (``personal_params``), Ditto
+    personalized: ClassVar[bool] = False  # keeps personal models (``personal_params``)
     # The vectorised engine vmaps ``loss`` (with a BatchMask) for objectives that set this; the
     # others give ``not_vectorised`` as the reason they train sequentially.
     vectorisable: ClassVar[bool] = False
@@ -276,12 +275,10 @@ class ClientAlgorithm:
         """Update client state once the server has judged the update (``sent``: the vectors as
         the server received them, after compression); called for every sampled client."""
 
-    def evaluate_clients(self, rc: RoundContext) -> dict[str, np.ndarray]:
-        """Per-client evaluation columns beyond the global model's (Ditto's personal models).
-
-        A column named ``X_accuracy`` also gets fairness summary metrics under ``X/``.
-        """
-        return {}
+    def callbacks(self) -> list[Callback]:
+        """Round-loop callbacks this objective contributes (e.g. evaluating its personal
+        models); the run calls them after the built-in evaluation."""
+        return []
 
     def local_update(self, ctx: LocalContext) -> ClientUpdate:
         from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
