@@ -55,7 +55,7 @@ def test_mlflow_run_has_params_tags_metrics_and_artifacts(tracking, tmp_path):
 def test_failed_run_is_marked_failed_with_reason(tracking, monkeypatch):
     from fedcore import simulation
 
-    def boom(self, round, order=None):
+    def boom(self, round, sampled=None, order=None):
         raise FloatingPointError("diverged")
 
     monkeypatch.setattr(simulation.Simulation, "play_round", boom)

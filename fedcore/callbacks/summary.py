@@ -14,6 +14,16 @@ if TYPE_CHECKING:
     from fedcore.simulation import Result
 
 
+# summary metric -> the metric of the last evaluated round it is
+FINAL = {
+    "final/accuracy": "test/accuracy",
+    "final/loss": "test/loss",
+    "final/accuracy_worst10": "clients/accuracy_worst10",
+    "final/accuracy_std": "clients/accuracy_std",
+    "final/accuracy_mean_clients": "clients/accuracy_mean",
+}
+
+
 class Summary(Callback):
     """``result.summary`` from the evaluated rounds played (empty when none was evaluated)."""
 
@@ -34,21 +44,16 @@ def auc_trapz(accuracy: list[float]) -> float:
 
 
 def summarize(history: list[dict[str, float]], target: float | None) -> dict[str, float]:
-    """The last evaluation's accuracy, loss and client spread, the accuracy's mean and
-    trapezoid AUC over the evaluations, and the first round reaching ``target``."""
+    """The last evaluation's accuracy, loss and client spread (those it measured), the
+    accuracy's mean and trapezoid AUC over the evaluations, and the first round reaching
+    ``target``; empty without an evaluated round."""
     evals = [h for h in history if "test/accuracy" in h]
     if not evals:
         return {}
     last = evals[-1]
-    out = {
-        "final/accuracy": last["test/accuracy"],
-        "final/loss": last["test/loss"],
-        "final/accuracy_worst10": last["clients/accuracy_worst10"],
-        "final/accuracy_std": last["clients/accuracy_std"],
-        "final/accuracy_mean_clients": last["clients/accuracy_mean"],
-        "auc/accuracy": float(np.mean([h["test/accuracy"] for h in evals])),
-        "auc/accuracy_trapz": auc_trapz([h["test/accuracy"] for h in evals]),
-    }
+    out = {name: last[key] for name, key in FINAL.items() if key in last}
+    out["auc/accuracy"] = float(np.mean([h["test/accuracy"] for h in evals]))
+    out["auc/accuracy_trapz"] = auc_trapz([h["test/accuracy"] for h in evals])
     if target is not None:
         hit = [h["round"] for h in evals if h["test/accuracy"] >= target]
         if hit:
