@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedcore import stopping
-from fedcore.callbacks import Callback
+from fedcore.callbacks import Callback, RoundRecord, RoundVerdict
 from fedcore.config import ConfigError, load_config, parse_overrides
 
 if TYPE_CHECKING:
-    from fedcore.simulation import ClientTable, Result, Simulation
+    from fedcore.simulation import Result, Simulation
     from fedcore.tracking.store_setup import StoreHelper
 
 DEBUG_ENV = "FEDCORE_DEBUG"  # set to 1: failures show their traceback (as --debug)
@@ -51,14 +51,14 @@ class ProgressBar(Callback):
             desc=sim.cfg.method.name,
         )
 
-    def on_round_end(
-        self, round: int, metrics: dict[str, float], clients: ClientTable | None
-    ) -> None:
+    def on_round_end(self, record: RoundRecord) -> RoundVerdict | None:
+        metrics = record.metrics
         if "test/accuracy" in metrics:
             self.bar.set_postfix(
                 acc=f"{metrics['test/accuracy']:.3f}", loss=f"{metrics['train/loss']:.3f}"
             )
         self.bar.update(1)
+        return None
 
     def on_run_end(self, result: Result) -> None:
         self.close()
@@ -119,6 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"\n{where}  method={cfg.method.name}  dataset={cfg.dataset.name}  "
         f"alpha={cfg.dataset.alpha}  seed={cfg.seed}"
     )
+    if result.stopped is not None:
+        print(f"stopped early: {result.stopped} (run it again to continue)")
     print_table([{"metric": k, "value": v} for k, v in result.summary.items()], ["metric", "value"])
     return 0
 

@@ -17,7 +17,10 @@ import torch
 from fedcore import checkpoint, code_digest, compose, stopping
 from fedcore.aggregators import Aggregate, UpdateBatch
 from fedcore.bn_statistics import average_bn_statistics
-from fedcore.callbacks import Callback
+from fedcore.callbacks import Callback, RoundRecord
+from fedcore.callbacks import chain as callback_chain
+from fedcore.callbacks.evaluation import evaluate
+from fedcore.callbacks.signals import SignalStop
 from fedcore.clients import ClientData, ClientUpdate, Commit, LocalSchedule
 from fedcore.config import ConfigError, ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
@@ -26,15 +29,7 @@ from fedcore.devices import check_device_present
 from fedcore.engines import sequential
 from fedcore.layout import flat_params, load_flat_params
 from fedcore.limits import shown
-from fedcore.metrics import (
-    client_stat_metrics,
-    conflict_fraction,
-    eval_with_embeddings,
-    fairness_summary,
-    label_mix_accuracy,
-    per_sample_eval,
-    representation_stats,
-)
+from fedcore.metrics import client_stat_metrics, conflict_fraction, per_sample_eval
 from fedcore.models.external import ModelArg, config_with_model
 from fedcore.models.protocol import REPR_METRICS, has_embedding
 from fedcore.round_context import RoundContext
@@ -79,6 +74,7 @@ class Result:
     client_tables: list[ClientTable] = field(default_factory=list)
     summary: dict[str, float] = field(default_factory=dict)
     skipped_metrics: dict[str, str] = field(default_factory=dict)  # pattern -> why not measured
+    stopped: str | None = None  # why a callback ended the run early (None: all rounds played)
 
     def rounds_frame(self) -> pd.DataFrame:
         """One row per round, one column per metric (pandas)."""
@@ -119,11 +115,13 @@ class Simulation:
         data: FederatedData | None = None,
         device: str | None = None,
         model: ModelArg | None = None,
+        builtins: dict[str, Callback | None] | None = None,
     ) -> None:
         """``device`` (e.g. a pinned ``cuda:1``) overrides ``cfg.device`` without changing
         the config or its hash. ``data`` (own data, see :mod:`fedcore.data.own`) and ``model``
         (an ``nn.Module``, a class or a factory) replace the config's; ``self.cfg`` then records
-        them (name, source, digest), so its hash is theirs."""
+        them (name, source, digest), so its hash is theirs. ``builtins`` replaces built-in
+        callbacks by name (None turns one off; :data:`fedcore.callbacks.chain.BUILTINS`)."""
         if model is not None:
             cfg = config_with_model(cfg, model)
         if data is not None:
@@ -135,6 +133,7 @@ class Simulation:
             )
         self.cfg = cfg
         self.callbacks = list(callbacks)
+        self.builtins = callback_chain.builtins(cfg.target_accuracy, builtins)
         self.device = resolve_device(device or cfg.device)
         self.data = data or build_federated_data(cfg.dataset, cfg.seed, self.device, cfg.clients)
         parts = compose.build(cfg, self.data, self.device, model)
@@ -383,102 +382,52 @@ class Simulation:
         sampled: np.ndarray,
         client_values: dict[str, np.ndarray] | None = None,
     ) -> tuple[dict[str, float], ClientTable]:
-        """Evaluate phase: the rule's evaluation point on the global test set and on every
-        client's local test split (none, ``test_fraction`` 0: the global per-class accuracy
-        weighted by each client's label mix), plus the client objective's own columns (Ditto)."""
-        params = self.aggregator.eval_params(self.params)
-        load_flat_params(self.model, params)
-        if self.buffers:
-            self.model.load_state_dict(self.buffers, strict=False)
-        if REPR_METRICS in self.skipped_metrics:
-            correct, loss = per_sample_eval(self.model, self.data.x_test, self.data.y_test)
-        else:
-            correct, loss, z = eval_with_embeddings(self.model, self.data.x_test, self.data.y_test)
-        metrics = {"test/accuracy": float(correct.float().mean()), "test/loss": float(loss.mean())}
-        if REPR_METRICS not in self.skipped_metrics:
-            metrics.update(representation_stats(z, self.data.y_test))
-        n_clients = self.data.num_clients
-        has_test = np.array([len(c.y_test) > 0 for c in self.data.clients])
-        if has_test.any():
-            c_correct, c_loss = per_sample_eval(self.model, self._eval_x, self._eval_y)
-            owner = self._eval_owner.to(c_correct.device)
-            counts = torch.bincount(owner, minlength=n_clients).clamp_min(1).double()
-            acc = (torch.bincount(owner, c_correct.double(), minlength=n_clients) / counts).cpu()
-            cl = (torch.bincount(owner, c_loss.double(), minlength=n_clients) / counts).cpu()
-        else:  # no local test splits (test_fraction 0): the global test set by label mix
-            mix = self.data.label_mix()
-            acc, cl = (t.cpu() for t in label_mix_accuracy(correct, loss, self.data.y_test, mix))
-            has_test = np.ones(n_clients, dtype=bool)
-        acc_np = acc.numpy()
-        metrics.update(fairness_summary(acc_np[has_test]))
-        own = self.client_algo.evaluate_clients(self.round_context(round))
-        for name, column in own.items():
-            if name.endswith("_accuracy"):
-                metrics.update(fairness_summary(column[has_test], name.removesuffix("_accuracy")))
-        if params is not self.params:
-            load_flat_params(self.model, self.params)
-        table = ClientTable(
-            round=round,
-            client_id=np.arange(n_clients),
-            accuracy=acc_np,
-            loss=cl.numpy(),
-            num_samples=np.array([c.num_train for c in self.data.clients]),
-            sampled=np.isin(np.arange(n_clients), sampled),
-            extra={
-                "noisy": np.isin(np.arange(n_clients), self.data.noisy_clients),
-                "byzantine": np.isin(np.arange(n_clients), sorted(self.byzantine)),
-                **(client_values or {}),
-                **own,
-            },
-        )
-        return metrics, table
+        """The built-in evaluation of the current global model
+        (:func:`fedcore.callbacks.evaluation.evaluate`)."""
+        return evaluate(self, round, sampled, client_values)
 
     def run(self, order_fn: Callable[[list[int]], list[int]] | None = None) -> Result:
         """Run all remaining rounds; rounds are numbered 1..R (the MLflow step).
 
-        A requested stop (:mod:`fedcore.stopping`, e.g. SIGTERM) ends the run at the next round
-        boundary with :class:`~fedcore.stopping.StopRequested`: the rounds done are reported and
-        checkpointed as usual, the round in flight is finished first."""
-        for cb in self.callbacks:
-            if not isinstance(cb, Callback):
-                raise TypeError(
-                    f"callback {type(cb).__name__} is not a fedcore.callbacks.Callback subclass"
-                )
+        Each round: sample, play, then the callbacks (:mod:`fedcore.callbacks.chain`). A
+        callback's stop ends the run after that round: the round is recorded and checkpointed
+        (with ``checkpoint_every`` set; the checkpoint is kept for a resume), ``result.stopped``
+        says why, and ``on_run_end`` gets the summary of the rounds played. A requested stop
+        (:mod:`fedcore.stopping`, e.g. SIGTERM) ends it the same way but then raises
+        :class:`~fedcore.stopping.StopRequested` instead of finishing."""
+        signal = SignalStop()
+        components = callback_chain.contributed(
+            [self.client_algo, self.aggregator, self.compressor]
+        )
+        self.run_callbacks = callback_chain.chain(
+            self.builtins, components, self.callbacks, signal
+        )
         result = Result(
             self.cfg.resolved(), self.cfg.config_hash(), self.history, self.client_tables,
             skipped_metrics=dict(self.skipped_metrics),
         )
-        for cb in self.callbacks:
+        for cb in self.run_callbacks:
             cb.on_run_start(self)
+        stopping.check(self.round)  # no round starts once a stop was requested
         total = self.cfg.rounds
-        every = self.cfg.checkpoint_every
         while self.round < total:
-            if stopping.requested() and every and self.round % every:
-                self.save_checkpoint()  # resume from the round the stop came after
-            stopping.check(self.round)
             r = self.round + 1
             sampled = self.sample_clients(r)
             order = order_fn(list(map(int, sampled))) if order_fn else None
             outcome = self.play_round(r, sampled, order)
-            metrics = outcome.metrics
-            table = None
-            if r % self.cfg.eval_every == 0 or r == total:
-                eval_metrics, table = self.evaluate(r, sampled, outcome.client_values)
-                metrics.update(eval_metrics)
-                result.client_tables.append(table)
             self.round = r
-            result.history.append({"round": r, **metrics})
-            for cb in self.callbacks:
-                cb.on_round_end(r, metrics, table)
-            reason = divergence(r, metrics, self.cfg.clients_per_round)
-            if reason:
-                raise FloatingPointError(reason)
-            if every and (r % every == 0 or r == total):
-                self.save_checkpoint()
-        result.summary = summarize(result.history, self.cfg.target_accuracy)
-        for cb in self.callbacks:
-            cb.on_run_end(result)
-        if self.cfg.checkpoint_every:
+            record = RoundRecord(r, outcome.metrics, self, sampled, outcome.client_values)
+            result.history.append({"round": r, **outcome.metrics})
+            callback_chain.end_round(
+                self.run_callbacks, record, result.history[-1], result.client_tables
+            )
+            if record.stop is not None and r < total:
+                result.stopped = record.stop
+                break
+        if signal.reason is not None and result.stopped is not None:
+            raise stopping.StopRequested(signal.reason)
+        callback_chain.end_run(self.run_callbacks, result)
+        if self.cfg.checkpoint_every and result.stopped is None:
             checkpoint.remove(checkpoint.run_folder(self.cfg))
         return result
 
@@ -541,10 +490,10 @@ class Simulation:
             checkpoint.set_rng_state(state["rng"])
 
     def save_checkpoint(self) -> None:
-        """Write this round's checkpoint and tell the callbacks its path."""
+        """Write this round's checkpoint and tell the run's callbacks its path."""
         path = checkpoint.save(self.state_dict(), checkpoint.run_folder(self.cfg), self.round,
                                code=code_digest.of_config(self.cfg))
-        for cb in self.callbacks:
+        for cb in getattr(self, "run_callbacks", self.callbacks):
             cb.on_checkpoint(path)
 
     def resume(self, state: dict[str, Any] | None = None) -> bool:
@@ -559,61 +508,6 @@ class Simulation:
         return True
 
 
-def divergence(round: int, metrics: dict[str, float], sampled: int) -> str | None:
-    """Why the run diverged this round, or None.
-
-    A non-finite global test loss, or a non-finite train loss with every sampled update
-    non-finite (a single client's NaN update is excluded and the run goes on).
-    """
-    test = metrics.get("test/loss", 0.0)
-    if not math.isfinite(test):
-        return f"diverged at round {round}: test/loss is {test}"
-    train = metrics["train/loss"]
-    if not math.isfinite(train) and metrics["agg/rejected_clients"] >= sampled:
-        return f"diverged at round {round}: train/loss is {train} and every update is non-finite"
-    return None
-
-
-def personal_summary(last: dict[str, float]) -> dict[str, float]:
-    """final/personal_* of a personalised method: its personal models at the last evaluation
-    (mean, worst-10 %, std over clients and Jain's index); empty for other methods."""
-    if "personal/accuracy_mean" not in last:
-        return {}
-    return {
-        "final/personal_accuracy_mean": last["personal/accuracy_mean"],
-        "final/personal_accuracy_worst10": last["personal/accuracy_worst10"],
-        "final/personal_accuracy_std": last["personal/accuracy_std"],
-        "final/personal_jain": last["personal/jain_index"],
-    }
-
-
-def auc_trapz(accuracy: list[float]) -> float:
-    """FedOUI's AUC: trapz(acc) / (R - 1) over the R evaluated accuracies (unit spacing), the
-    area under the curve over its span; the one accuracy itself when R = 1."""
-    if len(accuracy) == 1:
-        return float(accuracy[0])
-    a = np.asarray(accuracy, dtype=float)
-    return float(np.sum((a[1:] + a[:-1]) / 2) / (len(a) - 1))
-
-
-def summarize(history: list[dict[str, float]], target: float | None) -> dict[str, float]:
-    evals = [h for h in history if "test/accuracy" in h]
-    last = evals[-1]
-    out = {
-        "final/accuracy": last["test/accuracy"],
-        "final/loss": last["test/loss"],
-        "final/accuracy_worst10": last["clients/accuracy_worst10"],
-        "final/accuracy_std": last["clients/accuracy_std"],
-        "final/accuracy_mean_clients": last["clients/accuracy_mean"],
-        "auc/accuracy": float(np.mean([h["test/accuracy"] for h in evals])),
-        "auc/accuracy_trapz": auc_trapz([h["test/accuracy"] for h in evals]),
-        **personal_summary(last),
-    }
-    if target is not None:
-        hit = [h["round"] for h in evals if h["test/accuracy"] >= target]
-        if hit:
-            out["rounds_to_target"] = float(hit[0])
-    return out
 
 
 def run(
@@ -623,5 +517,5 @@ def run(
     model: ModelArg | None = None,
 ) -> Result:
     """Run one simulation of ``cfg`` (with own ``data`` or ``model``), reporting to
-    ``callbacks``."""
+    ``callbacks`` (:mod:`fedcore.callbacks`)."""
     return Simulation(cfg, callbacks, data=data, model=model).run()

@@ -30,9 +30,9 @@ class StopAt(Callback):
     def __init__(self, r: int) -> None:
         self.r = r
 
-    def on_round_end(self, round, metrics, clients):
-        if round == self.r:
-            raise KeyboardInterrupt(f"stopped at round {round}")
+    def on_round_end(self, record):
+        if record.round == self.r:
+            raise KeyboardInterrupt(f"stopped at round {record.round}")
 
 
 def _numbers(history):

@@ -96,9 +96,9 @@ class StopAt(Callback):
     def on_run_start(self, sim):
         self.start = sim.round
 
-    def on_round_end(self, round, metrics, clients):
-        if round == self.r:
-            raise KeyboardInterrupt(f"stopped at round {round}")
+    def on_round_end(self, record):
+        if record.round == self.r:
+            raise KeyboardInterrupt(f"stopped at round {record.round}")
 
     def on_run_end(self, result):
         pass

@@ -110,9 +110,8 @@ def test_global_model_trains_exactly_as_the_inner_objective():
 
 @pytest.mark.slow
 def test_personal_metrics_and_unsampled_clients_use_the_global_model():
-    sim = _sim("method.client.personal_steps=3")
-    sim.run_round(1)
-    metrics, table = sim.evaluate(1, sim.sample_clients(1))
+    result = _sim("method.client.personal_steps=3", "rounds=1").run()
+    metrics, table = result.history[-1], result.client_tables[-1]
     for key in ("mean", "std", "worst10", "best10"):
         assert f"personal/accuracy_{key}" in metrics
     personal = table.extra["personal_accuracy"]

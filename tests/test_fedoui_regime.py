@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from fedcore.callbacks.summary import auc_trapz, summarize
 from fedcore.config import build_config, config_dir, read_yaml
 from fedcore.data.datasets import load_dataset
 from fedcore.data.federated import build_federated_data, partition_indices
 from fedcore.metrics import label_mix, label_mix_accuracy, per_sample_eval
-from fedcore.simulation import Simulation, auc_trapz, run, summarize
+from fedcore.simulation import Simulation, run
 
 
 def _history(acc: list[float]) -> list[dict[str, float]]:

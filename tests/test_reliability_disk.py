@@ -61,10 +61,10 @@ def test_store_filling_mid_run_is_one_line(capfd, monkeypatch, tmp_path, small_d
     monkeypatch.setenv("FEDCORE_ARTIFACT_LOCATION", str(tmp_path / "artifacts"))
     on_round_end = ProgressBar.on_round_end
 
-    def full_after_round_1(self, round, metrics, clients):  # metrics are written in batches:
+    def full_after_round_1(self, record):  # metrics are written in batches:
         # the store meets the full disk a round or two later, never after the last round
-        on_round_end(self, round, metrics, clients)
-        if round == 1:
+        on_round_end(self, record)
+        if record.round == 1:
             fill(small_disk)
 
     monkeypatch.setattr(ProgressBar, "on_round_end", full_after_round_1)

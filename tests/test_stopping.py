@@ -27,8 +27,8 @@ class StopAfter(Callback):
     def on_run_start(self, sim):
         pass
 
-    def on_round_end(self, round, metrics, clients):
-        self.stop = self.stop or round == self.r
+    def on_round_end(self, record):
+        self.stop = self.stop or record.round == self.r
 
     def on_run_end(self, result):
         pass
@@ -89,7 +89,7 @@ def test_a_stopped_single_process_study_fails_its_trial_and_kills_its_parent(tra
         "storage": f"sqlite:///{tmp_path / 'optuna.db'}"}))
     calls = []
 
-    def mid_trial():  # asked before the trial, the run, and twice per round boundary
+    def mid_trial():  # asked before the trial, the run, its first round and each round's end
         calls.append(1)
         return len(calls) >= 7
 

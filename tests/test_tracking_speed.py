@@ -32,8 +32,8 @@ KILLED_RUN = textwrap.dedent("""
     KILL_AT = int(sys.argv[1])
 
     class KillAt(Callback):
-        def on_round_end(self, round, metrics, clients):
-            if round == KILL_AT:  # SIGKILL: no handler, no flush, no atexit
+        def on_round_end(self, record):
+            if record.round == KILL_AT:  # SIGKILL: no handler, no flush, no atexit
                 os.kill(os.getpid(), signal.SIGKILL)
 
     cfg = load_config(None, ["rounds=12", "model.name=mlp", "dataset.num_clients=6",
@@ -43,12 +43,13 @@ KILLED_RUN = textwrap.dedent("""
 
 
 def test_a_killed_run_keeps_every_round_before_the_last(tracking, tmp_path):
-    """SIGKILL at the end of round 6: rounds 1-5 are in the store with all their metrics (the
-    writer has at most one round in flight); the run is left RUNNING."""
+    """SIGKILL at the end of round 7, before the tracker (the last callback) hands it over:
+    rounds 1-5 are in the store with all their metrics (the writer has at most one round in
+    flight, round 6); the run is left RUNNING."""
     script = tmp_path / "killed_run.py"
     script.write_text(KILLED_RUN)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(script), "6"], env=env, cwd=ROOT,
+    proc = subprocess.run([sys.executable, str(script), "7"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     db = tracking.tracking_uri.removeprefix("sqlite:///")

@@ -7,6 +7,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
+from fedcore.callbacks.personal import PersonalEvaluation
 from fedcore.config import ConfigError, load_config
 from fedcore.engines import sequential
 from fedcore.engines.select import choose_engine
@@ -454,7 +455,7 @@ def test_ditto_vectorises_exactly_with_its_personal_models(model, inner, caplog)
                 vec.run_round(r)
                 assert sum(vec.engine.last_chunks) == 8  # global models, then personal ones
                 assert torch.allclose(vec.params, seq.params, rtol=0, atol=1e-12), r
-        personal = {name: s.client_algo.evaluate_clients(s.round_context(3))["personal_accuracy"]
+        personal = {name: PersonalEvaluation(s.client_algo).accuracy(s)
                     for name, s in sims.items()}
     finally:
         torch.set_default_dtype(default)

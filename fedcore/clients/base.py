@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -28,9 +27,9 @@ from fedcore.registry import HParams as BaseHParams
 from fedcore.registry import Registry
 
 if TYPE_CHECKING:
+    from fedcore.callbacks import Callback
     from fedcore.config import ExperimentConfig
     from fedcore.models import FedModel
-    from fedcore.round_context import RoundContext
 
 REGISTRY: Registry[ClientAlgorithm] = Registry(
     "client algorithm", "algorithm", "fedcore.clients", "fedcore.clients.base:ClientAlgorithm"
@@ -159,12 +158,10 @@ class ClientAlgorithm:
         """A personalised client's (flat params, buffers) from its state; None if not personal."""
         return None
 
-    def evaluate_clients(self, rc: RoundContext) -> dict[str, np.ndarray]:
-        """Per-client evaluation columns beyond the global model's (personal models).
-
-        A column named ``X_accuracy`` also gets fairness summary metrics under ``X/``.
-        """
-        return {}
+    def callbacks(self) -> list[Callback]:
+        """Round-loop callbacks this objective contributes (e.g. evaluating its personal
+        models); the run calls them after the built-in evaluation."""
+        return []
 
     def local_update(self, ctx: LocalContext) -> ClientUpdate:
         """This client's round with autograd on ``ctx.model``: the shared template

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from pydantic import Field, field_validator
 
@@ -22,14 +21,12 @@ from fedcore.clients.base import (
     minibatches,
     register,
 )
-from fedcore.layout import load_flat_params
-from fedcore.metrics import per_sample_eval
 from fedcore.registry import HParams as BaseHParams
 
 if TYPE_CHECKING:
+    from fedcore.callbacks import Callback
     from fedcore.config import ExperimentConfig
     from fedcore.models import FedModel
-    from fedcore.round_context import RoundContext
 
 
 @register("ditto")
@@ -96,24 +93,12 @@ class DittoClient(ClientAlgorithm):
     def prepare_model(self, model: FedModel) -> None:
         self.inner.prepare_model(model)
 
-    def evaluate_clients(self, rc: RoundContext) -> dict[str, np.ndarray]:
-        """``personal_accuracy``: each client's personal model on its local test split (the
-        global model for a client that has not trained yet)."""
-        acc = np.full(rc.data.num_clients, np.nan)
-        model = rc.model
-        for c in rc.data.clients:
-            own = self.personal_params(rc.store[c.client_id])
-            params, buffers = own if own is not None else (rc.params, rc.buffers)
-            load_flat_params(model, params)
-            if buffers:
-                model.load_state_dict(buffers, strict=False)
-            if len(c.y_test):
-                correct = per_sample_eval(model, c.x_test, c.y_test)[0]
-                acc[c.client_id] = float(correct.double().mean())
-        load_flat_params(model, rc.params)
-        if rc.buffers:
-            model.load_state_dict(rc.buffers, strict=False)
-        return {"personal_accuracy": acc}
+    def callbacks(self) -> list[Callback]:
+        """The personal models' evaluation (``personal_accuracy``, ``personal/*``,
+        ``final/personal_*``), then the inner objective's callbacks."""
+        from fedcore.callbacks.personal import PersonalEvaluation
+
+        return [PersonalEvaluation(self), *self.inner.callbacks()]
 
     def personal_params(
         self, state: dict[str, Any]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 import yaml
 
 from fedcore import checkpoint, faults
-from fedcore.callbacks import Callback
+from fedcore.callbacks import Callback, RoundRecord, RoundVerdict
 from fedcore.env import configure_environment
 from fedcore.hparams import regime_tags
 from fedcore.tracking.provenance import device_tags, provenance_tags
@@ -64,6 +64,7 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+STOPPED_TAG = "fedcore.stopped"  # why a callback ended the run early (the run is KILLED)
 _CLIENTS: dict[str, MlflowClient] = {}
 _CLIENTS_LOCK = threading.Lock()
 
@@ -270,8 +271,9 @@ class MLflowTracker(Callback):
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-        if "failure_reason" in run.data.tags:
-            self.client.delete_tag(run_id, "failure_reason")
+        for tag in ("failure_reason", STOPPED_TAG):
+            if tag in run.data.tags:
+                self.client.delete_tag(run_id, tag)
         self.client.update_run(run_id, status="RUNNING")
 
     def on_run_start(self, sim: Simulation) -> None:
@@ -292,10 +294,9 @@ class MLflowTracker(Callback):
                 f"{k}: {v}" for k, v in sim.skipped_metrics.items()
             )
         self._write(self._log_start, tags, dataset_input(sim))
-        tables = {t.round: t for t in sim.client_tables}
         for h in sim.history:  # rounds restored from a checkpoint, if the run lacks them
-            r = int(h["round"])
-            self.on_round_end(r, {k: v for k, v in h.items() if k != "round"}, tables.get(r))
+            self._write(self._log_metrics, {k: v for k, v in h.items() if k != "round"},
+                        int(h["round"]))
 
     def _log_tags(self, tags: dict[str, str]) -> None:
         self.client.log_batch(self.active_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
@@ -317,16 +318,17 @@ class MLflowTracker(Callback):
             self.client.log_batch(self.active_run_id, metrics=batch[i : i + 500])
         self._logged.update((m.key, step) for m in batch)
 
-    def on_round_end(
-        self, round: int, metrics: dict[str, float], clients: ClientTable | None
-    ) -> None:
-        self._write(self._log_metrics, dict(metrics), round)
+    def on_round_end(self, record: RoundRecord) -> RoundVerdict | None:
+        """Hand the round's metrics to the writer: those of every callback before this one
+        (``run_tracked`` puts the tracker after the user's callbacks)."""
+        self._write(self._log_metrics, dict(record.metrics), record.round)
         sim = self._sim
         name = getattr(sim, "engine_name", None)
         if sim is not None and name and name != getattr(self, "_engine_tagged", name):
             self._engine_tagged = name  # the engine fell back mid-run: the tags say so
             tags = {"engine": name, "engine_reason": sim.engine_reason[:5000]}
             self._write(self._log_tags, tags)
+        return None
 
     def on_checkpoint(self, path: Path) -> None:
         """Upload the newest checkpoint as ``checkpoint/checkpoint.pt`` (replacing the last)."""
@@ -383,7 +385,9 @@ class MLflowTracker(Callback):
             raise
 
     def _finish(self, result: Result) -> None:
-        """Summary metrics, the per-client table and the figures; then FINISHED."""
+        """Summary metrics, the per-client table and the figures; then FINISHED, or KILLED
+        with the reason as the tag ``fedcore.stopped`` when a callback stopped the run early
+        (running it again resumes it from its checkpoint)."""
         from fedcore.tracking.plots import curves_png, fairness_png
 
         self._log_metrics(result.summary, int(result.history[-1]["round"]))
@@ -394,15 +398,20 @@ class MLflowTracker(Callback):
             log_models(self.client, self.active_run_id, self._sim)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
-            table = per_client_frame(result.client_tables)
-            table.to_parquet(out / "per_client.parquet", index=False)
-            table.to_csv(out / "per_client.csv", index=False)
-            if self.figures:
-                curves_png(result.history, out / "curves.png")
-                final = result.client_tables[-1]
-                fairness_png(final.accuracy, final.round, out / "fairness.png")
+            if result.client_tables:  # none when a stop came before the first evaluation
+                table = per_client_frame(result.client_tables)
+                table.to_parquet(out / "per_client.parquet", index=False)
+                table.to_csv(out / "per_client.csv", index=False)
+                if self.figures:
+                    curves_png(result.history, out / "curves.png")
+                    final = result.client_tables[-1]
+                    fairness_png(final.accuracy, final.round, out / "fairness.png")
             self.client.log_artifacts(self.active_run_id, str(out))
-        self.client.set_terminated(self.active_run_id, "FINISHED")
+        if result.stopped is not None:
+            self.client.set_tag(self.active_run_id, STOPPED_TAG, result.stopped[:5000])
+        self.client.set_terminated(
+            self.active_run_id, "FINISHED" if result.stopped is None else "KILLED"
+        )
 
     def fail(self, reason: str, status: str = "FAILED") -> None:
         """End the run FAILED (or KILLED, for a pruned trial) with the reason as a tag.

@@ -71,7 +71,7 @@ def run_tracked(
         run_id = tracker.active_run_id
         supersede([r for r in unfinished if not same_code(r, code)], run_id, tracker.settings)
         _ACTIVE.add(run_id)
-    sim.callbacks = [tracker, *callbacks]
+    sim.callbacks = [*callbacks, tracker]  # last: it records the metrics the others return
     try:
         state = checkpoint.latest(checkpoint.run_folder(cfg), code) if resume else None
         if state is None and previous is not None:

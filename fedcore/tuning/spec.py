@@ -25,14 +25,15 @@ from fedcore.config import (
 from fedcore.seeding import TUNING_SEED_MIN
 from fedcore.sweep import read_base
 
-# A personalised method's personal models (fedcore.simulation.personal_summary).
+# A personalised method's personal models (fedcore.callbacks.personal.personal_summary).
 PERSONAL_METRICS = (
     "final/personal_accuracy_mean",
     "final/personal_accuracy_worst10",
     "final/personal_accuracy_std",
     "final/personal_jain",
 )
-# What a trial can be scored on: the keys of the run's summary (fedcore.simulation.summarize).
+# What a trial can be scored on: the keys of the run's summary
+# (fedcore.callbacks.summary.summarize).
 SUMMARY_METRICS = (
     "final/accuracy",
     "final/accuracy_worst10",

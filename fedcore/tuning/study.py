@@ -10,7 +10,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import optuna
@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import OperationalError
 
 from fedcore import stopping
-from fedcore.callbacks import Callback
+from fedcore.callbacks import Callback, RoundRecord, RoundVerdict
 from fedcore.config import ConfigError
 from fedcore.tracking import get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.links import run_url
@@ -30,19 +30,10 @@ from fedcore.tracking.parents import log_source
 from fedcore.tracking.runner import run_tracked
 from fedcore.tuning.spec import Param, StudySpec
 
-if TYPE_CHECKING:
-    from fedcore.simulation import ClientTable
-
 SQLITE_TIMEOUT_S = 600  # how long a process waits for another's write lock on a shared SQLite file
 RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-class TrialPruned(optuna.TrialPruned):
-    """A pruned trial; its MLflow run ends KILLED rather than FAILED."""
-
-    run_status = "KILLED"
 
 
 def make_sampler(spec: StudySpec, stored_trials: int = 0) -> optuna.samplers.BaseSampler:
@@ -199,20 +190,23 @@ def suggest(trial: optuna.Trial, p: Param) -> Any:
 
 
 class PruningReporter(Callback):
-    """Round-loop callback: reports the per-round metric to the trial and prunes on request."""
+    """Round-loop callback: reports the per-round metric to the trial and, when the pruner
+    says so, stops the run after that round (the trial is PRUNED, its MLflow run KILLED)."""
 
     def __init__(self, trial: optuna.Trial, metric: str) -> None:
         self.trial = trial
         self.metric = metric
 
-    def on_round_end(
-        self, round: int, metrics: dict[str, float], clients: ClientTable | None
-    ) -> None:
+    def on_round_end(self, record: RoundRecord) -> RoundVerdict | None:
+        metrics, round = record.metrics, record.round
         if self.metric not in metrics:
-            return
+            return None
         self.trial.report(float(metrics[self.metric]), round)
         if self.trial.should_prune():
-            raise TrialPruned(f"pruned at round {round} ({self.metric}={metrics[self.metric]:.4f})")
+            return RoundVerdict(
+                stop=f"pruned at round {round} ({self.metric}={metrics[self.metric]:.4f})"
+            )
+        return None
 
 
 @dataclass(frozen=True)
@@ -298,10 +292,11 @@ def _run_trial(
         run_id, result = run_tracked(cfg, parent_run_id=parent_run_id, callbacks=callbacks,
                                      tags=tags, resume=False,
                                      run_name=f"{spec.study_name}-trial-{trial.number}")
-        values = [float(result.summary[m]) for m in spec.metrics]
-        state = "COMPLETE"
-    except optuna.TrialPruned:
-        state = "PRUNED"
+        if result.stopped is None:
+            values = [float(result.summary[m]) for m in spec.metrics]
+            state = "COMPLETE"
+        else:  # the pruning reporter stopped it
+            state = "PRUNED"
     except Exception as exc:
         state = "FAIL"
         trial.set_user_attr("failure_reason", f"{type(exc).__name__}: {exc}"[:2000])

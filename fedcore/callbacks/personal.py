@@ -1,0 +1,76 @@
+"""Personal-model evaluation, a callback that a personalised client objective contributes: each
+client's own model on its local test split (``personal_accuracy``), its spread over clients
+(``personal/*``) and, at the run's end, ``final/personal_*``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from fedcore.callbacks.base import Callback, RoundRecord, RoundVerdict
+from fedcore.callbacks.evaluation import tested_clients
+from fedcore.layout import load_flat_params
+from fedcore.metrics import fairness_summary, per_sample_eval
+
+if TYPE_CHECKING:
+    import torch
+
+    from fedcore.simulation import Result, Simulation
+
+
+class Personalised(Protocol):
+    def personal_params(
+        self, state: dict[str, Any]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]] | None:
+        """A client's personal (flat params, buffers) from its state; None: none yet."""
+
+
+class PersonalEvaluation(Callback):
+    """On evaluation rounds (those with a per-client table), after the global evaluation."""
+
+    def __init__(self, objective: Personalised) -> None:
+        self.objective = objective
+
+    def on_round_end(self, record: RoundRecord) -> RoundVerdict | None:
+        if record.clients is None:
+            return None
+        acc = self.accuracy(record.sim)
+        metrics = fairness_summary(acc[tested_clients(record.sim)], "personal")
+        return RoundVerdict(metrics=metrics, columns={"personal_accuracy": acc})
+
+    def accuracy(self, sim: Simulation) -> np.ndarray:
+        """Each client's personal model on its local test split (the global model for a client
+        that has not trained yet; NaN without a test split). The model holds the global
+        parameters afterwards."""
+        acc = np.full(sim.data.num_clients, np.nan)
+        model = sim.model
+        for c in sim.data.clients:
+            own = self.objective.personal_params(sim.store[c.client_id])
+            params, buffers = own if own is not None else (sim.params, sim.buffers)
+            load_flat_params(model, params)
+            if buffers:
+                model.load_state_dict(buffers, strict=False)
+            if len(c.y_test):
+                correct = per_sample_eval(model, c.x_test, c.y_test)[0]
+                acc[c.client_id] = float(correct.double().mean())
+        load_flat_params(model, sim.params)
+        if sim.buffers:
+            model.load_state_dict(sim.buffers, strict=False)
+        return acc
+
+    def on_run_end(self, result: Result) -> Mapping[str, float] | None:
+        evals = [h for h in result.history if "personal/accuracy_mean" in h]
+        return personal_summary(evals[-1]) if evals else None
+
+
+def personal_summary(last: dict[str, float]) -> dict[str, float]:
+    """final/personal_*: the personal models at the last evaluation (mean, worst-10 %, std over
+    clients and Jain's index)."""
+    return {
+        "final/personal_accuracy_mean": last["personal/accuracy_mean"],
+        "final/personal_accuracy_worst10": last["personal/accuracy_worst10"],
+        "final/personal_accuracy_std": last["personal/accuracy_std"],
+        "final/personal_jain": last["personal/jain_index"],
+    }
