@@ -20,6 +20,7 @@ from fedcore import checkpoint, faults
 from fedcore.callbacks import Callback
 from fedcore.env import configure_environment
 from fedcore.hparams import regime_tags
+from fedcore.tracking import figure_helper
 from fedcore.tracking.provenance import device_tags, provenance_tags
 from fedcore.tracking.retry import RetryingClient
 from fedcore.tracking.settings import TrackingSettings, load_settings
@@ -200,6 +201,8 @@ class MLflowTracker(Callback):
         self.settings = settings or load_settings()
         self.finish_in_background = finish_in_background
         self.figures = figures
+        if figures:  # matplotlib imported by a helper process while the run trains
+            figure_helper.start()
         self.finished: Future[None] | None = None  # the background end of the run, if any
         self._pending: Future[None] | None = None  # the last write handed to the metrics writer
         self.client = mlflow_client(self.settings)
@@ -384,23 +387,27 @@ class MLflowTracker(Callback):
 
     def _finish(self, result: Result) -> None:
         """Summary metrics, the per-client table and the figures; then FINISHED."""
-        from fedcore.tracking.plots import curves_png, fairness_png
-
-        self._log_metrics(result.summary, int(result.history[-1]["round"]))
-        self._stop_system_metrics()
-        if self._sim is not None:
-            from fedcore.tracking.models import log_models
-
-            log_models(self.client, self.active_run_id, self._sim)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
-            table = per_client_frame(result.client_tables)
-            table.to_parquet(out / "per_client.parquet", index=False)
-            table.to_csv(out / "per_client.csv", index=False)
-            if self.figures:
-                curves_png(result.history, out / "curves.png")
+            figures = None
+            if self.figures:  # drawn by the helper process while the rest is written
                 final = result.client_tables[-1]
-                fairness_png(final.accuracy, final.round, out / "fairness.png")
+                figures = figure_helper.draw(result.history, final.accuracy, final.round, out)
+            try:
+                self._log_metrics(result.summary, int(result.history[-1]["round"]))
+                self._stop_system_metrics()
+                if self._sim is not None:
+                    from fedcore.tracking.models import log_models
+
+                    log_models(self.client, self.active_run_id, self._sim)
+                table = per_client_frame(result.client_tables)
+                table.to_parquet(out / "per_client.parquet", index=False)
+                table.to_csv(out / "per_client.csv", index=False)
+                if figures is not None:
+                    figures.wait()
+            finally:  # the helper is done with the folder before it is removed
+                if figures is not None:
+                    figures.join()
             self.client.log_artifacts(self.active_run_id, str(out))
         self.client.set_terminated(self.active_run_id, "FINISHED")
 
