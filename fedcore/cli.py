@@ -89,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_id: str | None = None
     try:
         cfg = load_config(config, overrides)
-        if tracked:  # matplotlib for the run's figures, imported in parallel by a helper
+        if tracked and helper is None:  # the figures' helper (after a new store's schema)
             from fedcore.tracking import figure_helper
 
             figure_helper.start()

@@ -201,11 +201,11 @@ class MLflowTracker(Callback):
         self.settings = settings or load_settings()
         self.finish_in_background = finish_in_background
         self.figures = figures
-        if figures:  # matplotlib imported by a helper process while the run trains
-            figure_helper.start()
         self.finished: Future[None] | None = None  # the background end of the run, if any
         self._pending: Future[None] | None = None  # the last write handed to the metrics writer
         self.client = mlflow_client(self.settings)
+        if figures:  # matplotlib imported by a helper process while the run trains (after a
+            figure_helper.start()  # new store's schema: not competing with its migrations)
         self.parent_run_id = parent_run_id
         self.run_name = run_name
         self.extra_tags = dict(tags or {})
