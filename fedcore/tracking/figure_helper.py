@@ -48,7 +48,7 @@ class _Helper:
                 assert self.proc.stdin is not None and self.proc.stdout is not None
                 _send(self.proc.stdin, message)
                 return bool(_receive(self.proc.stdout))
-            except (OSError, EOFError, pickle.UnpicklingError, struct.error):
+            except (OSError, ValueError, EOFError, pickle.UnpicklingError, struct.error):
                 return False
 
     def close(self) -> None:
