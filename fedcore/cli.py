@@ -89,6 +89,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_id: str | None = None
     try:
         cfg = load_config(config, overrides)
+        if tracked and helper is None:  # the figures' helper (after a new store's schema)
+            from fedcore.tracking import figure_helper
+
+            figure_helper.start()
         if not tracked:
             print(f"fedcore: note: this run is not recorded (MLflow is not installed; {INSTALL} "
                   "records runs)", file=sys.stderr)

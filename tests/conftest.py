@@ -19,6 +19,7 @@ os.environ["MPLCONFIGDIR"] = str(_TMP / "mpl")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
 os.environ["FEDCORE_STORE_HELPER"] = "0"  # no schema helper process (tests/test_store_setup.py)
+os.environ["FEDCORE_FIGURE_HELPER"] = "0"  # figures drawn in-process (tests/test_figure_helper.py)
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ from fedcore import checkpoint, faults
 from fedcore.callbacks import Callback, RoundRecord, RoundVerdict
 from fedcore.env import configure_environment
 from fedcore.hparams import regime_tags
+from fedcore.tracking import figure_helper
 from fedcore.tracking.provenance import device_tags, provenance_tags
 from fedcore.tracking.retry import RetryingClient
 from fedcore.tracking.settings import TrackingSettings, load_settings
@@ -204,6 +205,8 @@ class MLflowTracker(Callback):
         self.finished: Future[None] | None = None  # the background end of the run, if any
         self._pending: Future[None] | None = None  # the last write handed to the metrics writer
         self.client = mlflow_client(self.settings)
+        if figures:  # matplotlib imported by a helper process while the run trains (after a
+            figure_helper.start()  # new store's schema: not competing with its migrations)
         self.parent_run_id = parent_run_id
         self.run_name = run_name
         self.extra_tags = dict(tags or {})
@@ -388,24 +391,29 @@ class MLflowTracker(Callback):
         """Summary metrics, the per-client table and the figures; then FINISHED, or KILLED
         with the reason as the tag ``fedcore.stopped`` when a callback stopped the run early
         (running it again resumes it from its checkpoint)."""
-        from fedcore.tracking.plots import curves_png, fairness_png
-
-        self._log_metrics(result.summary, int(result.history[-1]["round"]))
-        self._stop_system_metrics()
-        if self._sim is not None:
-            from fedcore.tracking.models import log_models
-
-            log_models(self.client, self.active_run_id, self._sim)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
-            if result.client_tables:  # none when a stop came before the first evaluation
-                table = per_client_frame(result.client_tables)
-                table.to_parquet(out / "per_client.parquet", index=False)
-                table.to_csv(out / "per_client.csv", index=False)
-                if self.figures:
-                    curves_png(result.history, out / "curves.png")
-                    final = result.client_tables[-1]
-                    fairness_png(final.accuracy, final.round, out / "fairness.png")
+            figures = None
+            # none when a stop came before the first evaluation
+            if self.figures and result.client_tables:  # drawn by the helper meanwhile
+                final = result.client_tables[-1]
+                figures = figure_helper.draw(result.history, final.accuracy, final.round, out)
+            try:
+                self._log_metrics(result.summary, int(result.history[-1]["round"]))
+                self._stop_system_metrics()
+                if self._sim is not None:
+                    from fedcore.tracking.models import log_models
+
+                    log_models(self.client, self.active_run_id, self._sim)
+                if result.client_tables:
+                    table = per_client_frame(result.client_tables)
+                    table.to_parquet(out / "per_client.parquet", index=False)
+                    table.to_csv(out / "per_client.csv", index=False)
+                if figures is not None:
+                    figures.wait()
+            finally:  # the helper is done with the folder before it is removed
+                if figures is not None:
+                    figures.join()
             self.client.log_artifacts(self.active_run_id, str(out))
         if result.stopped is not None:
             self.client.set_tag(self.active_run_id, STOPPED_TAG, result.stopped[:5000])
