@@ -19,6 +19,10 @@ os.environ["MPLCONFIGDIR"] = str(_TMP / "mpl")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
 os.environ["FEDCORE_STORE_HELPER"] = "0"  # no schema helper process (tests/test_store_setup.py)
+# one intra-op thread, here and in every subprocess the tests start: the tiny models gain
+# nothing from two, and idle OpenMP threads spin on a busy machine (about 30x the CPU time
+# of a 3-round run). Set before torch is imported; an explicit setting is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
