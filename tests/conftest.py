@@ -62,7 +62,14 @@ SLOW_TESTS = {
 }
 
 
+# Files whose module-scoped fixture is expensive (servers, a wheel build, a plugin site): under
+# `pytest -n 2 --dist loadgroup` (run-tests.sh) each runs on one worker, so it is built once.
+ONE_WORKER_FILES = {"test_deployments.py", "test_packaging.py", "test_plugins.py"}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SLOW_FILES or item.originalname in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+        if item.path.name in ONE_WORKER_FILES:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
