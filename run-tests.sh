@@ -7,4 +7,6 @@ bash scripts/setup.sh
 .venv/bin/mypy  # the core and flows are type-checked ([tool.mypy] in pyproject.toml)
 # the docs site: a broken link, a missing page or a bad API reference fails (docs/how-to/docs.md)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir site
-.venv/bin/python -m pytest -q "$@"
+# two workers (pytest-xdist): one core runs tests while the other's test waits on a subprocess
+# or server; `-n 0` in the arguments runs them in this process instead
+.venv/bin/python -m pytest -q -n 2 --dist loadgroup "$@"

@@ -20,6 +20,10 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
 os.environ["FEDCORE_STORE_HELPER"] = "0"  # no schema helper process (tests/test_store_setup.py)
 os.environ["FEDCORE_FIGURE_HELPER"] = "0"  # figures drawn in-process (tests/test_figure_helper.py)
+# one intra-op thread, here and in every subprocess the tests start: the tiny models gain
+# nothing from two, and idle OpenMP threads spin on a busy machine (about 30x the CPU time
+# of a 3-round run). Set before torch is imported; an explicit setting is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +63,14 @@ SLOW_TESTS = {
 }
 
 
+# Files whose module-scoped fixture is expensive (servers, a wheel build, a plugin site): under
+# `pytest -n 2 --dist loadgroup` (run-tests.sh) each runs on one worker, so it is built once.
+ONE_WORKER_FILES = {"test_deployments.py", "test_packaging.py", "test_plugins.py"}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SLOW_FILES or item.originalname in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+        if item.path.name in ONE_WORKER_FILES:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))

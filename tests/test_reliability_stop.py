@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FAST = {"model.name": "mlp", "dataset.num_clients": 6, "clients_per_round": 3,
         "local.epochs": 1, "local.steps": 2, "eval_every": 1}
 STOP_WITHIN_S = 60  # from the signal to the exit: a round, the stop's writes, interpreter exit
+# rounds of the cells a sweep test stops: enough to be mid-run when the signal lands, few enough
+# that the rerun, which plays the rest of them, stays short (300 took minutes on a busy machine)
+LONG = 100
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -74,7 +77,7 @@ def test_sigterm_stops_a_sweep_at_a_round_boundary_and_the_rerun_resumes(tmp_pat
     their rounds and a checkpoint); the rerun skips the first, resumes the others."""
     sweep_file = tmp_path / "stop.yaml"
     sweep_file.write_text(yaml.safe_dump({
-        "name": "stop", "grid": {"rounds": [2, 300, 301]},
+        "name": "stop", "grid": {"rounds": [2, LONG, LONG + 1]},
         "set": {**FAST, "checkpoint_every": 5, "checkpoint_dir": str(tmp_path / "ck")}}))
     env = _env(tmp_path)
     line = [sys.executable, "-m", "fedcore.cli", "sweep", str(sweep_file), "--workers", "2"]
@@ -98,7 +101,7 @@ def test_sigterm_stops_a_sweep_at_a_round_boundary_and_the_rerun_resumes(tmp_pat
     stopped_at = {}
     for run in killed:
         rounds = len(client.get_metric_history(run.info.run_id, "train/loss"))
-        assert 0 < rounds < 300  # the finished rounds stay recorded
+        assert 0 < rounds < LONG  # the finished rounds stay recorded
         assert run.data.tags["failure_reason"] == (
             f"StopRequested: stopped by SIGTERM after round {rounds}")
         stopped_at[run.info.run_id] = rounds

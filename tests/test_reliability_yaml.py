@@ -5,6 +5,9 @@ store exists."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,14 @@ from fedcore import limits, safe_yaml
 from fedcore.cli import main
 from fedcore.config import ConfigError, load_config
 from tests.conftest import TINY
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """A short folder: the errors elide long paths, and pytest-xdist's are longer (popen-gw1/)."""
+    folder = Path(tempfile.mkdtemp(prefix="fcy-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _bomb(levels: int, at: str) -> str:
