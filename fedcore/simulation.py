@@ -24,7 +24,7 @@ from fedcore.compression.base import side_bytes
 from fedcore.config import ConfigError, ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
 from fedcore.data.own import config_with_data
-from fedcore.devices import check_device_present
+from fedcore.device_check import check_device_present
 from fedcore.engines import sequential
 from fedcore.engines.select import build_engine
 from fedcore.layout import ParamLayout, flat_params, load_flat_params

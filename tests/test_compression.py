@@ -10,7 +10,8 @@ from fedcore import compression
 from fedcore.aggregators import UpdateBatch, build
 from fedcore.clients import ClientUpdate, LocalSchedule
 from fedcore.compression.feedback import RESIDUAL, alpha_star
-from fedcore.config import ConfigError, load_config
+from fedcore.config import ConfigError
+from fedcore.configure import load_config
 from fedcore.schedules import local_lr
 from fedcore.simulation import Simulation
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fedcore import clients
-from fedcore.config import ConfigError, load_config
+from fedcore.config import ConfigError
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 
 from .conftest import TINY

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedcore.compression.feedback import RESIDUAL
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.layout import flat_params
 from fedcore.simulation import Simulation
 

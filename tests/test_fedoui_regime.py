@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.config import build_config, config_dir, read_yaml
+from fedcore.config import config_dir, read_yaml
+from fedcore.configure import build_config
 from fedcore.data.datasets import load_dataset
 from fedcore.data.federated import build_federated_data, partition_indices
 from fedcore.metrics import label_mix, label_mix_accuracy, per_sample_eval

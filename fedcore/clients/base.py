@@ -12,12 +12,13 @@ import torch
 from torch import nn
 
 from fedcore.clients.sgd import sgd_step
+from fedcore.data.client_data import ClientData as ClientData
 from fedcore.layout import ParamLayout, flat_params, load_flat_params
 from fedcore.registry import HParams as BaseHParams
 from fedcore.registry import Registry
+from fedcore.requirements import Need
 
 if TYPE_CHECKING:
-    from fedcore.config import ExperimentConfig
     from fedcore.models import FedModel, ModelView
     from fedcore.round_context import RoundContext
 
@@ -25,21 +26,6 @@ REGISTRY: Registry[ClientAlgorithm] = Registry(
     "client algorithm", "algorithm", "fedcore.clients", "fedcore.clients.base:ClientAlgorithm"
 )
 register = REGISTRY.register
-
-
-@dataclass
-class ClientData:
-    """One client's local train and test split, as tensors on the simulation device."""
-
-    client_id: int
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-
-    @property
-    def num_train(self) -> int:
-        return int(self.y_train.shape[0])
 
 
 FrozenParams = tuple[torch.Tensor, dict[str, torch.Tensor]]  # flat params, buffers
@@ -248,8 +234,21 @@ class ClientAlgorithm:
         """
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
-        """Why ``cfg`` cannot run this client (a one-line reason, checked at load); None: it can."""
+    def requirements(cls, hp: BaseHParams) -> list[Need]:
+        """What this objective needs from the rest of the config (:mod:`fedcore.requirements`),
+        checked at load by :func:`fedcore.configure.build_config`; none by default."""
+        return []
+
+    @classmethod
+    def update_objective(cls, hp: BaseHParams) -> tuple[str, BaseHParams]:
+        """The name and hyper-parameters of the objective whose update reaches the server: this
+        one, unless it wraps another objective that trains the global model."""
+        return cls.name, hp
+
+    @classmethod
+    def wrapping(cls, inner: str) -> str | None:
+        """How a config names this client wrapping the objective ``inner`` (None: it wraps no
+        objective); error messages offer it where a rule needs ``inner``'s update."""
         return None
 
     @property

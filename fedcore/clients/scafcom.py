@@ -9,17 +9,15 @@ v_i <- v_i+ and c_i <- c_i + C(v_i+ - c_i), the vector as the server received it
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from pydantic import Field
 
 from fedcore.clients.base import ClientUpdate, LocalContext, register
-from fedcore.clients.scaffold import CONTROL, ControlledClient, control_of, refuse_unless
+from fedcore.clients.scaffold import CONTROL, ControlledClient, control_of, control_variate_needs
 from fedcore.registry import HParams as BaseHParams
-
-if TYPE_CHECKING:
-    from fedcore.config import ExperimentConfig
+from fedcore.requirements import Need
 
 MOMENTUM = "scafcom_v"  # v_i in the client store (absent: 0)
 
@@ -34,8 +32,8 @@ class ScafcomClient(ControlledClient):
     uplink = ("cv_increment",)
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
-        return refuse_unless(cfg, "client scafcom", "scafcom", ef_free=True)
+    def requirements(cls, hp: BaseHParams) -> list[Need]:
+        return control_variate_needs("scafcom", "scafcom", compressed=True)
 
     def finish_update(self, update: ClientUpdate, ctx: LocalContext) -> None:
         c_i = control_of(ctx.state, ctx.global_params)

@@ -14,6 +14,7 @@ import torch
 from pydantic import Field
 
 from fedcore.registry import HParams, Registry
+from fedcore.requirements import Need
 
 if TYPE_CHECKING:
     from fedcore.clients.base import LocalSchedule
@@ -60,6 +61,12 @@ class Compressor:
     HParams: ClassVar[type[CompressionHParams]] = CompressionHParams
     hp: CompressionHParams
     randomized: ClassVar[bool] = False
+
+    @classmethod
+    def requirements(cls, hp: HParams) -> list[Need]:
+        """What this compressor needs from the rest of the config (:mod:`fedcore.requirements`),
+        checked at load by :func:`fedcore.configure.build_config`; none by default."""
+        return []
 
     def __init__(self, hparams: CompressionHParams | None = None) -> None:
         from fedcore.compression.feedback import ErrorFeedback

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from fedcore.adversaries import choose_clients, flip_labels
-from fedcore.clients.base import ClientData
 from fedcore.config import ClientsConfig, ConfigError, DatasetConfig
+from fedcore.data.client_data import ClientData
 from fedcore.data.datasets import DatasetArrays, load_dataset
 from fedcore.data.partition import (
     dirichlet_partition,

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from pydantic import ValidationError
 
-from fedcore.clients.base import ClientData
 from fedcore.config import ConfigError, DatasetConfig, ExperimentConfig, _one_line
+from fedcore.data.client_data import ClientData
 from fedcore.data.federated import FederatedData, built_key, partition_indices
 from fedcore.data.partition import split_local
 from fedcore.metrics import label_mix
