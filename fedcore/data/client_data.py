@@ -21,3 +21,10 @@ class ClientData:
     @property
     def num_train(self) -> int:
         return int(self.y_train.shape[0])
+
+
+def label_mix(y_train: list[torch.Tensor], num_classes: int) -> torch.Tensor:
+    """Clients x classes: each client's training label distribution (rows sum to 1)."""
+    rows = [torch.bincount(y.cpu(), minlength=num_classes).double() for y in y_train]
+    mix = torch.stack(rows)
+    return mix / mix.sum(dim=1, keepdim=True).clamp_min(1)
