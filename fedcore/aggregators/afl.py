@@ -64,7 +64,7 @@ class AFL(Aggregator):
         projected lambda step is too large for m of N clients per round."""
         assert isinstance(hp, cls.HParams)
         floor, lr = hp.lambda_min, hp.lambda_lr
-        needs = [Requirement(
+        needs: list[Need] = [Requirement(
             ("dataset.num_clients",), lambda n: floor * n <= 1.0,
             lambda n: (f"method.aggregator.lambda_min: {floor} x {n} clients exceeds 1; "
                        f"allowed: at most {1.0 / n:g}"),

@@ -41,7 +41,7 @@ def control_variate_needs(client: str, rule: str, compressed: bool) -> list[Need
     """The shared config rules of the control-variate methods (docs/methods/scaffold.md):
     their own rule, plain SGD, no error feedback and, unless ``compressed``, no compressor."""
     who = f"client {client}"
-    needs = [
+    needs: list[Need] = [
         setting("method.aggregator.rule", (rule,), who, f"needs rule {rule!r}"),
         setting("local.momentum", (0.0,), who, "needs plain SGD (momentum 0)",
                 "its control variate is the mean gradient of momentum-free steps"),

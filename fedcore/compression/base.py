@@ -63,7 +63,7 @@ class Compressor:
     randomized: ClassVar[bool] = False
 
     @classmethod
-    def requirements(cls, hp: HParams) -> list[Need]:
+    def requirements(cls, hp: CompressionHParams) -> list[Need]:
         """What this compressor needs from the rest of the config (:mod:`fedcore.requirements`),
         checked at load by :func:`fedcore.configure.build_config`; none by default."""
         return []
