@@ -5,7 +5,6 @@ architecture.md)."""
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ COMPONENTS = ("fedcore.aggregators", "fedcore.clients", "fedcore.compression", "
 
 
 def _layers() -> list[str]:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     config = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["importlinter"]
     [layers] = [c for c in config["contracts"] if c["type"] == "layers"]
     return [str(layer) for layer in layers["layers"]]
