@@ -7,7 +7,8 @@ Run from the repository root: ``python moves.py``. It
    prose), mkdocs.yml, prefect.yaml, pyproject.toml, setup.py, README.md:
    ``load_config``/``build_config``/``check_requirements`` from ``fedcore.config`` come from
    ``fedcore.configure``; ``check_device_present``/``gpu_count`` from the core's
-   ``fedcore.device_check``; every moved module under its new name.
+   ``fedcore.device_check``; ``check_model`` from ``fedcore.model_check`` (the driver's check,
+   out of the models package); every moved module under its new name.
 
 A second run changes nothing (prints "0 files changed").
 """
@@ -25,6 +26,7 @@ MOVED = ("sweep", "sweep_file", "claims", "comparison", "devices", "invocation",
          "extras", "hparams", "stats")  # fedcore/<name>.py -> fedcore/pipeline/<name>.py
 TO_CONFIGURE = ("load_config", "build_config", "check_requirements")  # fedcore.config -> configure
 TO_DEVICE_CHECK = ("check_device_present", "gpu_count")  # fedcore.devices -> device_check
+TO_MODEL_CHECK = ("check_model",)  # fedcore.models.protocol -> fedcore.model_check
 WHERE = ("fedcore", "flows", "tests", "benchmarks", "scripts", "docs")
 FILES = ("mkdocs.yml", "prefect.yaml", "pyproject.toml", "setup.py", "README.md", "run-tests.sh")
 SUFFIXES = (".py", ".md", ".yml", ".yaml", ".toml", ".sh", ".cfg", ".txt")
@@ -92,6 +94,9 @@ def _split(match: re.Match[str], source: str, target: str, moving: tuple[str, ..
 def rewrite(text: str) -> str:
     text = FROM_IMPORT.sub(
         lambda m: _split(m, "fedcore.config", "fedcore.configure", TO_CONFIGURE), text)
+    text = FROM_IMPORT.sub(
+        lambda m: _split(m, "fedcore.models.protocol", "fedcore.model_check", TO_MODEL_CHECK),
+        text)
     for devices in ("fedcore.devices", f"{EDGE.replace('/', '.')}.devices"):
         text = FROM_IMPORT.sub(
             lambda m, d=devices: _split(m, d, "fedcore.device_check", TO_DEVICE_CHECK), text)

@@ -38,8 +38,9 @@ from fedcore.metrics import (
     per_sample_eval,
     representation_stats,
 )
+from fedcore.model_check import check_model
 from fedcore.models.external import ModelArg, config_with_model, instantiate
-from fedcore.models.protocol import REPR_METRICS, check_model, has_embedding
+from fedcore.models.protocol import REPR_METRICS, has_embedding
 from fedcore.round_context import RoundContext
 from fedcore.schedules import local_lr
 from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed, numpy_rng
