@@ -60,7 +60,7 @@ def main() -> None:
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{store}/mlflow.db"
     os.environ["FEDCORE_ARTIFACT_LOCATION"] = f"{store}/artifacts"
     torch.set_num_threads(1)
-    from fedcore.config import load_config
+    from fedcore.configure import load_config
 
     cfg = load_config(None, [*TASK, f"rounds={rounds}"])
     t0, c0 = time.perf_counter(), time.process_time()

@@ -16,10 +16,10 @@ import torch
 from benchmarks._common import best_of, print_table
 from fedcore import compression
 from fedcore.clients import LocalSchedule
-from fedcore.compression.feedback import RESIDUAL
 from fedcore.layout import ParamLayout
 from fedcore.models import build_model
 from fedcore.simulation import ClientStore
+from fedcore.stages.feedback import RESIDUAL, build_feedback
 
 SHAPES = {"cnn": (1, 28, 28), "resnet20": (3, 32, 32), "mlp": (1, 28, 28)}
 
@@ -47,7 +47,7 @@ def main() -> None:
         for k_frac in args.k_fracs:
             spec = {"compressor": "topk", "k_frac": k_frac}
             topk = compression.build(spec)
-            sapef = compression.build_feedback({**spec, "error_feedback": "sapef"})
+            sapef = build_feedback({**spec, "error_feedback": "sapef"})
             sapef.begin_round(2, LocalSchedule())
             state = {RESIDUAL: torch.zeros_like(delta)}
 

@@ -54,7 +54,7 @@ def _exact(value: Any) -> Any:
 
 def record_one(overrides: list[str], tracked: bool) -> dict[str, Any]:
     """One config's history, client tables and summary (and, tracked, the store's metrics)."""
-    from fedcore.config import load_config
+    from fedcore.configure import load_config
     from fedcore.simulation import Simulation
 
     cfg = load_config(None, [*COMMON, *overrides])
@@ -80,7 +80,8 @@ def record_one(overrides: list[str], tracked: bool) -> dict[str, Any]:
 
 def every_method() -> dict[str, list[str]]:
     """Every shipped method config on the MLP: sequential, and vectorised where it applies."""
-    from fedcore.config import ConfigError, load_config, method_names
+    from fedcore.config import ConfigError, method_names
+    from fedcore.configure import load_config
 
     out: dict[str, list[str]] = {}
     for name in method_names():

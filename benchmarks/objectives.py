@@ -12,7 +12,7 @@ import argparse
 import time
 
 from benchmarks._common import print_table
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 
 METHODS = ("fedavg", "fedquad", "quadrupletfl", "tripletfl", "supconfl", "moon", "ditto")

@@ -39,7 +39,7 @@ import torch
 
 from benchmarks._common import ROOT, print_table
 from benchmarks.round_overhead import bare_round
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 
 TASK = ["model.name=cnn", "dataset.num_clients=20", "clients_per_round=5", "local.epochs=1",

@@ -12,7 +12,7 @@ import torch
 
 from benchmarks._common import best_of, print_table, shared_mnist_root
 from fedcore.clients.base import minibatches
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.seeding import derive_seed
 from fedcore.simulation import Simulation
 

@@ -21,7 +21,7 @@ import time
 import torch
 
 from benchmarks._common import print_table, shared_mnist_root
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.engines import sequential
 from fedcore.engines.vectorised import VectorisedEngine
 from fedcore.simulation import Simulation

@@ -14,7 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from fedcore.config import ConfigError, ExperimentConfig, build_config, load_config
+from fedcore.config import ConfigError, ExperimentConfig
+from fedcore.configure import build_config, load_config
 from fedcore.data.federated import FederatedData
 from fedcore.data.own import content_digest, federate
 from fedcore.data.partition import dirichlet_partition, iid_partition, shard_partition

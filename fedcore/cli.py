@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from fedcore import stopping
 from fedcore.callbacks import Callback, RoundRecord, RoundVerdict
-from fedcore.config import ConfigError, load_config, parse_overrides
+from fedcore.config import ConfigError, parse_overrides
+from fedcore.configure import load_config
 
 if TYPE_CHECKING:
     from fedcore.simulation import Result, Simulation
@@ -82,7 +83,7 @@ def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     config, overrides = _split_args(args.items)
-    from fedcore.extras import INSTALL, missing
+    from fedcore.pipeline.extras import INSTALL, missing
 
     tracked = not missing(("mlflow",))
     helper = _store_helper() if tracked else None  # a new store's schema, made in parallel
@@ -142,7 +143,7 @@ def _store_helper() -> StoreHelper | None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from fedcore.sweep import check_resources, load_sweep
+    from fedcore.pipeline.sweep import check_resources, load_sweep
 
     spec = load_sweep(args.sweep, parse_overrides(args.overrides))  # before Prefect starts
     from flows.runners import check_runner
@@ -170,7 +171,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from fedcore.config import project_root
-    from fedcore.sweep import load_sweep
+    from fedcore.pipeline.sweep import load_sweep
 
     spec = load_sweep(args.sweep, parse_overrides(args.overrides))
     from fedcore.tracking.report import build_report, sweep_parent_run
@@ -234,8 +235,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_claims(args: argparse.Namespace) -> int:
-    from fedcore.claims import load_claims, markdown, tally
     from fedcore.config import config_dir
+    from fedcore.pipeline.claims import load_claims, markdown, tally
 
     path, overrides = _split_args(args.items)
     spec = load_claims(path or config_dir() / "claims.yaml", parse_overrides(overrides))
@@ -390,7 +391,7 @@ def _call(args: argparse.Namespace) -> int:
     failure)."""
     try:
         if args.command != "run":
-            from fedcore.extras import require
+            from fedcore.pipeline.extras import require
 
             require(args.command)
         code: int = args.func(args)

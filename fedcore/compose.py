@@ -13,12 +13,13 @@ from fedcore.adversaries import choose_clients
 from fedcore.aggregators.base import REGISTRY as RULES
 from fedcore.engines.select import build_engine
 from fedcore.layout import ParamLayout
+from fedcore.model_check import check_model
 from fedcore.models.external import ModelArg, instantiate
-from fedcore.models.protocol import check_model
 from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed
 from fedcore.stages.attack import Attack
 from fedcore.stages.base import REGISTRY as STAGES
 from fedcore.stages.base import Chain, Stage
+from fedcore.stages.feedback import build_feedback
 from fedcore.stages.finite import NonFinite
 from fedcore.stages.uplink import Uplink
 
@@ -54,7 +55,7 @@ def stage_chain(cfg: ExperimentConfig, compressor: Compressor) -> Chain:
     """attack -> the config's stages (``method.stages``) -> error feedback and compression of
     every uplink vector -> the non-finite filter."""
     own: list[Stage] = [STAGES.build(spec) for spec in cfg.method.stages or []]
-    feedback = compression.build_feedback(cfg.method.compression)
+    feedback = build_feedback(cfg.method.compression)
     return Chain([Attack(), *own, Uplink(compressor, feedback), NonFinite()])
 
 

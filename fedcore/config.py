@@ -1,8 +1,12 @@
-"""Experiment configuration: YAML + key=value overrides, validated before any compute."""
+"""The experiment config's schema: pydantic models, hashing, YAML reading, method files and
+``key=value`` overrides.
+
+This module imports no component: checking a config against the registered rules, client
+objectives and compressors (and what they need from each other) is
+:func:`fedcore.configure.build_config`, which builds on this schema."""
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
@@ -376,92 +380,6 @@ def read_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
     except ConfigError as exc:
         raise ConfigError(f"{what} {limits.shown(str(path))}: {exc}") from None
     return data
-
-
-def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -> ExperimentConfig:
-    """Apply overrides to ``raw``, resolve the method by name, and validate everything."""
-    limits.check_tree(raw)
-    limits.check_tree(overrides or {})
-    tree = copy.deepcopy(raw)
-    overrides = dict(overrides or {})
-    if isinstance(tree.get("engine"), str):  # shorthand engine: vectorised
-        tree["engine"] = {"backend": tree["engine"]}
-    if isinstance(overrides.get("engine"), str):  # shorthand engine=vectorised
-        overrides["engine.backend"] = overrides.pop("engine")
-    method_over = {k: v for k, v in overrides.items() if k.startswith("method.")}
-    for key, value in overrides.items():
-        if key not in method_over:
-            set_dotted(tree, key, value)
-    method = tree.get("method", "fedavg")
-    if isinstance(method, str):
-        tree["method"] = load_method(method)
-    elif not isinstance(method, dict):
-        raise ConfigError("method: expected a method name or a mapping")
-    for key, value in method_over.items():
-        set_dotted(tree, key, value)
-    limits.check_tree(tree)
-    try:
-        cfg = ExperimentConfig.model_validate(tree)
-    except ValidationError as exc:
-        raise ConfigError(_one_line(exc)) from None
-    _validate_method(cfg)
-    from fedcore.models.external import record_code
-
-    record_code(cfg)
-    from fedcore.engines.select import validate_engine
-
-    validate_engine(cfg)
-    return cfg
-
-
-def load_config(
-    path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None
-) -> ExperimentConfig:
-    """Load a YAML experiment (defaults when ``path`` is None) with ``key=value`` overrides."""
-    raw = read_yaml(path) if path is not None else {}
-    if isinstance(overrides, list):
-        overrides = parse_overrides(overrides)
-    return build_config(raw, overrides)
-
-
-def _validate_method(cfg: ExperimentConfig) -> None:
-    from fedcore.aggregators.base import REGISTRY as AGG
-    from fedcore.clients.base import REGISTRY as CLIENTS
-    from fedcore.compression.spec import resolve_compression
-    from fedcore.samplers import resolve_sampler
-    from fedcore.stages.spec import resolve_stages
-
-    method = cfg.method
-    method.compression = resolve_compression(dict(method.compression))
-    method.sampler = resolve_sampler(method.sampler, cfg.dataset.num_clients,
-                                     cfg.clients_per_round)
-    method.stages = resolve_stages(method.stages)
-    for field_name, registry in (("client", CLIENTS), ("aggregator", AGG)):
-        spec = dict(getattr(method, field_name))
-        prefix = f"method.{field_name}"
-        name = spec.get(registry.key)
-        if name is None:
-            raise ConfigError(
-                f"{prefix}.{registry.key}: missing; allowed: {', '.join(registry.names())}"
-            )
-        if not isinstance(name, str):
-            raise ConfigError(
-                f"{prefix}.{registry.key}: expected a name (got {limits.shown(name)})"
-            )
-        try:
-            component = registry.get(name)  # built-in, entry point or module:Class
-            hp = registry.hparams(spec)
-        except KeyError as exc:
-            raise ConfigError(f"{prefix}.{registry.key}: {exc}") from None
-        except ValidationError as exc:
-            raise ConfigError(_one_line(exc, prefix, component.HParams)) from None
-        setattr(method, field_name, {registry.key: name, **hp.model_dump(mode="json")})
-    for registry, field_name in ((CLIENTS, "client"), (AGG, "aggregator")):
-        spec = dict(getattr(method, field_name))
-        cls = registry.get(spec[registry.key])
-        reason = cls.check_config(cfg, registry.hparams(spec))
-        if reason is not None:
-            raise ConfigError(reason)
 
 
 def _one_line(exc: ValidationError, prefix: str = "", root: type[BaseModel] | None = None) -> str:

@@ -180,13 +180,13 @@ CATALOGUE: tuple[MetricDoc, ...] = (
     _M("trimmed_mean/num_trimmed", "fedcore/aggregators/coordinate.py", "round",
        "values dropped per side and coordinate, floor(beta m)"),
     # compression and error feedback
-    _M("sapef/residual_norm_mean", "fedcore/compression/feedback/residual.py", "round",
+    _M("sapef/residual_norm_mean", "fedcore/stages/feedback/residual.py", "round",
        "mean norm of the sampled clients' error-feedback residuals (EF, SAEF, SA-PEF, CSER)"),
-    _M("sapef/alpha", "fedcore/compression/feedback/residual.py", "round",
+    _M("sapef/alpha", "fedcore/stages/feedback/residual.py", "round",
        "mean step-ahead coefficient alpha_r of the sampled clients"),
-    _M("sapef/gradient_mismatch", "fedcore/compression/feedback/mismatch.py", "round",
+    _M("sapef/gradient_mismatch", "fedcore/stages/feedback/mismatch.py", "round",
        "||grad f(w) - grad f(w - alpha e)||^2 on a probe of the test set"),
-    _M("cser/reset", "fedcore/compression/feedback/cser.py", "round",
+    _M("cser/reset", "fedcore/stages/feedback/cser.py", "round",
        "1 in the rounds CSER sends its residual digest (every H rounds)"),
     # client objectives (summed over the sampled clients)
     _M("<objective>/fallback_clients", "fedcore/clients/_tuplets.py", "round",

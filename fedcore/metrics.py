@@ -9,6 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedcore.data.client_data import label_mix as label_mix  # where partitions compute it
+
 if TYPE_CHECKING:
     from fedcore.models import FedModel
 
@@ -161,10 +163,3 @@ def label_mix_accuracy(
     per_class_acc = torch.bincount(y, correct.to(mix.device).double(), minlength=classes) / counts
     per_class_loss = torch.bincount(y, loss.to(mix.device).double(), minlength=classes) / counts
     return mix.double() @ per_class_acc, mix.double() @ per_class_loss
-
-
-def label_mix(y_train: list[torch.Tensor], num_classes: int) -> torch.Tensor:
-    """Clients x classes: each client's training label distribution (rows sum to 1)."""
-    rows = [torch.bincount(y.cpu(), minlength=num_classes).double() for y in y_train]
-    mix = torch.stack(rows)
-    return mix / mix.sum(dim=1, keepdim=True).clamp_min(1)

@@ -21,87 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# registry kind -> entry point group (docs/how-to/plugins.md)
-GROUPS = {
-    "aggregator rule": "fedcore.rules",
-    "client algorithm": "fedcore.clients",
-    "compressor": "fedcore.compressors",
-    "error feedback": "fedcore.error_feedback",
-    "stage": "fedcore.stages",
-    "sampler": "fedcore.samplers",
-}
+from fedcore.component_loading import GROUPS as GROUPS
+from fedcore.component_loading import ComponentError as ComponentError
+from fedcore.component_loading import entry_points as entry_points
+from fedcore.component_loading import import_object as import_object
+from fedcore.component_loading import in_tree as in_tree
+from fedcore.component_loading import load_entry_point as load_entry_point
+from fedcore.component_loading import load_import_path as load_import_path
+
 DIGEST_LENGTH = 12
-
-
-class ComponentError(KeyError):
-    """A component name that does not resolve; ``str()`` is the one-line reason."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
-def in_tree(cls: type) -> bool:
-    """Whether ``cls`` is defined inside the fedcore package (covered by fedcore's digest)."""
-    return cls.__module__ == "fedcore" or cls.__module__.startswith("fedcore.")
-
-
-def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
-    """The entry points of ``group`` on ``sys.path`` by name (the first one of a name wins)."""
-    found: dict[str, metadata.EntryPoint] = {}
-    for ep in metadata.entry_points(group=group):
-        found.setdefault(ep.name, ep)
-    return found
-
-
-def _cause(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def _check(obj: Any, what: str, kind: str, base: type) -> type:
-    if not isinstance(obj, type) or not issubclass(obj, base):
-        raise ComponentError(
-            f"{what} is not a valid {kind}: it must be a class subclassing "
-            f"{base.__module__}.{base.__qualname__}"
-        )
-    return obj
-
-
-def import_object(path: str) -> Any:
-    """The object at ``module:attr`` (``attr`` may be dotted), or a one-line
-    :class:`ComponentError` naming the module and the cause."""
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise ComponentError(f"{path!r}: an import path is module:Class, e.g. mypkg.rules:ClipAvg")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001  (any failure of the user's module is reported)
-        hint = " (is its package installed or on PYTHONPATH?)" if isinstance(
-            exc, ModuleNotFoundError) else ""
-        raise ComponentError(
-            f"cannot import module {module_name!r} of {path!r} ({_cause(exc)}){hint}"
-        ) from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ComponentError(f"module {module_name!r} has no attribute {attr!r} ({path!r})")
-        obj = getattr(obj, part)
-    return obj
-
-
-def load_import_path(path: str, kind: str, base: type) -> type:
-    """The class at ``module:Class`` (a dotted attribute path after the colon is allowed)."""
-    return _check(import_object(path), repr(path), kind, base)
-
-
-def load_entry_point(ep: metadata.EntryPoint, kind: str, base: type) -> type:
-    """The class an entry point names, with the module and cause when it does not load."""
-    dist = f" of distribution {ep.dist.name}" if ep.dist is not None else ""
-    what = f"entry point {ep.name!r} ({ep.value}{dist}, group {ep.group})"
-    try:
-        obj = ep.load()
-    except Exception as exc:  # noqa: BLE001
-        raise ComponentError(f"cannot load {what}: module {ep.module!r} ({_cause(exc)})") from None
-    return _check(obj, what, kind, base)
 
 
 @dataclass(frozen=True)
@@ -230,9 +158,9 @@ def _axes() -> list[tuple[str, Any]]:
     from fedcore.aggregators.base import REGISTRY as AGG
     from fedcore.clients.base import REGISTRY as CLIENTS
     from fedcore.compression.base import REGISTRY as COMP
-    from fedcore.compression.feedback.base import REGISTRY as FEEDBACK
     from fedcore.samplers.base import REGISTRY as SAMPLERS
     from fedcore.stages.base import REGISTRY as STAGES
+    from fedcore.stages.feedback.base import REGISTRY as FEEDBACK
 
     return [("client", CLIENTS), ("aggregator", AGG), ("compression", COMP),
             ("compression", FEEDBACK), ("sampler", SAMPLERS), ("stages", STAGES)]

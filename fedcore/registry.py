@@ -45,8 +45,8 @@ class Registry(Generic[T]):
     """Maps a name to a class whose ``HParams`` attribute validates its hyper-parameters.
 
     Names are fedcore's own (modules of ``package``), entry points of the group
-    ``fedcore.plugins.GROUPS[kind]`` (loaded on first use), or import paths ``module:Class``;
-    classes from outside fedcore must subclass ``base`` (``module:Class``).
+    ``fedcore.component_loading.GROUPS[kind]`` (loaded on first use), or import paths
+    ``module:Class``; classes from outside fedcore must subclass ``base`` (``module:Class``).
     """
 
     def __init__(self, kind: str, key: str, package: str, base: str) -> None:
@@ -77,7 +77,7 @@ class Registry(Generic[T]):
     def _plugins(self) -> dict[str, Any]:
         """This kind's entry points by name (read once; :meth:`refresh` reads them again)."""
         if self._entry_points is None:
-            from fedcore.plugins import GROUPS, entry_points
+            from fedcore.component_loading import GROUPS, entry_points
 
             self._entry_points = entry_points(GROUPS[self.kind])
         return self._entry_points
@@ -99,10 +99,11 @@ class Registry(Generic[T]):
     def get(self, name: str) -> type[T]:
         """The class of ``name``: built-in, entry point, or import path ``module:Class``.
 
-        Raises :class:`fedcore.plugins.ComponentError` (a KeyError) with a one-line reason.
+        Raises :class:`fedcore.component_loading.ComponentError` (a KeyError) with a one-line
+        reason.
         """
+        from fedcore.component_loading import ComponentError, load_entry_point, load_import_path
         from fedcore.limits import shown
-        from fedcore.plugins import ComponentError, load_entry_point, load_import_path
 
         self._load()
         if name in self._entries:

@@ -21,11 +21,12 @@ from fedcore.callbacks import Callback, RoundRecord
 from fedcore.callbacks import chain as callback_chain
 from fedcore.callbacks.evaluation import evaluate
 from fedcore.callbacks.signals import SignalStop
+from fedcore.client_table import ClientTable
 from fedcore.clients import ClientData, ClientUpdate, Commit, LocalSchedule
 from fedcore.config import ConfigError, ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
 from fedcore.data.own import config_with_data
-from fedcore.devices import check_device_present
+from fedcore.device_check import check_device_present
 from fedcore.engines import sequential
 from fedcore.layout import flat_params, load_flat_params
 from fedcore.limits import shown
@@ -51,19 +52,6 @@ STATE_KEYS = (
     "config_hash", "round", "bytes_up_total", "bytes_down_total", "params", "buffers",
     "aggregator", "store", "history", "client_tables", "rng",
 )
-
-
-@dataclass
-class ClientTable:
-    """Per-client evaluation of one round: the global model on each client's local test split."""
-
-    round: int
-    client_id: np.ndarray
-    accuracy: np.ndarray
-    loss: np.ndarray
-    num_samples: np.ndarray
-    sampled: np.ndarray
-    extra: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass

@@ -7,8 +7,8 @@ from typing import Any
 from prefect import flow
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
-from fedcore.claims import load_claims, markdown
 from fedcore.config import config_dir, parse_overrides
+from fedcore.pipeline.claims import load_claims, markdown
 from fedcore.tracking.claims import run_claims_tracked
 
 

@@ -9,7 +9,7 @@ from prefect import flow
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
 from fedcore.config import parse_overrides, project_root
-from fedcore.sweep import load_sweep
+from fedcore.pipeline.sweep import load_sweep
 from fedcore.tracking.report import build_report, sweep_parent_run
 
 

@@ -9,7 +9,7 @@ import os
 from typing import TYPE_CHECKING
 
 from fedcore.config import ConfigError
-from fedcore.devices import gpu_count
+from fedcore.device_check import gpu_count
 
 if TYPE_CHECKING:
     from prefect.task_runners import TaskRunner

@@ -7,7 +7,7 @@ from typing import Any
 from prefect import flow
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.tracking.runner import run_tracked
 
 

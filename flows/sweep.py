@@ -11,11 +11,12 @@ from pydantic import Field
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
 from fedcore import code_digest, plugins, stopping
-from fedcore.config import ConfigError, build_config, parse_overrides
+from fedcore.config import ConfigError, parse_overrides
+from fedcore.configure import build_config
 from fedcore.data.federated import shared_federated_data
-from fedcore.devices import pinned_device
+from fedcore.pipeline.devices import pinned_device
+from fedcore.pipeline.sweep import SweepSpec, load_sweep
 from fedcore.simulation import resolve_device
-from fedcore.sweep import SweepSpec, load_sweep
 from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.cell_claim import claim_cell
 from fedcore.tracking.mlflow_tracker import wait_for_runs

@@ -329,9 +329,9 @@ def _registries() -> list[tuple[str, str, Any]]:
     from fedcore.aggregators.base import REGISTRY as RULES
     from fedcore.clients.base import REGISTRY as CLIENTS
     from fedcore.compression.base import REGISTRY as COMPRESSORS
-    from fedcore.compression.feedback.base import REGISTRY as FEEDBACK
     from fedcore.samplers.base import REGISTRY as SAMPLERS
     from fedcore.stages.base import REGISTRY as STAGES
+    from fedcore.stages.feedback.base import REGISTRY as FEEDBACK
 
     return [("Client objectives", "method.client.algorithm", CLIENTS),
             ("Server rules", "method.aggregator.rule", RULES),

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fedcore.adversaries import attack_update, choose_clients, flip_labels
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.seeding import numpy_rng
 from fedcore.simulation import Simulation
 from fedcore.stages.attack import attack

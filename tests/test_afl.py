@@ -8,7 +8,8 @@ import torch
 from fedcore import aggregators
 from fedcore.aggregators import UpdateBatch
 from fedcore.aggregators.afl import project_simplex
-from fedcore.config import ConfigError, load_config
+from fedcore.config import ConfigError
+from fedcore.configure import load_config
 from fedcore.layout import ParamLayout
 
 

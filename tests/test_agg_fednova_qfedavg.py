@@ -176,7 +176,7 @@ def test_qfedavg_validation_and_needs():
 
 
 def test_qfedavg_L_follows_the_decayed_local_lr_in_a_run():
-    from fedcore.config import load_config
+    from fedcore.configure import load_config
     from fedcore.simulation import Simulation
 
     from .conftest import TINY

@@ -15,7 +15,7 @@ from fedcore import oui as oui_lib
 from fedcore.aggregators import UpdateBatch
 from fedcore.clients import ClientData, LocalContext, LocalSchedule
 from fedcore.clients.extras import AFTER_TRAINING
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.layout import ParamLayout, flat_params
 from fedcore.models import build_model
 from fedcore.simulation import Simulation

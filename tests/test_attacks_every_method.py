@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.data.federated import build_federated_data
 from fedcore.simulation import Simulation
 

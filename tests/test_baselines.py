@@ -5,7 +5,7 @@ import torch
 
 from fedcore import aggregators
 from fedcore.aggregators import UpdateBatch
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 
 from .conftest import TINY

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from fedcore import checkpoint, clients
 from fedcore.callbacks import Callback, RoundVerdict
 from fedcore.callbacks.personal import PersonalEvaluation
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 from fedcore.tracking.runner import run_tracked
 

@@ -15,7 +15,8 @@ from mlflow.tracking import MlflowClient
 
 from fedcore import checkpoint
 from fedcore.callbacks import Callback
-from fedcore.config import load_config, project_root
+from fedcore.config import project_root
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 from fedcore.tracking.runner import run_tracked
 

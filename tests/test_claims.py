@@ -7,7 +7,8 @@ import math
 import pytest
 import yaml
 
-from fedcore.claims import (
+from fedcore.config import ConfigError, config_dir
+from fedcore.pipeline.claims import (
     experiments,
     judge,
     load_claims,
@@ -16,7 +17,6 @@ from fedcore.claims import (
     run_claims,
     verdict,
 )
-from fedcore.config import ConfigError, config_dir
 from fedcore.simulation import Result
 
 TINY = {"rounds": 2, "dataset.num_clients": 6, "clients_per_round": 3, "local.steps": 2}

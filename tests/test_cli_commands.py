@@ -48,7 +48,7 @@ def _free_port() -> int:
 
 
 def test_ui_serves_the_project_store_and_prints_the_training_view_link(tracking, tmp_path):
-    from fedcore.config import load_config
+    from fedcore.configure import load_config
     from fedcore.tracking.runner import run_tracked
 
     run_tracked(load_config(None, ["rounds=1", "model.name=mlp", "dataset.num_clients=6",

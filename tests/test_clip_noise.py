@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from fedcore.config import ConfigError, load_config
+from fedcore.config import ConfigError
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 from fedcore.stages.clip_noise import clip_and_noise
 

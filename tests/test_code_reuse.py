@@ -20,9 +20,9 @@ from mlflow.tracking import MlflowClient
 import fedcore
 from fedcore import checkpoint, code_digest
 from fedcore.callbacks import Callback
-from fedcore.config import load_config
+from fedcore.configure import load_config
+from fedcore.pipeline.sweep import load_sweep
 from fedcore.simulation import Simulation
-from fedcore.sweep import load_sweep
 from fedcore.tracking.provenance import CODE_DIGEST_TAG
 from fedcore.tracking.report import build_report
 from fedcore.tracking.runner import SUPERSEDED_TAG, other_code_note, run_tracked

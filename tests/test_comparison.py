@@ -1,5 +1,5 @@
 """Comparisons over seeds on real simulations: the pairing by seed, identical methods, a clearly
-worse method, and the best-row marks (fedcore.comparison)."""
+worse method, and the best-row marks (fedcore.pipeline.comparison)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from fedcore.comparison import best_marks, reference_rows, versus_reference, with_intervals
-from fedcore.config import build_config, config_dir, read_yaml
+from fedcore.config import config_dir, read_yaml
+from fedcore.configure import build_config
 from fedcore.engines.sequential import client_seed
+from fedcore.pipeline.comparison import best_marks, reference_rows, versus_reference, with_intervals
 from fedcore.simulation import Simulation, run
 
 SMALL = {"model.name": "mlp", "rounds": 3, "dataset.alpha": 0.1, "dataset.num_clients": 10,

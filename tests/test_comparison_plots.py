@@ -12,7 +12,7 @@ import yaml
 from matplotlib.container import ErrorbarContainer
 
 from fedcore.config import config_dir, method_names
-from fedcore.stats import mean_interval
+from fedcore.pipeline.stats import mean_interval
 from fedcore.tracking.comparison_plots import (
     CONVERGENCE_TITLE,
     FAMILIES,
@@ -212,7 +212,7 @@ def test_forest(tmp_path):
 
 
 def test_forest_with_nothing_to_compare_says_so(tmp_path):
-    from fedcore.comparison import forest_frame
+    from fedcore.pipeline.comparison import forest_frame
 
     fig = forest_png(forest_frame([], {}), tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 0

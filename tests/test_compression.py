@@ -10,10 +10,11 @@ from fedcore import compression
 from fedcore.aggregators import UpdateBatch, build
 from fedcore.clients import ClientUpdate, LocalSchedule
 from fedcore.compose import stage_chain
-from fedcore.compression.feedback import RESIDUAL, alpha_star
-from fedcore.config import ConfigError, load_config
+from fedcore.config import ConfigError
+from fedcore.configure import load_config
 from fedcore.schedules import local_lr
 from fedcore.simulation import Simulation
+from fedcore.stages.feedback import RESIDUAL, alpha_star, build_feedback
 
 
 def _x(d=1000, seed=0):
@@ -70,7 +71,7 @@ def test_qsgd_is_unbiased_and_reports_its_bits():
 def test_cser_reset_digest_by_hand():
     spec = {"compressor": "topk", "k_frac": 0.1, "error_feedback": "cser", "H": 2,
             "reset_frac": 0.2}
-    comp, ef = compression.build(spec), compression.build_feedback(spec)
+    comp, ef = compression.build(spec), build_feedback(spec)
     sched = LocalSchedule()
     store = {0: {}, 1: {}}
     ef.begin_round(1, sched)
@@ -105,7 +106,7 @@ def test_theory_alpha_is_clipped_alpha_star():
     assert alpha_star(0.05, 1.0, 5) == 0.6  # 1/(1 + 12 * 0.25^2) = 0.571 -> 0.6
     assert alpha_star(0.01, 1.0, 5) == 0.9  # 0.971 -> 0.9
     assert math.isclose(alpha_star(0.02, 1.0, 5), 1 / 1.12)
-    ef = compression.build_feedback(
+    ef = build_feedback(
         {"compressor": "topk", "error_feedback": "sapef", "alpha_schedule": "theory"}
     )
     ef.begin_round(3, LocalSchedule(lr=0.02, steps=5))

@@ -6,7 +6,8 @@ import torch
 from fedcore import aggregators
 from fedcore.aggregators import UpdateBatch
 from fedcore.aggregators.cos_align import alignment_weights
-from fedcore.config import ConfigError, load_config
+from fedcore.config import ConfigError
+from fedcore.configure import load_config
 
 
 def _t(*v):

@@ -8,7 +8,7 @@ rounds. This test runs the shipped file unchanged, so no test hides how the defa
 
 import pytest
 
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 from fedcore.tracking.runner import run_tracked
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.data.datasets import load_dataset
 from fedcore.data.digits import digits_arrays, stratified_split
 from fedcore.data.federated import partition_digest

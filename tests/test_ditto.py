@@ -7,7 +7,8 @@ import torch
 
 from fedcore import clients
 from fedcore.clients.template import run_follow_up
-from fedcore.config import ConfigError, load_config
+from fedcore.config import ConfigError
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 
 from .conftest import TINY

@@ -5,10 +5,10 @@ import functools
 import pytest
 import torch
 
-from fedcore.compression.feedback import RESIDUAL
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.layout import flat_params
 from fedcore.simulation import Simulation
+from fedcore.stages.feedback import RESIDUAL
 
 from .conftest import TINY
 

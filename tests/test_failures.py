@@ -9,7 +9,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.tracking.retry import is_locked, with_retry
 from fedcore.tracking.runner import run_tracked
 

@@ -8,7 +8,8 @@ from fedcore import aggregators, clients
 from fedcore.aggregators import UpdateBatch
 from fedcore.clients import ClientData, Commit, LocalContext, LocalSchedule
 from fedcore.clients.feddyn import GRADIENT, FedDynClient
-from fedcore.config import ConfigError, load_config
+from fedcore.config import ConfigError
+from fedcore.configure import load_config
 from fedcore.engines import sequential
 from fedcore.engines.vectorised import VectorisedEngine
 from fedcore.layout import ParamLayout

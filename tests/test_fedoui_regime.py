@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from fedcore.callbacks.summary import auc_trapz, summarize
-from fedcore.config import build_config, config_dir, read_yaml
+from fedcore.config import config_dir, read_yaml
+from fedcore.configure import build_config
 from fedcore.data.datasets import load_dataset
 from fedcore.data.federated import build_federated_data, partition_indices
 from fedcore.metrics import label_mix, label_mix_accuracy, per_sample_eval

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedcore.invocation import fedcore_command
+from fedcore.pipeline.invocation import fedcore_command
 
 
 def _console_script(root: Path) -> Path:

@@ -2,7 +2,8 @@
 
 import pytest
 
-from fedcore.config import load_config, method_names
+from fedcore.config import method_names
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 
 pytestmark = pytest.mark.slow  # end to end (see docs/how-to/tests.md)

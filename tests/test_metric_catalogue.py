@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.metric_catalogue import CATALOGUE, MetricDoc, lookup
 from fedcore.simulation import Simulation
 

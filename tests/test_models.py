@@ -195,7 +195,7 @@ def test_deterministic_construction(name: str) -> None:
 
 def test_smallcnn_is_fedouis_model() -> None:
     # conv3x3(32) -> pool -> conv3x3(64) -> pool -> fc128 -> fc10, ReLU (FedOUI's SmallCNN)
-    from fedcore.config import load_config
+    from fedcore.configure import load_config
 
     model = build_model("smallcnn", (3, 32, 32), 10).eval()
     shapes = [tuple(p.shape) for p in model.parameters()]

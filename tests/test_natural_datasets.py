@@ -12,7 +12,8 @@ import pytest
 import torch
 from PIL import Image
 
-from fedcore.config import ConfigError, DatasetConfig, load_config
+from fedcore.config import ConfigError, DatasetConfig
+from fedcore.configure import load_config
 from fedcore.data import federated, leaf, tiny_imagenet
 from fedcore.data.datasets import DatasetArrays, DatasetUnavailableError, load_dataset
 from fedcore.data.federated import build_federated_data, partition_indices
@@ -219,7 +220,7 @@ def test_config_accepts_natural_only_with_owner_ids(tmp_path):
     assert msg.endswith("allowed: iid, dirichlet, shards") and "\n" not in msg
     with pytest.raises(ConfigError, match="dataset.download: femnist cannot be downloaded"):
         load_config(None, ["dataset.name=femnist", "dataset.download=true"])
-    from fedcore.sweep import load_sweep
+    from fedcore.pipeline.sweep import load_sweep
 
     sweep = tmp_path / "s.yaml"
     sweep.write_text(json.dumps({"name": "nat", "grid": {

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fedcore.clients.scaffold import CONTROL
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 
 from .test_checkpoint import assert_resume_is_bit_identical

@@ -11,7 +11,7 @@ from fedcore.clients._tuplets import quadruplet_loss, sample_tuplets, triplet_lo
 from fedcore.clients.moon import moon_contrastive
 from fedcore.clients.supconfl import supcon_loss
 from fedcore.clients.template import frozen_copy
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.layout import ParamLayout, flat_params, load_flat_params
 from fedcore.metrics import client_stat_metrics, representation_stats
 from fedcore.models import build_model

@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedcore.config import ConfigError, config_dir, load_config, read_yaml
+from fedcore.config import ConfigError, config_dir, read_yaml
+from fedcore.configure import load_config
 from fedcore.data.own import content_digest, federate
 from fedcore.simulation import Simulation
 
@@ -155,7 +156,7 @@ def test_factory_from_python_is_called_under_the_seed_and_recorded_by_its_path()
 
 
 def _shipped_hashes() -> set[str]:
-    from fedcore.sweep import load_sweep
+    from fedcore.pipeline.sweep import load_sweep
 
     hashes = {load_config(None, []).config_hash()}
     for path in sorted((config_dir() / "experiments").glob("*.yaml")):

@@ -80,7 +80,7 @@ def test_wheel_ships_every_config_and_runs_its_default_outside_a_checkout(wheel,
 
 def test_core_runs_without_the_pipeline_extra(tmp_path):
     code = BLOCKER.format(blocked=PIPELINE) + f"""
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.simulation import run
 from fedcore.cli import main
 tiny = ["rounds=1", "model.name=mlp", "dataset.num_clients=6", "clients_per_round=3"]

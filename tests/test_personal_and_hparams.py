@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import yaml
 
-from fedcore.config import ConfigError, build_config, config_dir, load_config
-from fedcore.hparams import hparams_changes, hparams_label, hparams_tags, regime
+from fedcore.config import ConfigError, config_dir
+from fedcore.configure import build_config, load_config
 from fedcore.metrics import jain_index
+from fedcore.pipeline.hparams import hparams_changes, hparams_label, hparams_tags, regime
 from fedcore.simulation import Simulation
 
 from .conftest import TINY
@@ -83,7 +84,7 @@ def test_a_tune_best_method_file_is_tuned(tmp_path, monkeypatch):
 
 
 def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(tracking, tmp_path):
-    from fedcore.sweep import load_sweep
+    from fedcore.pipeline.sweep import load_sweep
     from fedcore.tracking import load_settings, mlflow_client
     from fedcore.tracking.report import build_report
     from fedcore.tracking.runner import run_tracked
@@ -125,7 +126,7 @@ def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(track
 
 def test_main_job_runs_every_method_at_paper_but_two_tuned_rows_from_equal_studies():
     from fedcore.config import read_yaml
-    from fedcore.sweep import load_sweep
+    from fedcore.pipeline.sweep import load_sweep
     from fedcore.tuning.spec import load_study
 
     spec = load_sweep(config_dir() / "sweeps" / "main.yaml")

@@ -18,7 +18,8 @@ from fedcore import code_digest, plugins
 from fedcore.aggregators.base import REGISTRY as AGG
 from fedcore.clients.base import REGISTRY as CLIENTS
 from fedcore.compression.base import REGISTRY as COMP
-from fedcore.config import ConfigError, load_config
+from fedcore.config import ConfigError
+from fedcore.configure import load_config
 from fedcore.tracking.provenance import CODE_DIGEST_TAG, code_label
 
 PKG = "fcplug"

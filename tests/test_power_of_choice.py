@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from fedcore.config import ConfigError, load_config
+from fedcore.config import ConfigError
+from fedcore.configure import load_config
 from fedcore.samplers import Population, build
 from fedcore.simulation import Simulation
 

@@ -14,7 +14,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 import fedcore
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.data.federated import build_federated_data, partition_digest
 from fedcore.metrics import per_sample_eval
 from fedcore.tracking.runner import run_tracked

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fedcore import checkpoint
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 from tests.conftest import TINY
 

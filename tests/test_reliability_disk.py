@@ -97,7 +97,7 @@ def test_checkpoint_on_a_full_disk_names_the_path_and_leaves_no_tmp(small_disk):
 
 
 def test_run_checkpointing_onto_a_full_disk_fails_naming_the_file(small_disk):
-    from fedcore.config import load_config
+    from fedcore.configure import load_config
     from fedcore.simulation import Simulation
 
     (small_disk / "ckpt").mkdir()

@@ -12,7 +12,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from fedcore.cli import main
-from fedcore.config import ConfigError, config_dir, load_config
+from fedcore.config import ConfigError, config_dir
+from fedcore.configure import load_config
 from tests.conftest import TINY
 from tests.test_agg_robust import KRUM_POINTS
 

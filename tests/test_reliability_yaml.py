@@ -15,7 +15,8 @@ import yaml
 
 from fedcore import limits, safe_yaml
 from fedcore.cli import main
-from fedcore.config import ConfigError, load_config
+from fedcore.config import ConfigError
+from fedcore.configure import load_config
 from tests.conftest import TINY
 
 

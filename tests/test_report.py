@@ -9,7 +9,7 @@ import yaml
 from scipy import stats
 
 from fedcore.config import config_dir
-from fedcore.sweep import load_sweep
+from fedcore.pipeline.sweep import load_sweep
 from fedcore.tracking import load_settings, mlflow_client
 from fedcore.tracking.report import build_report, sweep_parent_run
 from fedcore.tracking.runner import run_tracked
@@ -81,7 +81,7 @@ def test_table_is_mean_and_interval_over_seeds_of_the_recorded_runs(ran_sweep, t
     assert "| reference |" in lines["fedavg (tuned)"]
     assert ", p=" in lines["fedavg_topk (tuned)"]
     assert "method paper · local tuned · data default | by hand |" in lines["fedavg (tuned)"]
-    # the paired test of the report is the one of fedcore.stats on the runs' seeds
+    # the paired test of the report is the one of fedcore.pipeline.stats on the runs' seeds
     topk = report.tests[0].comparison
     by = {m: report.runs[report.runs["method"] == m].set_index("seed")["accuracy"]
           for m in ("fedavg", "fedavg_topk")}

@@ -10,7 +10,7 @@ from fedcore import aggregators
 from fedcore.aggregators import UpdateBatch
 from fedcore.aggregators.crf import CRF, crf_inference
 from fedcore.aggregators.krum import krum_scores
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 
 

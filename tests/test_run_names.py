@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime, timezone
 
-from fedcore.config import build_config, config_dir, load_config
-from fedcore.sweep import Cell, load_sweep
+from fedcore.config import config_dir
+from fedcore.configure import build_config, load_config
+from fedcore.pipeline.sweep import Cell, load_sweep
 from fedcore.tracking.names import cell_identities, parent_name, run_identity
 
 

@@ -9,7 +9,8 @@ from fedcore.aggregators import UpdateBatch
 from fedcore.clients import ClientData, Commit, LocalContext, LocalSchedule
 from fedcore.clients.scafcom import MOMENTUM, ScafcomClient
 from fedcore.clients.scaffold import CONTROL, ScaffoldClient
-from fedcore.config import ConfigError, load_config
+from fedcore.config import ConfigError
+from fedcore.configure import load_config
 from fedcore.layout import ParamLayout, load_flat_params
 
 A = (1.0, 2.0, 4.0)

@@ -130,7 +130,7 @@ def test_gpu_limit_is_sized_to_gpus_or_cpu_workers(prefect_harness):
 def test_dropout_cells_in_parallel_threads_equal_cells_run_alone(engine):
     import threading
 
-    from fedcore.config import load_config
+    from fedcore.configure import load_config
     from fedcore.simulation import Simulation
 
     tiny_cnn = ["model.name=cnn", "rounds=1", "dataset.num_clients=4", "clients_per_round=2",

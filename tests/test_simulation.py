@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedcore.clients import ClientAlgorithm, LocalContext
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 
 from .conftest import TINY

@@ -1,4 +1,4 @@
-"""Statistics over seeds (fedcore.stats) against scipy and statsmodels on fixed inputs."""
+"""Statistics over seeds (fedcore.pipeline.stats) against scipy and statsmodels on fixed inputs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 
-from fedcore.stats import compare, holm, mean_interval, paired_seeds, seeds_needed
+from fedcore.pipeline.stats import compare, holm, mean_interval, paired_seeds, seeds_needed
 
 A = [0.91, 0.93, 0.90, 0.94, 0.92]
 B = [0.88, 0.92, 0.86, 0.91, 0.90]

@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from fedcore import stopping
 from fedcore.callbacks import Callback
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 from fedcore.tracking.runner import run_tracked
 

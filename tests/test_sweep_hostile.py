@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fedcore.cli import main
-from fedcore.sweep import load_sweep
+from fedcore.pipeline.sweep import load_sweep
 
 TINY_SET = "set: {rounds: 1, model.name: mlp, dataset.num_clients: 6, clients_per_round: 2}\n"
 
@@ -77,7 +77,7 @@ def test_two_sweeps_running_one_cell_together_give_one_finished_run(tracking):
     """Two sweeps of one file at once (here two threads; processes take the same flock)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from fedcore.config import load_config
+    from fedcore.configure import load_config
     from fedcore.tracking import get_experiment_id, mlflow_client
     from fedcore.tracking.mlflow_tracker import wait_for_runs
     from flows.sweep import _simulate_cell

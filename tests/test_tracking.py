@@ -8,7 +8,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.tracking.runner import run_tracked
 
 from .conftest import TINY

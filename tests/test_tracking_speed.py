@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from mlflow.tracking import MlflowClient
 
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.data.federated import build_federated_data, shared_federated_data
 from fedcore.simulation import Simulation
 from fedcore.tracking import mlflow_client
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KILLED_RUN = textwrap.dedent("""
     import os, signal, sys
     from fedcore.callbacks import Callback
-    from fedcore.config import load_config
+    from fedcore.configure import load_config
     from fedcore.tracking.runner import run_tracked
 
     KILL_AT = int(sys.argv[1])

@@ -10,7 +10,7 @@ import optuna
 import yaml
 
 from fedcore.cli import main
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.simulation import run
 
 ROOT = Path(__file__).resolve().parent.parent

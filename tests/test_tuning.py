@@ -11,7 +11,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from fedcore.config import ConfigError, build_config
+from fedcore.config import ConfigError
+from fedcore.configure import build_config
 from fedcore.seeding import TUNING_SEED_MIN
 from fedcore.tuning.spec import load_study, study_names
 

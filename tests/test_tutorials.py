@@ -16,7 +16,7 @@ import pytest
 
 from fedcore.aggregators.base import REGISTRY as RULES
 from fedcore.clients.base import REGISTRY as CLIENTS
-from fedcore.config import load_config
+from fedcore.configure import load_config
 from fedcore.registry import Registry
 from fedcore.simulation import Simulation
 

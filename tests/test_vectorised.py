@@ -8,7 +8,8 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from fedcore.callbacks.personal import PersonalEvaluation
-from fedcore.config import ConfigError, load_config
+from fedcore.config import ConfigError
+from fedcore.configure import load_config
 from fedcore.engines import sequential
 from fedcore.engines.select import choose_engine
 from fedcore.engines.vectorised import VectorisedEngine

@@ -8,8 +8,7 @@ before local training), by Euclidean projection (default) or exponentiated (mirr
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
@@ -17,11 +16,7 @@ from pydantic import Field
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.layout import ParamLayout
 from fedcore.registry import HParams as BaseHParams
-
-if TYPE_CHECKING:
-    from fedcore.config import ExperimentConfig
-
-log = logging.getLogger("fedcore")
+from fedcore.requirements import Need, Requirement
 
 
 def project_simplex(y: torch.Tensor, total: float = 1.0) -> torch.Tensor:
@@ -64,22 +59,27 @@ class AFL(Aggregator):
     hp: HParams
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
+    def requirements(cls, hp: BaseHParams) -> list[Need]:
+        """lambda_min x N <= 1 (the floor must fit in the simplex); a warning when the
+        projected lambda step is too large for m of N clients per round."""
         assert isinstance(hp, cls.HParams)
-        n, m = cfg.dataset.num_clients, cfg.clients_per_round
-        if hp.lambda_min * n > 1.0:
-            return (
-                f"method.aggregator.lambda_min: {hp.lambda_min} x {n} clients exceeds 1; "
-                f"allowed: at most {1.0 / n:g}"
-            )
-        if hp.update == "projected" and lambda_step_too_large(hp.lambda_lr, m, n):
-            log.warning(
-                "afl: lambda_lr=%g > m/N^2=%g: the projected lambda step is too large for "
-                "%d of %d clients per round; lambda will collapse onto the last sampled "
-                "clients (use update=exponentiated or lambda_lr about m/N^2)",
-                hp.lambda_lr, m / n**2, m, n,
-            )
-        return None
+        floor, lr = hp.lambda_min, hp.lambda_lr
+        needs: list[Need] = [Requirement(
+            ("dataset.num_clients",), lambda n: floor * n <= 1.0,
+            lambda n: (f"method.aggregator.lambda_min: {floor} x {n} clients exceeds 1; "
+                       f"allowed: at most {1.0 / n:g}"),
+        )]
+        if hp.update == "projected":
+            needs.append(Requirement(
+                ("clients_per_round", "dataset.num_clients"),
+                lambda m, n: not lambda_step_too_large(lr, m, n),
+                lambda m, n: (
+                    f"afl: lambda_lr={lr:g} > m/N^2={m / n**2:g}: the projected lambda step is "
+                    f"too large for {m} of {n} clients per round; lambda will collapse onto the "
+                    "last sampled clients (use update=exponentiated or lambda_lr about m/N^2)"),
+                warn_only=True,
+            ))
+        return needs
 
     def setup(self, num_clients: int, layout: ParamLayout) -> None:
         super().setup(num_clients, layout)

@@ -7,16 +7,14 @@ Protocol per simulation: ``setup(num_clients, layout)`` once; then per round ``b
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from fedcore.layout import ParamLayout
 from fedcore.registry import HParams as BaseHParams
 from fedcore.registry import Registry
-
-if TYPE_CHECKING:
-    from fedcore.config import ExperimentConfig
+from fedcore.requirements import Need
 
 REGISTRY: Registry[Aggregator] = Registry(
     "aggregator rule", "rule", "fedcore.aggregators", "fedcore.aggregators.base:Aggregator"
@@ -95,9 +93,10 @@ class Aggregator:
         self.layout: ParamLayout | None = None
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
-        """Why ``cfg`` cannot run this rule (a one-line reason, checked at load); None: it can."""
-        return None
+    def requirements(cls, hp: BaseHParams) -> list[Need]:
+        """What this rule needs from the rest of the config (:mod:`fedcore.requirements`),
+        checked at load by :func:`fedcore.configure.build_config`; none by default."""
+        return []
 
     def setup(self, num_clients: int, layout: ParamLayout) -> None:
         """Called once before the first round: N and the parameter layout."""
@@ -126,22 +125,3 @@ def weighted_mean(deltas: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """sum_k w_k delta_k for weights that sum to one."""
     return weights @ deltas
 
-
-def global_client(cfg: ExperimentConfig) -> tuple[str | None, str]:
-    """The client objective whose updates reach the server, and how the config names it:
-    ``method.client.algorithm``, or Ditto's ``inner`` one (Ditto sends its global update)."""
-    client = cfg.method.client
-    if client.get("algorithm") == "ditto":
-        inner = client.get("inner", {}).get("algorithm")
-        return inner, f"'ditto' with inner {inner!r}"
-    return client.get("algorithm"), repr(client.get("algorithm"))
-
-
-def needs_own_client(cfg: ExperimentConfig, rule: str) -> str | None:
-    """Why ``cfg`` cannot run ``rule``, a rule whose client objective has the same name
-    (SCAFFOLD, SCAFCOM: the server reads that client's extra uplink); None: it can."""
-    client, named = global_client(cfg)
-    if client != rule:
-        return (f"method.client.algorithm: rule {rule} needs client {rule!r} (or 'ditto' "
-                f"with inner {rule!r}), got {named}")
-    return None

@@ -7,7 +7,7 @@ mean_k delta_k - h / alpha. alpha is the client's (the ``feddyn_alpha`` stat it 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -15,14 +15,11 @@ from fedcore.aggregators.base import (
     Aggregate,
     Aggregator,
     UpdateBatch,
-    needs_own_client,
     register,
 )
 from fedcore.layout import ParamLayout
 from fedcore.registry import HParams as BaseHParams
-
-if TYPE_CHECKING:
-    from fedcore.config import ExperimentConfig
+from fedcore.requirements import Need, SendsUpdate
 
 ALPHA = "feddyn_alpha"  # as fedcore.clients.feddyn sends it
 
@@ -32,8 +29,9 @@ class FedDyn(Aggregator):
     """Uniform mean of the accepted clients' models, corrected by the server state h."""
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
-        return needs_own_client(cfg, "feddyn")
+    def requirements(cls, hp: BaseHParams) -> list[Need]:
+        """The server reads the FedDyn client's alpha and corrects its uniform mean."""
+        return [SendsUpdate("feddyn", "feddyn")]
 
     def setup(self, num_clients: int, layout: ParamLayout) -> None:
         super().setup(num_clients, layout)

@@ -7,16 +7,12 @@ c <- c + (1/N) sum_k d_k keeps c the mean of all client control variates.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregate, UpdateBatch, needs_own_client, register
+from fedcore.aggregators.base import Aggregate, UpdateBatch, register
 from fedcore.aggregators.scaffold import ControlVariateServer
 from fedcore.registry import HParams as BaseHParams
-
-if TYPE_CHECKING:
-    from fedcore.config import ExperimentConfig
+from fedcore.requirements import Need, SendsUpdate
 
 
 @register("scafcom")
@@ -28,8 +24,9 @@ class Scafcom(ControlVariateServer):
     hp: HParams
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
-        return needs_own_client(cfg, "scafcom")
+    def requirements(cls, hp: BaseHParams) -> list[Need]:
+        """The server reads the SCAFCOM client's control-variate increment."""
+        return [SendsUpdate("scafcom", "scafcom")]
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         assert batch.num_steps is not None  # filled by the round loop

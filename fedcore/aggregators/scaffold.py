@@ -6,7 +6,7 @@ c equal to the mean of all N client control variates. c goes down to every sampl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
@@ -15,24 +15,13 @@ from fedcore.aggregators.base import (
     Aggregate,
     Aggregator,
     UpdateBatch,
-    needs_own_client,
     register,
     weighted_mean,
 )
+from fedcore.control_variates import reconstructed_delta_c
 from fedcore.layout import ParamLayout
 from fedcore.registry import HParams as BaseHParams
-
-if TYPE_CHECKING:
-    from fedcore.config import ExperimentConfig
-
-
-def reconstructed_delta_c(
-    deltas: torch.Tensor, c: torch.Tensor, num_steps: torch.Tensor, lr: torch.Tensor
-) -> torch.Tensor:
-    """Option II's Delta c_k = -c - delta_k / (K_k lr) from what the server knows (0 if K = 0)."""
-    scale = (num_steps.to(deltas) * lr.to(deltas))[:, None]
-    out = -c - deltas / scale.clamp_min(torch.finfo(deltas.dtype).tiny)
-    return torch.where(scale > 0, out, torch.zeros_like(out))
+from fedcore.requirements import Need, SendsUpdate
 
 
 class ControlVariateServer(Aggregator):
@@ -61,8 +50,9 @@ class Scaffold(ControlVariateServer):
     hp: HParams
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
-        return needs_own_client(cfg, "scaffold")
+    def requirements(cls, hp: BaseHParams) -> list[Need]:
+        """The server reads the SCAFFOLD client's Delta c_i (or rebuilds it from its delta)."""
+        return [SendsUpdate("scaffold", "scaffold")]
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         deltas = batch.deltas

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from fedcore.callbacks.base import Callback, RoundRecord, RoundVerdict
+from fedcore.client_table import ClientTable
 from fedcore.layout import load_flat_params
 from fedcore.metrics import (
     eval_with_embeddings,
@@ -43,8 +44,6 @@ def evaluate(
     """The rule's evaluation point on the global test set and on every client's local test
     split (none, ``test_fraction`` 0: the global per-class accuracy weighted by each client's
     label mix). The model holds the global parameters afterwards."""
-    from fedcore.simulation import ClientTable
-
     model, data = sim.model, sim.data
     params = sim.aggregator.eval_params(sim.params)
     load_flat_params(model, params)

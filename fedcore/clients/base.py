@@ -25,10 +25,10 @@ from fedcore.clients.records import (
 )
 from fedcore.registry import HParams as BaseHParams
 from fedcore.registry import Registry
+from fedcore.requirements import Need
 
 if TYPE_CHECKING:
     from fedcore.callbacks import Callback
-    from fedcore.config import ExperimentConfig
     from fedcore.models import FedModel
 
 REGISTRY: Registry[ClientAlgorithm] = Registry(
@@ -140,8 +140,21 @@ class ClientAlgorithm:
         sampled client."""
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
-        """Why ``cfg`` cannot run this client (a one-line reason, checked at load); None: it can."""
+    def requirements(cls, hp: BaseHParams) -> list[Need]:
+        """What this objective needs from the rest of the config (:mod:`fedcore.requirements`),
+        checked at load by :func:`fedcore.configure.build_config`; none by default."""
+        return []
+
+    @classmethod
+    def update_objective(cls, hp: BaseHParams) -> tuple[str, BaseHParams]:
+        """The name and hyper-parameters of the objective whose update reaches the server: this
+        one, unless it wraps another objective that trains the global model."""
+        return cls.name, hp
+
+    @classmethod
+    def wrapping(cls, inner: str) -> str | None:
+        """How a config names this client wrapping the objective ``inner`` (None: it wraps no
+        objective); error messages offer it where a rule needs ``inner``'s update."""
         return None
 
     @property

@@ -22,10 +22,10 @@ from fedcore.clients.base import (
     register,
 )
 from fedcore.registry import HParams as BaseHParams
+from fedcore.requirements import Need, Requirement
 
 if TYPE_CHECKING:
     from fedcore.callbacks import Callback
-    from fedcore.config import ExperimentConfig
     from fedcore.models import FedModel
 
 
@@ -68,14 +68,23 @@ class DittoClient(ClientAlgorithm):
     personalized = True
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
-        """The inner objective's own rules (SCAFFOLD's aggregator rule, ...)."""
+    def requirements(cls, hp: BaseHParams) -> list[Need]:
+        """The inner objective's own needs (SCAFFOLD's aggregator rule, ...)."""
         assert isinstance(hp, cls.HParams)
         inner = REGISTRY.get(hp.inner["algorithm"])
-        inner_hp = REGISTRY.hparams(hp.inner)  # an instance of inner.HParams
-        assert isinstance(inner_hp, BaseHParams)
-        reason = inner.check_config(cfg, inner_hp)
-        return None if reason is None else f"{reason} (ditto's inner objective {inner.name})"
+        note = f" ({cls.name}'s inner objective {inner.name})"
+        return [need.noted(note) if isinstance(need, Requirement) else need
+                for need in inner.requirements(REGISTRY.hparams(hp.inner))]
+
+    @classmethod
+    def update_objective(cls, hp: BaseHParams) -> tuple[str, BaseHParams]:
+        """The global update is the inner objective's."""
+        assert isinstance(hp, cls.HParams)
+        return hp.inner["algorithm"], REGISTRY.hparams(hp.inner)
+
+    @classmethod
+    def wrapping(cls, inner: str) -> str | None:
+        return f"{cls.name!r} with inner {inner!r}"
 
     def commit(self, c: Commit) -> None:
         """The inner objective's state (SCAFFOLD's c_i, ...); the personal model is kept at

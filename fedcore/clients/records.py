@@ -12,26 +12,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from fedcore.data.client_data import ClientData as ClientData
+
 if TYPE_CHECKING:
     from fedcore.layout import ParamLayout
     from fedcore.models import ModelView
 
 FrozenParams = tuple[torch.Tensor, dict[str, torch.Tensor]]  # flat params, buffers
-
-
-@dataclass
-class ClientData:
-    """One client's local train and test split, as tensors on the simulation device."""
-
-    client_id: int
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-
-    @property
-    def num_train(self) -> int:
-        return int(self.y_train.shape[0])
 
 
 @dataclass(frozen=True)

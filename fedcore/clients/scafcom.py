@@ -8,17 +8,13 @@ v_i <- v_i+ and c_i <- c_i + C(v_i+ - c_i), the vector as the server received it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from pydantic import Field
 
 from fedcore.clients.base import Commit, Finished, register
-from fedcore.clients.scaffold import CONTROL, ControlledClient, control_of, refuse_unless
+from fedcore.clients.scaffold import CONTROL, ControlledClient, control_of, control_variate_needs
 from fedcore.registry import HParams as BaseHParams
-
-if TYPE_CHECKING:
-    from fedcore.config import ExperimentConfig
+from fedcore.requirements import Need
 
 MOMENTUM = "scafcom_v"  # v_i in the client store (absent: 0)
 
@@ -33,8 +29,8 @@ class ScafcomClient(ControlledClient):
     uplink = ("cv_increment",)
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
-        return refuse_unless(cfg, "client scafcom", "scafcom", ef_free=True)
+    def requirements(cls, hp: BaseHParams) -> list[Need]:
+        return control_variate_needs("scafcom", "scafcom", compressed=True)
 
     def finish(self, done: Finished) -> None:
         update, ctx = done.update, done.ctx

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
+from pydantic import ValidationInfo, field_validator
 from torch import nn
 
 from fedcore.clients.base import (
@@ -25,12 +26,11 @@ from fedcore.clients.base import (
     LocalPlan,
     register,
 )
+from fedcore.control_variates import reconstructed_delta_c
 from fedcore.layout import flat_params, load_flat_params
 from fedcore.registry import HParams as BaseHParams
+from fedcore.requirements import Need, setting
 from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed
-
-if TYPE_CHECKING:
-    from fedcore.config import ExperimentConfig
 
 CONTROL = "scaffold_c"  # c_i in the client store (absent: 0)
 
@@ -46,28 +46,22 @@ def server_control(ctx: LocalContext) -> torch.Tensor:
     return ctx.server_payload["c"].to(ctx.global_params)
 
 
-def refuse_unless(cfg: ExperimentConfig, client: str, rule: str, ef_free: bool) -> str | None:
-    """The shared config rules of the control-variate methods (docs/methods/scaffold.md)."""
-    got = cfg.method.aggregator.get("rule")
-    if got != rule:
-        return f"method.aggregator.rule: {client} needs rule {rule!r}, got {got!r}"
-    if cfg.local.momentum != 0.0:
-        return (
-            f"local.momentum: {client} needs plain SGD (momentum 0), got {cfg.local.momentum}; "
-            "its control variate is the mean gradient of momentum-free steps"
-        )
-    comp = cfg.method.compression
-    if not ef_free and comp.get("compressor") != "none":
-        return (
-            f"method.compression.compressor: {client} sends uncompressed vectors, got "
-            f"{comp.get('compressor')!r}; allowed: none (use scafcom for compressed uplinks)"
-        )
-    if comp.get("error_feedback", "none") != "none":
-        return (
-            f"method.compression.error_feedback: {client} keeps no residual, got "
-            f"{comp.get('error_feedback')!r}; allowed: none"
-        )
-    return None
+def control_variate_needs(client: str, rule: str, compressed: bool) -> list[Need]:
+    """The shared config rules of the control-variate methods (docs/methods/scaffold.md):
+    their own rule, plain SGD, no error feedback and, unless ``compressed``, no compressor."""
+    who = f"client {client}"
+    needs: list[Need] = [
+        setting("method.aggregator.rule", (rule,), who, f"needs rule {rule!r}"),
+        setting("local.momentum", (0.0,), who, "needs plain SGD (momentum 0)",
+                "its control variate is the mean gradient of momentum-free steps"),
+    ]
+    if not compressed:
+        needs.append(setting(
+            "method.compression.compressor", ("none",), who, "sends uncompressed vectors",
+            "allowed: none (use scafcom for compressed uplinks)"))
+    needs.append(setting("method.compression.error_feedback", ("none",), who,
+                         "keeps no residual", "allowed: none"))
+    return needs
 
 
 class ControlledClient(ClientAlgorithm):
@@ -99,6 +93,16 @@ class ScaffoldClient(ControlledClient):
         control: Literal["option2", "option1"] = "option2"
         uplink: Literal["both", "reconstruct"] = "both"
 
+        @field_validator("uplink")
+        @classmethod
+        def _reconstruct_needs_option2(cls, uplink: str, info: ValidationInfo) -> str:
+            if uplink == "reconstruct" and info.data.get("control") != "option2":
+                raise ValueError(
+                    "'reconstruct' rebuilds option2's Delta c_i on the server; allowed with "
+                    "control=option1: both"
+                )
+            return uplink
+
     hp: HParams
 
     def __init__(self, hparams: HParams | None = None) -> None:
@@ -106,14 +110,8 @@ class ScaffoldClient(ControlledClient):
         self.uplink = ("delta",) if self.hp.uplink == "reconstruct" else ("delta", "delta_c")
 
     @classmethod
-    def check_config(cls, cfg: ExperimentConfig, hp: BaseHParams) -> str | None:
-        assert isinstance(hp, cls.HParams)
-        if hp.uplink == "reconstruct" and hp.control != "option2":
-            return (
-                "method.client.uplink: 'reconstruct' rebuilds option2's Delta c_i on the server; "
-                "allowed with control=option1: both"
-            )
-        return refuse_unless(cfg, "client scaffold", "scaffold", ef_free=False)
+    def requirements(cls, hp: BaseHParams) -> list[Need]:
+        return control_variate_needs("scaffold", "scaffold", compressed=False)
 
     def finish(self, done: Finished) -> None:
         update, ctx = done.update, done.ctx
@@ -173,8 +171,6 @@ class ScaffoldClient(ControlledClient):
         if "delta_c" in sent:
             delta_c = sent["delta_c"]
         elif "c" in update.pending:
-            from fedcore.aggregators.scaffold import reconstructed_delta_c
-
             delta_c = reconstructed_delta_c(
                 sent["delta"][None],
                 update.pending["c"].to(sent["delta"]),

@@ -2,7 +2,7 @@
 wire (docs/methods/compression.md).
 
 A compressor knows nothing of rounds or clients: error feedback (its own registry axis,
-:mod:`fedcore.compression.feedback`) and the uplink stage (:mod:`fedcore.stages.uplink`) wrap
+:mod:`fedcore.stages.feedback`) and the uplink stage (:mod:`fedcore.stages.uplink`) wrap
 it. It works with any client objective because it only changes what is sent.
 """
 
@@ -13,6 +13,7 @@ from typing import ClassVar
 import torch
 
 from fedcore.registry import HParams, Registry
+from fedcore.requirements import Need
 
 REGISTRY: Registry[Compressor] = Registry(
     "compressor", "compressor", "fedcore.compression", "fedcore.compression.base:Compressor"
@@ -31,6 +32,12 @@ class Compressor:
     HParams: ClassVar[type[CompressionHParams]] = CompressionHParams
     hp: CompressionHParams
     randomized: ClassVar[bool] = False
+
+    @classmethod
+    def requirements(cls, hp: CompressionHParams) -> list[Need]:
+        """What this compressor needs from the rest of the config (:mod:`fedcore.requirements`),
+        checked at load by :func:`fedcore.configure.build_config`; none by default."""
+        return []
 
     def __init__(self, hparams: CompressionHParams | None = None) -> None:
         self.hp = hparams if hparams is not None else self.HParams()

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from fedcore.adversaries import choose_clients, flip_labels
-from fedcore.clients.base import ClientData
 from fedcore.config import ClientsConfig, ConfigError, DatasetConfig
+from fedcore.data.client_data import ClientData, label_mix
 from fedcore.data.datasets import DatasetArrays, load_dataset
 from fedcore.data.partition import (
     dirichlet_partition,
@@ -23,7 +23,6 @@ from fedcore.data.partition import (
     shard_partition,
     split_local,
 )
-from fedcore.metrics import label_mix
 from fedcore.seeding import numpy_rng
 
 

@@ -17,11 +17,10 @@ import numpy as np
 import torch
 from pydantic import ValidationError
 
-from fedcore.clients.base import ClientData
 from fedcore.config import ConfigError, DatasetConfig, ExperimentConfig, _one_line
+from fedcore.data.client_data import ClientData, label_mix
 from fedcore.data.federated import FederatedData, built_key, partition_indices
 from fedcore.data.partition import split_local
-from fedcore.metrics import label_mix
 from fedcore.seeding import numpy_rng
 
 ArrayLike = np.ndarray | torch.Tensor | Sequence[Any]

@@ -36,7 +36,7 @@ def is_import_path(name: str) -> bool:
 def resolve(path: str, key: str = "model.name") -> Any:
     """The object at ``module:attr`` (``attr`` may be dotted); a one-line ``ConfigError`` naming
     ``key``, the module and the cause when the import fails."""
-    from fedcore.plugins import ComponentError, import_object
+    from fedcore.component_loading import ComponentError, import_object
 
     try:
         obj = import_object(path)

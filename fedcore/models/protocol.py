@@ -13,7 +13,8 @@ and metrics need more, asked for by name:
 - ``oui_units(x)``: the inputs of the last ReLU before the classifier, one column per unit
   (FedOUI's overfitting indicator).
 
-:class:`fedcore.models.FedModel` subclasses offer all of them.
+:class:`fedcore.models.FedModel` subclasses offer all of them; ``fedcore.model_check`` refuses a
+model that lacks what the configured method needs.
 """
 
 from __future__ import annotations
@@ -23,13 +24,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
-from fedcore.config import ConfigError
-
 if TYPE_CHECKING:
     from torch import nn
-
-    from fedcore.aggregators import Aggregator
-    from fedcore.clients import ClientAlgorithm
 
 EMBEDDING = ("embedding", "head")
 # client statistics a rule asks for (``Aggregator.needs``) that read the model's insides
@@ -58,20 +54,3 @@ def missing(model: nn.Module, names: Iterable[str]) -> list[str]:
 def has_embedding(model: nn.Module) -> bool:
     """Whether ``model`` offers ``embedding(x)`` and ``head(z)`` (the ``repr/*`` metrics)."""
     return not missing(model, EMBEDDING)
-
-
-def check_model(
-    model: nn.Module, label: str, client: ClientAlgorithm, aggregator: type[Aggregator]
-) -> None:
-    """Raise a one-line ``ConfigError`` when ``model`` lacks what the method needs."""
-    wanted = [(n, f"client {client.name}") for n in client.model_needs]
-    for stat in sorted(aggregator.needs):
-        wanted += [(n, f"rule {aggregator.name}") for n in STAT_NEEDS.get(stat, ())]
-    lacking = missing(model, [n for n, _ in wanted])
-    if lacking:
-        who = ", ".join(dict.fromkeys(w for n, w in wanted if n in lacking))
-        raise ConfigError(
-            f"model: {label} lacks {', '.join(f'{n}()' for n in lacking)}, which {who} needs; "
-            "use a model that has them (a fedcore.models.FedModel subclass does) or another "
-            "method (docs/python-api.md, 'Models')"
-        )

@@ -20,9 +20,9 @@ def resolve_sampler(
 ) -> dict[str, Any] | None:
     """The canonical ``method.sampler`` (defaults filled in); None for the default sampler, so
     that configs without one keep their hash."""
+    from fedcore.component_spec import resolve_one
     from fedcore.errors import ConfigError
     from fedcore.limits import shown
-    from fedcore.stages.spec import resolve_one
 
     if spec is None:
         return None

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from fedcore.compression.base import Compressor, side_bytes
-from fedcore.compression.feedback.base import ErrorFeedback
 from fedcore.seeding import derive_seed
 from fedcore.stages.base import Message, RoundEnd, Stage
+from fedcore.stages.feedback.base import ErrorFeedback
 
 if TYPE_CHECKING:
     from fedcore.round_context import RoundContext

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedcore.claims import ClaimRow, ClaimsSpec, markdown, run_claims, tally
+from fedcore.pipeline.claims import ClaimRow, ClaimsSpec, markdown, run_claims, tally
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
 from fedcore.tracking.names import parent_name
 from fedcore.tracking.runner import run_tracked

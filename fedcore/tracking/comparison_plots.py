@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from fedcore.stats import VERDICTS, mean_interval
+from fedcore.pipeline.stats import VERDICTS, mean_interval
 from fedcore.tracking.plots import _pyplot, integer_ticks
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ def forest_png(diffs: pd.DataFrame, path: Path) -> Figure:
     row per alpha, the compared rows on the y axis.
 
     ``diffs``: row, alpha, metric, label (the x axis' meaning), mean, low, high (NaN without an
-    interval: a point only), verdict (one of :data:`fedcore.stats.VERDICTS`), reference.
+    interval: a point only), verdict (one of :data:`fedcore.pipeline.stats.VERDICTS`), reference.
     Returns the (closed) figure.
     """
     from matplotlib.lines import Line2D

@@ -18,8 +18,8 @@ import yaml
 
 from fedcore import checkpoint, faults
 from fedcore.callbacks import Callback, RoundRecord, RoundVerdict
-from fedcore.env import configure_environment
-from fedcore.hparams import regime_tags
+from fedcore.pipeline.env import configure_environment
+from fedcore.pipeline.hparams import regime_tags
 from fedcore.tracking import figure_helper
 from fedcore.tracking.provenance import device_tags, provenance_tags
 from fedcore.tracking.retry import RetryingClient

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fedcore.sweep import Cell
+    from fedcore.pipeline.sweep import Cell
 
 # Grid keys already in the name's stem.
 STEM_KEYS = ("method", "dataset.name", "dataset.alpha", "seed")
@@ -55,7 +55,7 @@ def name_and_variant(resolved: dict[str, Any], extra: dict[str, Any],
 
 def run_identity(resolved: dict[str, Any]) -> tuple[str, str]:
     """Name and variant of a run outside a sweep: the stem and its changed hyperparameters."""
-    from fedcore.hparams import hparams_changes, paper_method
+    from fedcore.pipeline.hparams import hparams_changes, paper_method
 
     method = resolved["method"]
     changed = hparams_changes(method) if paper_method(str(method["name"])) is not None else {}

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore import code_digest
-from fedcore.comparison import (
+from fedcore.pipeline.comparison import (
     RowTest,
     best_marks,
     forest_frame,
@@ -20,8 +20,8 @@ from fedcore.comparison import (
     versus_reference,
     with_intervals,
 )
-from fedcore.hparams import regime
-from fedcore.sweep import SweepSpec
+from fedcore.pipeline.hparams import regime
+from fedcore.pipeline.sweep import SweepSpec
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
 from fedcore.tracking.parents import html_page, set_description
 from fedcore.tracking.plots import _pyplot

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedcore.config import ConfigError, ExperimentConfig, parse_overrides
-from fedcore.invocation import fedcore_command
+from fedcore.pipeline.invocation import fedcore_command
 from fedcore.tuning.spec import StudySpec, find_study_file, load_study
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def tune_command(
     spec = load_study(study_file, parse_overrides(overrides))
     if best:
         return _best(spec, out)
-    from fedcore.sweep import check_resources
+    from fedcore.pipeline.sweep import check_resources
 
     check_resources(_bound_configs(spec))  # data files and devices, before any trial
     from fedcore.tuning.results import describe

@@ -14,7 +14,8 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from fedcore.config import ExperimentConfig, build_config, writable_config_dir
+from fedcore.config import ExperimentConfig, writable_config_dir
+from fedcore.configure import build_config
 from fedcore.tracking import load_settings, mlflow_client
 from fedcore.tracking.parents import markdown_rows, set_description
 from fedcore.tracking.plots import _pyplot

@@ -14,16 +14,10 @@ from typing import Any
 
 import yaml
 
-from fedcore.config import (
-    ConfigError,
-    ExperimentConfig,
-    build_config,
-    config_dir,
-    project_root,
-    read_yaml,
-)
+from fedcore.config import ConfigError, ExperimentConfig, config_dir, project_root, read_yaml
+from fedcore.configure import build_config
+from fedcore.pipeline.sweep import read_base
 from fedcore.seeding import TUNING_SEED_MIN
-from fedcore.sweep import read_base
 
 # A personalised method's personal models (fedcore.callbacks.personal.personal_summary).
 PERSONAL_METRICS = (

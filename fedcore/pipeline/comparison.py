@@ -1,5 +1,6 @@
 """A comparison table over seeds: intervals per row, paired tests against a reference row and
-against the best row, Holm-adjusted over the table (the statistics are :mod:`fedcore.stats`).
+against the best row, Holm-adjusted over the table (the statistics are
+:mod:`fedcore.pipeline.stats`).
 
 Input: one line per run with ``row`` (what is compared: a method at its settings), ``dataset``,
 ``alpha``, ``seed`` and the metric columns. Rows are compared only with rows of the same
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fedcore.stats import Comparison, compare, holm, mean_interval, paired_seeds
+from fedcore.pipeline.stats import Comparison, compare, holm, mean_interval, paired_seeds
 
 SETTING = ["dataset", "alpha"]
 # metric column -> whether higher is better (the metrics a table tests against its reference)

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from pydantic import Field
 
-from fedcore.compression.feedback.base import ErrorFeedback, Operator
 from fedcore.registry import HParams
 from fedcore.registry import HParams as AnyHParams
 from fedcore.stages.base import RoundEnd
+from fedcore.stages.feedback.base import ErrorFeedback, Operator
 
 if TYPE_CHECKING:
     from fedcore.clients.base import LocalSchedule
@@ -69,7 +69,7 @@ class ResidualFeedback(ErrorFeedback):
         return state.get(ALPHA, self.alpha) if self.per_client_alpha else self.alpha
 
     def probe(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
-        from fedcore.compression.feedback.mismatch import round_gradient_mismatch
+        from fedcore.stages.feedback.mismatch import round_gradient_mismatch
 
         if self.round % rc.cfg.eval_every:
             return {}

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedcore.config import ConfigError, ExperimentConfig, build_config, read_yaml
-from fedcore.sweep_file import check_grid_keys, check_shape, sweep_name
+from fedcore.config import ConfigError, ExperimentConfig, read_yaml
+from fedcore.configure import build_config
+from fedcore.pipeline.sweep_file import check_grid_keys, check_shape, sweep_name
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def check_resources(configs: Iterable[ExperimentConfig], devices: bool = True) -
     """Before Prefect starts: every config's dataset files are on disk (or will be downloaded)
     and, with ``devices``, its device exists on this machine; one-line errors otherwise."""
     from fedcore.data.datasets import check_files_present
-    from fedcore.devices import check_device_present
+    from fedcore.device_check import check_device_present
 
     seen: set[tuple[str, str, bool]] = set()
     for cfg in configs:

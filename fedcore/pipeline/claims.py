@@ -3,7 +3,7 @@
 A claims file (``configs/claims.yaml``) fixes, before anything runs, the base experiment, the
 seeds and, per claim, the paper's local recipe, the method's run, the baseline's run, the metric
 and the test. Running it simulates every distinct experiment once per seed and judges each claim
-by a paired t-test over seeds (:mod:`fedcore.stats`, Holm-adjusted over the file's claims):
+by a paired t-test over seeds (:mod:`fedcore.pipeline.stats`, Holm-adjusted over the file's claims):
 ``holds`` when the test finds the claimed direction, ``contradicted`` when it finds the opposite,
 ``inconclusive`` otherwise (with the seeds a test would need). A check that holds by construction
 is an ``implementation check`` and is judged ``passes``/``fails``, apart from the claims.
@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from fedcore.config import ConfigError, ExperimentConfig, build_config, config_dir, read_yaml
-from fedcore.hparams import regime
+from fedcore.config import ConfigError, ExperimentConfig, config_dir, read_yaml
+from fedcore.configure import build_config
+from fedcore.pipeline.hparams import regime
+from fedcore.pipeline.stats import Comparison, compare, holm, mean_interval
+from fedcore.pipeline.sweep import read_base, tuning_studies
 from fedcore.simulation import Result
-from fedcore.stats import Comparison, compare, holm, mean_interval
-from fedcore.sweep import read_base, tuning_studies
 
 TESTS = ("zero_every_round", "at_least", "lower", "noisy_below_clean")
 REDUCES = ("final", "mean", "max")
@@ -274,7 +275,7 @@ def setting(spec: ClaimsSpec, claim: Claim) -> str:
 
 
 def regime_text(spec: ClaimsSpec, claim: Claim) -> str:
-    """The regime of the claim's run and of its baseline (``fedcore.hparams``)."""
+    """The regime of the claim's run and of its baseline (``fedcore.pipeline.hparams``)."""
     cfg, base_cfg = spec.configs(claim, spec.seeds[0])
     text = regime(cfg.resolved()).label
     if base_cfg is not None:

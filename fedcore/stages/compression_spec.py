@@ -8,9 +8,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from fedcore.compression.base import REGISTRY as COMPRESSORS
-from fedcore.compression.feedback.base import REGISTRY as FEEDBACK
 from fedcore.errors import ConfigError
 from fedcore.limits import shown
+from fedcore.stages.feedback.base import REGISTRY as FEEDBACK
 
 PREFIX = "method.compression"
 

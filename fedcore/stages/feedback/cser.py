@@ -9,11 +9,11 @@ from typing import Any, ClassVar
 import torch
 from pydantic import Field
 
-from fedcore.compression.feedback.base import register
-from fedcore.compression.feedback.residual import RESIDUAL, ResidualFeedback, ResidualHParams
 from fedcore.compression.topk import num_kept
 from fedcore.registry import HParams
 from fedcore.stages.base import RoundEnd
+from fedcore.stages.feedback.base import register
+from fedcore.stages.feedback.residual import RESIDUAL, ResidualFeedback, ResidualHParams
 from fedcore.store import ClientStore
 
 DIGEST = "cser_digest"

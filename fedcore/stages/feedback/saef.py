@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fedcore.compression.feedback.base import register
-from fedcore.compression.feedback.residual import ResidualFeedback
+from fedcore.stages.feedback.base import register
+from fedcore.stages.feedback.residual import ResidualFeedback
 
 
 @register("saef")

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
-from fedcore.compression.feedback.base import register
-from fedcore.compression.feedback.residual import ResidualFeedback, ResidualHParams, alpha_star
 from fedcore.registry import HParams
+from fedcore.stages.feedback.base import register
+from fedcore.stages.feedback.residual import ResidualFeedback, ResidualHParams, alpha_star
 
 if TYPE_CHECKING:
     from fedcore.clients.base import LocalSchedule

@@ -21,14 +21,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from fedcore.config import (
-    ClientsConfig,
-    ConfigError,
-    LocalConfig,
-    build_config,
-    config_dir,
-    read_yaml,
-)
+from fedcore.config import ClientsConfig, ConfigError, LocalConfig, config_dir, read_yaml
+from fedcore.configure import build_config
 
 TUNE_BEST_MARK = "Written by `fedcore tune --best`"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedcore.compression.feedback.base import ErrorFeedback, register
+from fedcore.stages.feedback.base import ErrorFeedback, register
 
 
 @register("none")

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from fedcore.store import ClientStore
 
 REGISTRY: Registry[ErrorFeedback] = Registry(
-    "error feedback", "error_feedback", "fedcore.compression.feedback",
-    "fedcore.compression.feedback.base:ErrorFeedback",
+    "error feedback", "error_feedback", "fedcore.stages.feedback",
+    "fedcore.stages.feedback.base:ErrorFeedback",
 )
 register = REGISTRY.register
 

@@ -1,0 +1,175 @@
+"""A config from YAML and overrides, checked against the components it names.
+
+:mod:`fedcore.config` is the schema; this module adds what needs the components: each axis's
+name resolved in its registry and its hyper-parameters validated, every component's declared
+requirements (:mod:`fedcore.requirements`) checked against the whole config, the code record of
+a model given by import path, and the engine choice. All errors are one-line
+:class:`~fedcore.errors.ConfigError` s raised before any compute.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from fedcore import limits
+from fedcore.axes import AXES
+from fedcore.clients.base import REGISTRY as CLIENTS
+from fedcore.config import (
+    ExperimentConfig,
+    _one_line,
+    load_method,
+    parse_overrides,
+    read_yaml,
+    set_dotted,
+)
+from fedcore.errors import ConfigError
+from fedcore.requirements import Need, Requirement, SendsUpdate
+
+log = logging.getLogger("fedcore")
+
+
+
+def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Apply overrides to ``raw``, resolve the method by name, and validate everything."""
+    limits.check_tree(raw)
+    limits.check_tree(overrides or {})
+    tree = copy.deepcopy(raw)
+    overrides = dict(overrides or {})
+    if isinstance(tree.get("engine"), str):  # shorthand engine: vectorised
+        tree["engine"] = {"backend": tree["engine"]}
+    if isinstance(overrides.get("engine"), str):  # shorthand engine=vectorised
+        overrides["engine.backend"] = overrides.pop("engine")
+    method_over = {k: v for k, v in overrides.items() if k.startswith("method.")}
+    for key, value in overrides.items():
+        if key not in method_over:
+            set_dotted(tree, key, value)
+    method = tree.get("method", "fedavg")
+    if isinstance(method, str):
+        tree["method"] = load_method(method)
+    elif not isinstance(method, dict):
+        raise ConfigError("method: expected a method name or a mapping")
+    for key, value in method_over.items():
+        set_dotted(tree, key, value)
+    limits.check_tree(tree)
+    try:
+        cfg = ExperimentConfig.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+    _validate_method(cfg)
+    check_requirements(cfg)
+    from fedcore.models.external import record_code
+
+    record_code(cfg)
+    from fedcore.engines.select import validate_engine
+
+    validate_engine(cfg)
+    return cfg
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None
+) -> ExperimentConfig:
+    """Load a YAML experiment (defaults when ``path`` is None) with ``key=value`` overrides."""
+    raw = read_yaml(path) if path is not None else {}
+    if isinstance(overrides, list):
+        overrides = parse_overrides(overrides)
+    return build_config(raw, overrides)
+
+
+def _validate_method(cfg: ExperimentConfig) -> None:
+    """Resolve each axis's component by name and replace its spec by the validated one (the
+    compression mapping split into the compressor's and the error-feedback variant's keys)."""
+    from fedcore.samplers import resolve_sampler
+    from fedcore.stages.compression_spec import resolve_compression
+    from fedcore.stages.spec import resolve_stages
+
+    method = cfg.method
+    method.compression = resolve_compression(dict(method.compression))
+    method.sampler = resolve_sampler(method.sampler, cfg.dataset.num_clients,
+                                     cfg.clients_per_round)
+    method.stages = resolve_stages(method.stages)
+    for field_name, registry in AXES:
+        if field_name == "compression":
+            continue  # resolved above
+        spec = dict(getattr(method, field_name))
+        prefix = f"method.{field_name}"
+        name = spec.get(registry.key)
+        if name is None:
+            raise ConfigError(
+                f"{prefix}.{registry.key}: missing; allowed: {', '.join(registry.names())}"
+            )
+        if not isinstance(name, str):
+            raise ConfigError(
+                f"{prefix}.{registry.key}: expected a name (got {limits.shown(name)})"
+            )
+        try:
+            component = registry.get(name)  # built-in, entry point or module:Class
+            hp = registry.hparams(spec)
+        except KeyError as exc:
+            raise ConfigError(f"{prefix}.{registry.key}: {exc}") from None
+        except ValidationError as exc:
+            raise ConfigError(_one_line(exc, prefix, component.HParams)) from None
+        setattr(method, field_name, {registry.key: name, **hp.model_dump(mode="json")})
+
+
+def check_requirements(cfg: ExperimentConfig) -> None:
+    """Every component's declared requirements against ``cfg``: the first one broken is
+    raised as its one-line ConfigError (warnings are logged and do not stop the load)."""
+    tree = cfg.resolved()
+    from fedcore.stages.compression_spec import split
+
+    for field_name, registry in AXES:
+        spec = dict(getattr(cfg.method, field_name))
+        if field_name == "compression":
+            spec = split(spec)[0]  # the compressor's own keys
+        cls = registry.get(spec[registry.key])
+        for need in cls.requirements(registry.hparams(spec)):
+            _check(need, tree, cfg)
+
+
+def _value(tree: dict[str, Any], key: str) -> Any:
+    node: Any = tree
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ValueError(f"a component declares a requirement on {key!r}, not a config key")
+        node = node[part]
+    return node
+
+
+def _check(need: Need, tree: dict[str, Any], cfg: ExperimentConfig) -> None:
+    if isinstance(need, SendsUpdate):
+        reason = _sends_update(need, cfg)
+        if reason is not None:
+            raise ConfigError(reason)
+        return
+    assert isinstance(need, Requirement)
+    values = [_value(tree, key) for key in need.keys]
+    if need.holds(*values):
+        return
+    if need.warn_only:
+        log.warning("%s", need.refusal(*values))
+        return
+    raise ConfigError(need.refusal(*values))
+
+
+def _sends_update(need: SendsUpdate, cfg: ExperimentConfig) -> str | None:
+    """Why the client objective whose update reaches the server is not ``need.algorithm``."""
+    spec = cfg.method.client
+    cls = CLIENTS.get(spec[CLIENTS.key])
+    sender, _ = cls.update_objective(CLIENTS.hparams(spec))
+    if sender == need.algorithm:
+        return None
+    got = repr(cls.name) if sender == cls.name else cls.wrapping(sender) or repr(sender)
+    alternatives = [
+        form for other in sorted(CLIENTS.classes().values(), key=lambda c: c.name)
+        if (form := other.wrapping(need.algorithm)) is not None
+    ]
+    alt = f" (or {' or '.join(alternatives)})" if alternatives else ""
+    return (f"method.client.algorithm: rule {need.rule} needs client {need.algorithm!r}{alt}, "
+            f"got {got}")
+

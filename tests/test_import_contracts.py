@@ -1,0 +1,44 @@
+"""The import contracts of pyproject.toml ([tool.importlinter], run by `lint-imports` in
+run-tests.sh) cover every module, and the schema imports no component (docs/explanation/
+architecture.md)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import fedcore
+
+ROOT = Path(fedcore.__file__).resolve().parent
+COMPONENTS = ("fedcore.aggregators", "fedcore.clients", "fedcore.compression", "fedcore.engines",
+              "fedcore.simulation", "fedcore.data", "fedcore.models")
+
+
+def _layers() -> list[str]:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    config = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["importlinter"]
+    [layers] = [c for c in config["contracts"] if c["type"] == "layers"]
+    return [str(layer) for layer in layers["layers"]]
+
+
+def test_every_module_of_the_package_has_a_layer() -> None:
+    """A new top-level module or package must be placed in a layer (else the contract cannot
+    keep it from importing an edge or a component)."""
+    listed = {m.strip("() ") for layer in _layers() for m in re.split(r"[|:]", layer)}
+    present = {f"fedcore.{p.stem}" for p in ROOT.glob("*.py") if p.stem != "__init__"}
+    present |= {f"fedcore.{p.parent.name}" for p in ROOT.glob("*/__init__.py")}
+    assert sorted(present - listed) == []
+
+
+def test_the_schema_imports_no_component_and_no_cycle_runs_through_it() -> None:
+    """fedcore.config and everything it imports are leaves: no component, driver or edge is
+    loaded by importing the schema (it was one cycle with 20 modules of the core)."""
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph("fedcore", cache_dir=None)  # type-checking imports included
+    upstream = graph.find_upstream_modules("fedcore.config")
+    assert sorted(m for m in upstream if m.startswith(COMPONENTS)) == []
+    assert "fedcore.config" not in {
+        m for u in upstream for m in graph.find_upstream_modules(u)
+    }
