@@ -41,7 +41,7 @@ FAMILIES: dict[str, str] = {
                      "scafcom_topk"), COMPRESSED),
     **dict.fromkeys(("fedprox", "fedquad", "tripletfl", "quadrupletfl", "supconfl", "moon"),
                     OBJECTIVES),
-    **dict.fromkeys(("ditto", "ditto_craft", "scaffold"), PERSONAL),
+    **dict.fromkeys(("ditto", "ditto_craft", "scaffold", "feddyn"), PERSONAL),
 }
 
 MAX_ROWS_PER_PANEL = 7  # compared rows in one convergence panel (8 lines with the reference)
