@@ -17,8 +17,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from fedcore import limits
-from fedcore.axes import AXES
-from fedcore.clients.base import REGISTRY as CLIENTS
 from fedcore.config import (
     ExperimentConfig,
     _one_line,
@@ -31,6 +29,8 @@ from fedcore.errors import ConfigError
 from fedcore.requirements import Need, Requirement, SendsUpdate
 
 log = logging.getLogger("fedcore")
+# The registries (and torch, which the components import) load on the first component check,
+# not with this module: `fedcore --help` and a schema error stay fast.
 
 
 
@@ -84,6 +84,7 @@ def load_config(
 def _validate_method(cfg: ExperimentConfig) -> None:
     """Resolve each axis's component by name and replace its spec by the validated one (the
     compression mapping split into the compressor's and the error-feedback variant's keys)."""
+    from fedcore.axes import AXES
     from fedcore.samplers import resolve_sampler
     from fedcore.stages.compression_spec import resolve_compression
     from fedcore.stages.spec import resolve_stages
@@ -121,6 +122,7 @@ def check_requirements(cfg: ExperimentConfig) -> None:
     """Every component's declared requirements against ``cfg``: the first one broken is
     raised as its one-line ConfigError (warnings are logged and do not stop the load)."""
     tree = cfg.resolved()
+    from fedcore.axes import AXES
     from fedcore.stages.compression_spec import split
 
     for field_name, registry in AXES:
@@ -159,6 +161,8 @@ def _check(need: Need, tree: dict[str, Any], cfg: ExperimentConfig) -> None:
 
 def _sends_update(need: SendsUpdate, cfg: ExperimentConfig) -> str | None:
     """Why the client objective whose update reaches the server is not ``need.algorithm``."""
+    from fedcore.clients.base import REGISTRY as CLIENTS
+
     spec = cfg.method.client
     cls = CLIENTS.get(spec[CLIENTS.key])
     sender, _ = cls.update_objective(CLIENTS.hparams(spec))

@@ -42,3 +42,25 @@ def test_the_schema_imports_no_component_and_no_cycle_runs_through_it() -> None:
     assert "fedcore.config" not in {
         m for u in upstream for m in graph.find_upstream_modules(u)
     }
+
+
+def test_the_cli_and_a_schema_error_load_no_torch():
+    """``fedcore --help`` and a config the schema refuses answer before torch (and the
+    components) are imported: the registries load on the first component check."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from fedcore import cli\n"
+        "from fedcore.configure import load_config\n"
+        "from fedcore.errors import ConfigError\n"
+        "try:\n"
+        "    load_config(None, ['rounds=zero'])\n"
+        "except ConfigError:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('torch', 'fedcore.clients', 'fedcore.aggregators')"
+        " if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
