@@ -15,7 +15,7 @@ def test_no_two_cells_of_the_main_job_share_a_run_name():
     spec = load_sweep(config_dir() / "sweeps" / "main.yaml")
     ids = cell_identities(spec.cells)
     names = [i["run_name"] for i in ids]
-    assert len(set(names)) == len(names) == len(spec.cells) == 120
+    assert len(set(names)) == len(names) == len(spec.cells) == 123
     assert len({i["cell"] for i in ids}) == len(ids)
     # CRAFT at its paper step and tuned: two names, two variants of 3 seeds each
     assert "craft-digits-a0.1-s0" in names and "craft-digits-a0.1-s0 server_lr=0.7459" in names
