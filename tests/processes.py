@@ -5,6 +5,20 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from mlflow.tracking import MlflowClient
+
+from fedcore.tracking.store_setup import store_lock
+
+
+def store_client(tracking_uri: str) -> MlflowClient:
+    """A client of a store that a subprocess may be creating right now: it opens the store
+    under fedcore's store lock, as fedcore's own processes do, so that it never runs MLflow's
+    schema migrations at the same time as theirs (two at once leave a half-migrated schema)."""
+    client = MlflowClient(tracking_uri)
+    with store_lock(tracking_uri):
+        client.search_experiments()
+    return client
+
 
 def children(pid: int) -> list[int]:
     """Processes whose parent is ``pid``."""

@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 
 import yaml
-from mlflow.tracking import MlflowClient
 
-from .processes import alive, children
+from .processes import alive, children, store_client
 
 CELLS = {"seed": [0, 1, 2]}
 FAST = {"model.name": "mlp", "dataset.num_clients": 6, "clients_per_round": 3,
@@ -34,7 +33,7 @@ def test_killed_sweep_resumes_with_one_finished_run_per_cell(tmp_path):
     line = [sys.executable, "-m", "fedcore.cli", "sweep", str(sweep_file)]
     first = subprocess.Popen(line, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
-    client = MlflowClient(f"sqlite:///{db}")
+    client = store_client(f"sqlite:///{db}")
     while True:  # wait until a cell's run is recording rounds (it holds the gpu slot)
         assert first.poll() is None and time.monotonic() < deadline
         time.sleep(0.3)

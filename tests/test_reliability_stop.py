@@ -17,7 +17,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from .processes import children, outlived
+from .processes import children, outlived, store_client
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"model.name": "mlp", "dataset.num_clients": 6, "clients_per_round": 3,
@@ -83,7 +83,7 @@ def test_sigterm_stops_a_sweep_at_a_round_boundary_and_the_rerun_resumes(tmp_pat
     line = [sys.executable, "-m", "fedcore.cli", "sweep", str(sweep_file), "--workers", "2"]
     first = subprocess.Popen(line, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
-    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    client = store_client(env["MLFLOW_TRACKING_URI"])
     _wait_for(first, client, "tags.sweep = 'stop' and attributes.status = 'FINISHED'", 1)
     _wait_for(first, client, "tags.sweep = 'stop' and attributes.status = 'RUNNING' "
               "and metrics.`train/loss` > -1", 2)
@@ -135,7 +135,7 @@ def test_sigterm_stops_a_sweep_on_a_dask_local_cluster(tmp_path):
             "--runner", "dask"]
     proc = subprocess.Popen(line, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    client = store_client(env["MLFLOW_TRACKING_URI"])
     _wait_for(proc, client, "tags.sweep = 'dask' and attributes.status = 'RUNNING' "
               "and metrics.`train/loss` > -1", 2)
     helpers = children(proc.pid)  # the Prefect server and the cluster's processes
@@ -166,7 +166,7 @@ def test_ctrl_c_in_a_terminal_stops_a_sweep_and_not_its_helpers_first(tmp_path, 
             "--runner", runner]
     proc = subprocess.Popen(line, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)  # a terminal's foreground job
-    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    client = store_client(env["MLFLOW_TRACKING_URI"])
     _wait_for(proc, client, "tags.sweep = 'group' and attributes.status = 'RUNNING' "
               "and metrics.`train/loss` > -1", 2)
     helpers = children(proc.pid)
@@ -195,7 +195,7 @@ def test_sigint_stops_fedcore_run_and_the_rerun_resumes_its_run(tmp_path):
             *(f"{k}={v}" for k, v in FAST.items())]
     first = subprocess.Popen(line, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
-    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    client = store_client(env["MLFLOW_TRACKING_URI"])
     _wait_for(first, client, "attributes.status = 'RUNNING' and metrics.`train/loss` > -1", 1)
     err, seconds = _stop(first, signal.SIGINT)
     assert first.returncode == 130, err[-3000:]
@@ -222,7 +222,7 @@ def test_a_second_signal_exits_at_once(tmp_path):
             *(f"{k}={v}" for k, v in {**FAST, "local.steps": 100000}.items())]
     proc = subprocess.Popen(line, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    client = store_client(env["MLFLOW_TRACKING_URI"])
     _wait_for(proc, client, "attributes.status = 'RUNNING'", 1)
     time.sleep(2)  # inside round 1 (its 100000 local steps take minutes)
     proc.send_signal(signal.SIGINT)
@@ -243,7 +243,7 @@ def test_sigterm_stops_tune_with_two_workers_trials_fail_and_runs_killed(tmp_pat
     line = [sys.executable, "-m", "fedcore.cli", "tune", str(study), "--workers", "2"]
     proc = subprocess.Popen(line, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    client = store_client(env["MLFLOW_TRACKING_URI"])
     _wait_for(proc, client, "tags.`fedcore.role` = 'trial' and attributes.status = 'RUNNING' "
               "and metrics.`train/loss` > -1", 2)
     servers = children(proc.pid)
