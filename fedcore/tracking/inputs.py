@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from mlflow.entities import Dataset, DatasetInput, InputTag
+from typing import TYPE_CHECKING, Any
 
 from fedcore.data.federated import partition_digest
 
 if TYPE_CHECKING:
+    from mlflow.entities import DatasetInput
     from mlflow.tracking import MlflowClient
 
     from fedcore.config import DatasetConfig
@@ -27,7 +26,13 @@ def dataset_source(cfg: DatasetConfig) -> str:
 
 
 def dataset_input(sim: Simulation) -> DatasetInput:
-    """Name, source, partition settings and partition digest of ``sim``'s clients.
+    """``sim``'s dataset as an MLflow dataset input (:func:`dataset_description`)."""
+    return as_dataset_input(dataset_description(sim))
+
+
+def dataset_description(sim: Simulation) -> dict[str, Any]:
+    """Name, source, partition settings and partition digest of ``sim``'s clients, as plain
+    data (:func:`as_dataset_input` makes the MLflow record).
 
     The digest hashes which samples each client holds: the same partition gives the same
     digest in every run, and a different seed, alpha, partitioner or client count another.
@@ -50,11 +55,23 @@ def dataset_input(sim: Simulation) -> DatasetInput:
             del profile["alpha"]  # not a setting of this partition
         profile.update(test_fraction=cfg.dataset.test_fraction,
                        global_test_fraction=cfg.dataset.global_test_fraction)
+    return {
+        "name": cfg.dataset.name,
+        "digest": digest if digest is not None else partition_digest(data),
+        "source_type": "code" if own else "local",
+        "source": json.dumps({"uri": cfg.dataset.source if own else dataset_source(cfg.dataset)}),
+        "profile": profile,
+    }
+
+
+def as_dataset_input(description: dict[str, Any]) -> DatasetInput:
+    """The MLflow dataset input of a :func:`dataset_description`."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    profile = description["profile"]
     dataset = Dataset(
-        name=cfg.dataset.name,
-        digest=digest if digest is not None else partition_digest(data),
-        source_type="code" if own else "local",
-        source=json.dumps({"uri": cfg.dataset.source if own else dataset_source(cfg.dataset)}),
+        name=description["name"], digest=description["digest"],
+        source_type=description["source_type"], source=description["source"],
         profile=json.dumps(profile),
     )
     tags = [InputTag("mlflow.data.context", "train")] + [

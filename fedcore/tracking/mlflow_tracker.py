@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import socket
 import tempfile
 import threading
@@ -12,36 +11,25 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from fedcore import checkpoint, faults
 from fedcore.callbacks import Callback, RoundRecord, RoundVerdict
-from fedcore.pipeline.env import configure_environment
 from fedcore.pipeline.hparams import regime_tags
 from fedcore.tracking import figure_helper
 from fedcore.tracking.provenance import device_tags, provenance_tags
-from fedcore.tracking.retry import RetryingClient
+from fedcore.tracking.run_store import MlflowRunStore
+from fedcore.tracking.run_store import get_experiment_id as get_experiment_id
+from fedcore.tracking.run_store import mlflow_client as mlflow_client
 from fedcore.tracking.settings import TrackingSettings, load_settings
 from fedcore.tracking.store_setup import store_lock as store_lock
 
-configure_environment()
-
-from mlflow.entities import Metric, Param, RunTag  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
-
-# MLflow logs each SQLite error with its traceback before raising it: a full disk is reported
-# once, by fedcore, in one line
-faults.quiet_library_logs("mlflow.store.db.utils", "mlflow.system_metrics.system_metrics_monitor")
-
 if TYPE_CHECKING:
     import pandas as pd
-    import torch
-    from mlflow.entities import DatasetInput
 
     from fedcore.simulation import ClientTable, Result, Simulation
-    from fedcore.tracking.system_metrics import RunSystemMetrics
 
 log = logging.getLogger("fedcore")
 
@@ -66,27 +54,6 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 STOPPED_TAG = "fedcore.stopped"  # why a callback ended the run early (the run is KILLED)
-_CLIENTS: dict[str, MlflowClient] = {}
-_CLIENTS_LOCK = threading.Lock()
-
-
-def mlflow_client(settings: TrackingSettings | None = None) -> MlflowClient:
-    """An MlflowClient whose calls retry while a shared SQLite store is locked.
-
-    Constructing the client creates or migrates the store's schema; for a SQLite store that
-    happens under :func:`store_lock`, so processes starting together on a new store do not race.
-    One client per tracking URI and process: the runs of a sweep share it (and its store).
-    """
-    settings = settings or load_settings()
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get(settings.tracking_uri)
-        if client is None:
-            with store_lock(settings.tracking_uri):
-                client = MlflowClient(tracking_uri=settings.tracking_uri)
-            _CLIENTS[settings.tracking_uri] = client
-    return cast(MlflowClient, RetryingClient(client))  # the same methods, each retried
-
-
 class _Writers:
     """The process's two background MLflow writers, started on first use.
 
@@ -130,22 +97,6 @@ def wait_for_runs() -> None:
 def owner_tags() -> dict[str, str]:
     """Which process is writing a run (to tell a live run from one whose process died)."""
     return {"fedcore.host": socket.gethostname(), "fedcore.pid": str(os.getpid())}
-
-
-def get_experiment_id(client: MlflowClient, settings: TrackingSettings) -> str:
-    exp = client.get_experiment_by_name(settings.experiment)
-    if exp is not None:
-        return exp.experiment_id
-    try:
-        return client.create_experiment(  # experimentKind: the UI opens its training view
-            settings.experiment, artifact_location=settings.artifact_location,
-            tags={"mlflow.experimentKind": "custom_model_development"},
-        )
-    except Exception:
-        exp = client.get_experiment_by_name(settings.experiment)
-        if exp is None:
-            raise
-        return exp.experiment_id
 
 
 def run_tags(resolved: dict[str, Any], config_hash: str) -> dict[str, str]:
@@ -198,13 +149,14 @@ class MLflowTracker(Callback):
         tags: dict[str, str] | None = None,
         finish_in_background: bool = False,
         figures: bool = True,
+        store: MlflowRunStore | None = None,
     ) -> None:
         self.settings = settings or load_settings()
         self.finish_in_background = finish_in_background
         self.figures = figures
         self.finished: Future[None] | None = None  # the background end of the run, if any
         self._pending: Future[None] | None = None  # the last write handed to the metrics writer
-        self.client = mlflow_client(self.settings)
+        self.store = store or MlflowRunStore(self.settings)
         if figures:  # matplotlib imported by a helper process while the run trains (after a
             figure_helper.start()  # new store's schema: not competing with its migrations)
         self.parent_run_id = parent_run_id
@@ -212,14 +164,13 @@ class MLflowTracker(Callback):
         self.extra_tags = dict(tags or {})
         self.run_id: str | None = None
         self._logged: set[tuple[str, int]] = set()  # (metric, step) already in the run
-        self._system_metrics: RunSystemMetrics | None = None  # while the run trains
+        self._system_metrics = False  # sampling while the run trains
         self._sim: Simulation | None = None  # the simulation, for its final models
         self._resumed = False
 
     def start(self, resolved: dict[str, Any], config_hash: str) -> str:
         from fedcore.tracking.names import run_identity
 
-        exp_id = get_experiment_id(self.client, self.settings)
         name, variant = run_identity(resolved)
         tags = {
             **provenance_tags(resolved["method"]), **run_tags(resolved, config_hash),
@@ -228,8 +179,7 @@ class MLflowTracker(Callback):
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
         name = self.run_name or name
-        run = self.client.create_run(exp_id, run_name=name, tags=tags)
-        self.run_id = run.info.run_id
+        self.run_id = self.store.create_run(name, tags)
         self._write(self._log_params, resolved)
         return self.run_id
 
@@ -241,11 +191,8 @@ class MLflowTracker(Callback):
         return self.run_id
 
     def _log_params(self, resolved: dict[str, Any]) -> None:
-        params = [Param(k, v[:6000]) for k, v in sorted(flatten(resolved).items())]
-        for i in range(0, len(params), 100):
-            self.client.log_batch(self.active_run_id, params=params[i : i + 100])
         config_yaml = yaml.safe_dump(resolved, sort_keys=False)
-        self.client.log_text(self.active_run_id, config_yaml, "config.yaml")
+        self.store.log_params(self.active_run_id, flatten(resolved), config_yaml)
 
     def _write(self, fn: Callable[..., None], *args: Any) -> None:
         """Hand ``fn(*args)`` to the metrics writer once the previous write is done."""
@@ -262,30 +209,21 @@ class MLflowTracker(Callback):
         """Continue an unfinished run: RUNNING again, and no (metric, step) is logged twice.
 
         ``method``: the run's resolved method (its code digest covers out-of-tree code)."""
-        run = self.client.get_run(run_id)
-        self.run_id = run_id
-        self._resumed = True
-        self._logged = {
-            (m.key, m.step)
-            for key in run.data.metrics
-            for m in self.client.get_metric_history(run_id, key)
-        }
         tags = {**provenance_tags(method), **self.extra_tags, **owner_tags()}
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
-        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-        for tag in ("failure_reason", STOPPED_TAG):
-            if tag in run.data.tags:
-                self.client.delete_tag(run_id, tag)
-        self.client.update_run(run_id, status="RUNNING")
+        logged = self.store.reopen(run_id, tags, ("failure_reason", STOPPED_TAG))
+        self.run_id = run_id
+        self._resumed = True
+        self._logged = set(logged)
 
     def on_run_start(self, sim: Simulation) -> None:
         if self.run_id is None:
             self.start(sim.cfg.resolved(), sim.cfg.config_hash())
-        from fedcore.tracking.inputs import dataset_input
+        from fedcore.tracking.inputs import dataset_description
 
         tags = dict(device_tags(sim.device))
-        self._start_system_metrics(sim.device)
+        self._start_system_metrics(str(sim.device))
         self._sim = sim
         if getattr(sim, "engine_name", None):  # the client-training engine used, and why
             tags.update(engine=sim.engine_name, engine_reason=sim.engine_reason[:5000])
@@ -296,30 +234,27 @@ class MLflowTracker(Callback):
             tags["fedcore.skipped_metrics"] = "; ".join(
                 f"{k}: {v}" for k, v in sim.skipped_metrics.items()
             )
-        self._write(self._log_start, tags, dataset_input(sim))
+        self._write(self._log_start, tags, dataset_description(sim))
         for h in sim.history:  # rounds restored from a checkpoint, if the run lacks them
             self._write(self._log_metrics, {k: v for k, v in h.items() if k != "round"},
                         int(h["round"]))
 
     def _log_tags(self, tags: dict[str, str]) -> None:
-        self.client.log_batch(self.active_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        self.store.log_tags(self.active_run_id, tags)
 
-    def _log_start(self, tags: dict[str, str], dataset: DatasetInput) -> None:
+    def _log_start(self, tags: dict[str, str], dataset: dict[str, Any]) -> None:
         """The run's start tags and its federated dataset as the run's dataset input (name,
         partition, digest), written by the metrics writer."""
-        self.client.log_batch(self.active_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-        from fedcore.tracking.inputs import log_dataset_input
-
-        log_dataset_input(self.client, self.active_run_id, dataset)
+        self.store.log_tags(self.active_run_id, tags)
+        self.store.log_dataset(self.active_run_id, dataset)
 
     def _log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Log the metrics this run does not have at ``step`` yet."""
         ts = int(time.time() * 1000)
         new = {k: v for k, v in metrics.items() if (k, step) not in self._logged}
-        batch = [Metric(k, float(v), ts, step) for k, v in new.items()]
-        for i in range(0, len(batch), 500):
-            self.client.log_batch(self.active_run_id, metrics=batch[i : i + 500])
-        self._logged.update((m.key, step) for m in batch)
+        self.store.log_metrics(self.active_run_id,
+                               [(k, float(v), ts, step) for k, v in new.items()])
+        self._logged.update((k, step) for k in new)
 
     def on_round_end(self, record: RoundRecord) -> RoundVerdict | None:
         """Hand the round's metrics to the writer: those of every callback before this one
@@ -335,20 +270,13 @@ class MLflowTracker(Callback):
 
     def on_checkpoint(self, path: Path) -> None:
         """Upload the newest checkpoint as ``checkpoint/checkpoint.pt`` (replacing the last)."""
-        with tempfile.TemporaryDirectory() as tmp:
-            copy = Path(tmp) / "checkpoint.pt"
-            shutil.copyfile(path, copy)
-            self.client.log_artifact(self.active_run_id, str(copy), "checkpoint")
-        self.client.set_tag(self.active_run_id, "fedcore.checkpoint", Path(path).name)
+        self.store.upload_checkpoint(self.active_run_id, str(path))
 
     def download_checkpoint(self) -> dict[str, Any] | None:
         """The run's uploaded checkpoint (the fallback when the local folder is gone)."""
         with tempfile.TemporaryDirectory() as tmp:
-            try:
-                local = self.client.download_artifacts(
-                    self.active_run_id, "checkpoint/checkpoint.pt", tmp
-                )
-            except Exception:  # noqa: BLE001  (no checkpoint was uploaded)
+            local = self.store.download_checkpoint(self.active_run_id, tmp)
+            if local is None:  # no checkpoint was uploaded
                 return None
             return checkpoint.load(
                 Path(local),
@@ -357,20 +285,17 @@ class MLflowTracker(Callback):
                 "from round 1",
             )
 
-    def _start_system_metrics(self, device: torch.device) -> None:
-        if not self.settings.system_metrics or self._system_metrics is not None:
+    def _start_system_metrics(self, device: str) -> None:
+        if not self.settings.system_metrics or self._system_metrics:
             return
-        from fedcore.tracking.system_metrics import RunSystemMetrics
-
-        self._system_metrics = RunSystemMetrics(
-            self.active_run_id, self.settings.tracking_uri,
-            self.settings.system_metrics_interval, device, resume=self._resumed,
-        )
+        self.store.start_system_metrics(self.active_run_id, self.settings.system_metrics_interval,
+                                        device, self._resumed)
+        self._system_metrics = True
 
     def _stop_system_metrics(self) -> None:
-        if self._system_metrics is not None:
-            self._system_metrics.stop()
-            self._system_metrics = None
+        if self._system_metrics:
+            self._system_metrics = False
+            self.store.stop_system_metrics(self.active_run_id)
 
     def on_run_end(self, result: Result) -> None:
         self.flush()
@@ -402,24 +327,21 @@ class MLflowTracker(Callback):
                 self._log_metrics(result.summary, int(result.history[-1]["round"]))
                 self._stop_system_metrics()
                 if self._sim is not None:
-                    from fedcore.tracking.models import log_models
+                    from fedcore.tracking.models import model_package
 
-                    log_models(self.client, self.active_run_id, self._sim)
+                    self.store.log_model(self.active_run_id, model_package(self._sim))
                 if result.client_tables:
-                    table = per_client_frame(result.client_tables)
-                    table.to_parquet(out / "per_client.parquet", index=False)
-                    table.to_csv(out / "per_client.csv", index=False)
+                    self.store.write_client_tables(str(out), result.client_tables)
                 if figures is not None:
                     figures.wait()
             finally:  # the helper is done with the folder before it is removed
                 if figures is not None:
                     figures.join()
-            self.client.log_artifacts(self.active_run_id, str(out))
-        if result.stopped is not None:
-            self.client.set_tag(self.active_run_id, STOPPED_TAG, result.stopped[:5000])
-        self.client.set_terminated(
-            self.active_run_id, "FINISHED" if result.stopped is None else "KILLED"
-        )
+            self.store.log_artifacts(self.active_run_id, str(out))
+        if result.stopped is None:
+            self.store.terminate(self.active_run_id, "FINISHED")
+        else:
+            self.store.terminate(self.active_run_id, "KILLED", {STOPPED_TAG: result.stopped})
 
     def fail(self, reason: str, status: str = "FAILED") -> None:
         """End the run FAILED (or KILLED, for a pruned trial) with the reason as a tag.
@@ -435,8 +357,7 @@ class MLflowTracker(Callback):
             if not faults.is_disk_full(exc):  # a full disk is the failure, reported once
                 log.exception("run %s: a metric write failed", self.run_id)
         try:
-            self.client.set_tag(self.run_id, "failure_reason", reason[:5000])
-            self.client.set_terminated(self.run_id, status)
+            self.store.terminate(self.run_id, status, {"failure_reason": reason})
         except Exception as exc:
             if not faults.is_disk_full(exc):
                 raise

@@ -22,9 +22,11 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 import torch
 
 from fedcore.layout import load_flat_params
@@ -127,16 +129,40 @@ def _quiet_save() -> Iterator[None]:
                 setattr(environment, check, original)
 
 
+@dataclass(frozen=True)
+class ModelPackage:
+    """What the run's MLflow Model is made of, taken from the simulation at its end: a CPU copy
+    of the global model, an input example, what rebuilds the model and the personal models."""
+
+    model: torch.nn.Module
+    example: np.ndarray
+    spec: dict[str, Any]
+    personal: dict[int, dict[str, Any]]
+    round: int
+
+
+def model_package(sim: Simulation) -> ModelPackage:
+    """The final models of ``sim`` (copied: the package outlives later changes to ``sim``)."""
+    return ModelPackage(
+        model=global_model(sim),
+        example=np.ascontiguousarray(sim.data.x_test[:EXAMPLE_ROWS].detach().cpu().numpy()),
+        spec=model_spec(sim), personal=personal_states(sim), round=int(sim.round),
+    )
+
+
 def log_models(client: MlflowClient, run_id: str, sim: Simulation) -> list[str]:
     """Log the final global model (with the personal models, if any) as the run's MLflow
     Model ``model``; returns its ``models:/`` URI."""
+    return log_model_package(client, run_id, model_package(sim))
+
+
+def log_model_package(client: MlflowClient, run_id: str, package: ModelPackage) -> list[str]:
+    """Log ``package`` as the run's MLflow Model ``model``; returns its ``models:/`` URI."""
     import mlflow.pytorch
-    import numpy as np
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus
     from mlflow.models import Model, infer_signature
 
-    model = global_model(sim)
-    example = np.ascontiguousarray(sim.data.x_test[:EXAMPLE_ROWS].detach().cpu().numpy())
+    model, example = package.model, package.example
     with torch.no_grad():
         output = model(torch.from_numpy(example))
     signature = infer_signature(example, output.numpy() if torch.is_tensor(output) else None)
@@ -144,11 +170,10 @@ def log_models(client: MlflowClient, run_id: str, sim: Simulation) -> list[str]:
     logged = client.create_logged_model(experiment_id, name=MODEL_NAME, source_run_id=run_id)
     with tempfile.TemporaryDirectory() as tmp:
         extra = [str(Path(tmp) / GLOBAL_FILE)]
-        torch.save({**model_spec(sim), "state_dict": model.state_dict()}, extra[0])
-        personal = personal_states(sim)
-        if personal:
+        torch.save({**package.spec, "state_dict": model.state_dict()}, extra[0])
+        if package.personal:
             extra.append(str(Path(tmp) / PERSONAL_FILE))
-            torch.save({**model_spec(sim), "clients": personal}, extra[-1])
+            torch.save({**package.spec, "clients": package.personal}, extra[-1])
         meta = Model(artifact_path=logged.artifact_location, model_uuid=logged.model_id,
                      run_id=run_id, model_id=logged.model_id)
         folder = Path(tmp) / MODEL_NAME
@@ -159,7 +184,7 @@ def log_models(client: MlflowClient, run_id: str, sim: Simulation) -> list[str]:
                 serialization_format="pickle",
             )
         client.log_model_artifacts(logged.model_id, str(folder))
-    client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=int(sim.round))])
+    client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=package.round)])
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     return [f"models:/{logged.model_id}"]
 

@@ -111,7 +111,7 @@ def _static_tags() -> dict[str, str]:
         "mlflow.source.type": "LOCAL",
         "mlflow.user": _user(),
         "fedcore.version": fedcore_version(),
-        "fedcore.torch_version": torch.__version__,
+        "fedcore.torch_version": str(torch.__version__),  # a plain str (TorchVersion is torch's)
         "fedcore.cuda_version": torch.version.cuda or "none",
         "fedcore.python_version": sys.version.split()[0],
         "fedcore.host": socket.gethostname(),

@@ -15,9 +15,10 @@ from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData
 from fedcore.models.external import ModelArg
 from fedcore.simulation import Callback, Result, Simulation
-from fedcore.tracking.mlflow_tracker import MLflowTracker, get_experiment_id, mlflow_client
+from fedcore.tracking.mlflow_tracker import MLflowTracker
 from fedcore.tracking.provenance import CODE_DIGEST_TAG, code_label
-from fedcore.tracking.settings import TrackingSettings, load_settings
+from fedcore.tracking.run_store import MlflowRunStore, RunRecord
+from fedcore.tracking.settings import TrackingSettings
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -39,6 +40,7 @@ def run_tracked(
     wait: bool = True,
     figures: bool = True,
     model: ModelArg | None = None,
+    store: MlflowRunStore | None = None,
 ) -> tuple[str, Result]:
     """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason.
 
@@ -51,25 +53,28 @@ def run_tracked(
     trains meanwhile, and :func:`~fedcore.tracking.mlflow_tracker.wait_for_runs` waits for it.
     ``figures=False`` records no per-run figures (a sweep cell; its report draws them).
     Own ``data`` (:func:`fedcore.data.own.federate`) or ``model`` are recorded as the
-    simulation's config records them (their names, digests and config hash).
+    simulation's config records them (their names, digests and config hash). ``store``: where
+    the run's writes go (default: an MLflow client in this process; ``fedcore run`` passes its
+    writer process, :mod:`fedcore.tracking.writer_process`).
     """
     stopping.check(0)  # no new run once a stop was requested
     sim = Simulation(cfg, device=device, data=data, model=model)
     cfg = sim.cfg  # with own data or model: the config that records them
     tracker = MLflowTracker(
         settings, parent_run_id=parent_run_id, run_name=run_name, tags=tags,
-        finish_in_background=not wait, figures=figures,
+        finish_in_background=not wait, figures=figures, store=store,
     )
     code = code_digest.of_config(cfg)
     with _CLAIM:
-        unfinished = unfinished_runs(cfg.config_hash(), tracker.settings) if resume else []
-        previous = next((r for r in unfinished if same_code(r, code)), None)
+        unfinished = _unfinished(tracker.store, cfg.config_hash()) if resume else []
+        previous = next((r for r in unfinished if r.tags.get(CODE_DIGEST_TAG) == code), None)
         if previous is not None:
-            tracker.resume(previous.info.run_id, cfg.resolved()["method"])
+            tracker.resume(previous.run_id, cfg.resolved()["method"])
         else:
             tracker.start(cfg.resolved(), cfg.config_hash())
         run_id = tracker.active_run_id
-        supersede([r for r in unfinished if not same_code(r, code)], run_id, tracker.settings)
+        _supersede(tracker.store, [r for r in unfinished if r.tags.get(CODE_DIGEST_TAG) != code],
+                   run_id)
         _ACTIVE.add(run_id)
     sim.callbacks = [*callbacks, tracker]  # last: it records the metrics the others return
     try:
@@ -128,7 +133,7 @@ _ACTIVE: set[str] = set()  # runs this process is writing now (never resumed by 
 _FINISHING: dict[str, Future[None]] = {}  # runs whose end a background writer is writing
 
 
-def unfinished_runs(config_hash: str, settings: TrackingSettings | None = None) -> list[Run]:
+def _unfinished(store: MlflowRunStore, config_hash: str) -> list[RunRecord]:
     """The runs with this config hash that did not finish and that no live process owns,
     newest first, of any code; runs already superseded are left out.
 
@@ -137,32 +142,23 @@ def unfinished_runs(config_hash: str, settings: TrackingSettings | None = None) 
     thread of this process writes now, is left alone.
     """
     return [
-        run for run in runs_with_hash(config_hash, "!= 'FINISHED'", 50, settings)
-        if run.info.run_id not in _ACTIVE and SUPERSEDED_TAG not in run.data.tags
-        and not (run.info.status == "RUNNING" and _writer_alive(run.data.tags))
+        run for run in store.search(config_hash, "!= 'FINISHED'", 50)
+        if run.run_id not in _ACTIVE and SUPERSEDED_TAG not in run.tags
+        and not (run.status == "RUNNING" and _writer_alive(run.tags))
     ]
 
 
-def same_code(run: Run, code: str | None = None) -> bool:
-    """Whether ``run`` was made by this code: digest ``code``
-    (:func:`fedcore.code_digest.of_config` of its config; None: fedcore's own)."""
-    return run.data.tags.get(CODE_DIGEST_TAG) == (code or code_digest.current())
-
-
-def supersede(runs: list[Run], new_run_id: str, settings: TrackingSettings | None) -> None:
+def _supersede(store: MlflowRunStore, runs: list[RunRecord], new_run_id: str) -> None:
     """Mark unfinished runs of other code as never to be resumed: tag ``fedcore.superseded_by``
     with the run that replaces them, and end a RUNNING one (its writer is dead) as KILLED; a
     FAILED or KILLED run keeps its status. Logs one line per run."""
-    if not runs:
-        return
-    client = mlflow_client(settings or load_settings())
     for run in runs:
-        client.set_tag(run.info.run_id, SUPERSEDED_TAG, new_run_id)
-        if run.info.status == "RUNNING":
-            client.set_terminated(run.info.run_id, "KILLED")
+        if run.status == "RUNNING":
+            store.terminate(run.run_id, "KILLED", {SUPERSEDED_TAG: new_run_id})
+        else:
+            store.log_tags(run.run_id, {SUPERSEDED_TAG: new_run_id})
         log.warning("not resuming run %s (config %s): made by other code (%s); started run %s",
-                    run.info.run_id, run.data.tags.get("config_hash"),
-                    code_label(run.data.tags), new_run_id)
+                    run.run_id, run.tags.get("config_hash"), code_label(run.tags), new_run_id)
 
 
 def _writer_alive(tags: dict[str, str]) -> bool:
@@ -225,14 +221,4 @@ def runs_with_hash(
 ) -> list[Run]:
     """Runs with this config hash whose status matches ``status`` (e.g. ``"= 'FINISHED'"``),
     newest first; with ``code``, only runs of that code digest."""
-    settings = settings or load_settings()
-    client = mlflow_client(settings)
-    query = f"tags.config_hash = '{config_hash}' and attributes.status {status}"
-    if code is not None:
-        query += f" and tags.`{CODE_DIGEST_TAG}` = '{code}'"
-    return client.search_runs(
-        [get_experiment_id(client, settings)],
-        filter_string=query,
-        order_by=["attributes.start_time DESC"],
-        max_results=limit,
-    )
+    return MlflowRunStore(settings).find(config_hash, status, limit, code)

@@ -25,7 +25,7 @@ logging.getLogger("mlflow.system_metrics").setLevel(logging.ERROR)
 class TorchCudaMonitor(BaseMetricsMonitor):
     """Memory of one CUDA device (device-wide used and total, and this process's reserved)."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device | str) -> None:
         super().__init__()
         import torch
 
@@ -54,7 +54,7 @@ class RunSystemMetrics:
         run_id: str,
         tracking_uri: str,
         interval: float,
-        device: torch.device,
+        device: torch.device | str,
         resume: bool = False,
     ) -> None:
         """``resume``: a resumed run's samples continue after its last system-metric step."""

@@ -1,0 +1,227 @@
+"""Every write and query of a tracked run, in plain data: the one place a run meets MLflow.
+
+:class:`MlflowRunStore` takes and returns strings, numbers, dicts, lists, paths and fedcore's
+own records, never an MLflow object, so the same calls can run in this process or in the
+writer process of ``fedcore run`` (:mod:`fedcore.tracking.writer_process`), whose training
+process then never imports MLflow. MLflow itself is imported on first use.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from fedcore import faults
+from fedcore.pipeline.env import configure_environment
+from fedcore.tracking.settings import TrackingSettings, load_settings
+from fedcore.tracking.store_setup import store_lock
+
+configure_environment()
+
+# MLflow logs each SQLite error with its traceback before raising it: a full disk is reported
+# once, by fedcore, in one line
+faults.quiet_library_logs("mlflow.store.db.utils", "mlflow.system_metrics.system_metrics_monitor")
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
+
+    from fedcore.client_table import ClientTable
+    from fedcore.tracking.models import ModelPackage
+    from fedcore.tracking.system_metrics import RunSystemMetrics
+
+_CLIENTS: dict[str, MlflowClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def mlflow_client(settings: TrackingSettings | None = None) -> MlflowClient:
+    """An MlflowClient whose calls retry while a shared SQLite store is locked.
+
+    Constructing the client creates or migrates the store's schema; for a SQLite store that
+    happens under :func:`store_lock`, so processes starting together on a new store do not race.
+    One client per tracking URI and process: the runs of a sweep share it (and its store).
+    """
+    from mlflow.tracking import MlflowClient
+
+    from fedcore.tracking.retry import RetryingClient
+
+    settings = settings or load_settings()
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(settings.tracking_uri)
+        if client is None:
+            with store_lock(settings.tracking_uri):
+                client = MlflowClient(tracking_uri=settings.tracking_uri)
+            _CLIENTS[settings.tracking_uri] = client
+    return cast("MlflowClient", RetryingClient(client))  # the same methods, each retried
+
+
+def get_experiment_id(client: MlflowClient, settings: TrackingSettings) -> str:
+    """The id of the settings' experiment, created (in MLflow's training view) if missing."""
+    exp = client.get_experiment_by_name(settings.experiment)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(  # experimentKind: the UI opens its training view
+            settings.experiment, artifact_location=settings.artifact_location,
+            tags={"mlflow.experimentKind": "custom_model_development"},
+        )
+    except Exception:
+        exp = client.get_experiment_by_name(settings.experiment)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as the resume check sees it: its id, status and tags."""
+
+    run_id: str
+    status: str
+    tags: dict[str, str]
+
+
+class MlflowRunStore:
+    """The settings' MLflow store, through one retrying client (opened on first use)."""
+
+    def __init__(self, settings: TrackingSettings | None = None) -> None:
+        self.settings = settings or load_settings()
+        self._client: MlflowClient | None = None
+        self._experiment_id: str | None = None
+        self._system_metrics: dict[str, RunSystemMetrics] = {}
+
+    @property
+    def client(self) -> MlflowClient:
+        if self._client is None:
+            self._client = mlflow_client(self.settings)
+        return self._client
+
+    def open(self) -> None:
+        """Open the store now (creating a new store's schema)."""
+        self.experiment_id()
+
+    def experiment_id(self) -> str:
+        if self._experiment_id is None:
+            self._experiment_id = get_experiment_id(self.client, self.settings)
+        return self._experiment_id
+
+    def create_run(self, name: str, tags: dict[str, str]) -> str:
+        run = self.client.create_run(self.experiment_id(), run_name=name, tags=tags)
+        return str(run.info.run_id)
+
+    def log_params(self, run_id: str, params: dict[str, str], config_yaml: str) -> None:
+        """The flattened config as params (100 per batch) and the config as ``config.yaml``."""
+        from mlflow.entities import Param
+
+        items = [Param(k, v[:6000]) for k, v in sorted(params.items())]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(run_id, params=items[i : i + 100])
+        self.client.log_text(run_id, config_yaml, "config.yaml")
+
+    def reopen(self, run_id: str, tags: dict[str, str], clear: tuple[str, ...]) -> list[
+            tuple[str, int]]:
+        """Make an unfinished run RUNNING again with ``tags``, its tags ``clear`` deleted;
+        returns the (metric, step) pairs it already has."""
+        from mlflow.entities import RunTag
+
+        run = self.client.get_run(run_id)
+        logged = [(m.key, m.step) for key in run.data.metrics
+                  for m in self.client.get_metric_history(run_id, key)]
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        for tag in clear:
+            if tag in run.data.tags:
+                self.client.delete_tag(run_id, tag)
+        self.client.update_run(run_id, status="RUNNING")
+        return logged
+
+    def log_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
+    def log_metrics(self, run_id: str, metrics: list[tuple[str, float, int, int]]) -> None:
+        """(key, value, timestamp ms, step) rows, 500 per batch."""
+        from mlflow.entities import Metric
+
+        batch = [Metric(k, v, ts, step) for k, v, ts, step in metrics]
+        for i in range(0, len(batch), 500):
+            self.client.log_batch(run_id, metrics=batch[i : i + 500])
+
+    def log_dataset(self, run_id: str, description: dict[str, Any]) -> None:
+        """The run's dataset input (:func:`fedcore.tracking.inputs.dataset_description`)."""
+        from fedcore.tracking.inputs import as_dataset_input, log_dataset_input
+
+        log_dataset_input(self.client, run_id, as_dataset_input(description))
+
+    def upload_checkpoint(self, run_id: str, path: str) -> None:
+        """The file ``path`` as ``checkpoint/checkpoint.pt`` (replacing the last one)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / "checkpoint.pt"
+            shutil.copyfile(path, copy)
+            self.client.log_artifact(run_id, str(copy), "checkpoint")
+        self.client.set_tag(run_id, "fedcore.checkpoint", Path(path).name)
+
+    def download_checkpoint(self, run_id: str, folder: str) -> str | None:
+        """The run's uploaded checkpoint, downloaded into ``folder`` (None: there is none)."""
+        try:
+            return str(self.client.download_artifacts(run_id, "checkpoint/checkpoint.pt", folder))
+        except Exception:  # noqa: BLE001  (no checkpoint was uploaded)
+            return None
+
+    def start_system_metrics(self, run_id: str, interval: float, device: str,
+                             resume: bool) -> None:
+        from fedcore.tracking.system_metrics import RunSystemMetrics
+
+        self._system_metrics[run_id] = RunSystemMetrics(
+            run_id, self.settings.tracking_uri, interval, device, resume=resume)
+
+    def stop_system_metrics(self, run_id: str) -> None:
+        monitor = self._system_metrics.pop(run_id, None)
+        if monitor is not None:
+            monitor.stop()
+
+    def log_model(self, run_id: str, package: ModelPackage) -> None:
+        from fedcore.tracking.models import log_model_package
+
+        log_model_package(self.client, run_id, package)
+
+    def write_client_tables(self, folder: str, tables: list[ClientTable]) -> None:
+        """``per_client.parquet`` and ``per_client.csv`` (:func:`fedcore.frames.clients_frame`)
+        into ``folder``."""
+        from fedcore.frames import clients_frame
+
+        table = clients_frame(tables)
+        table.to_parquet(Path(folder) / "per_client.parquet", index=False)
+        table.to_csv(Path(folder) / "per_client.csv", index=False)
+
+    def log_artifacts(self, run_id: str, folder: str) -> None:
+        self.client.log_artifacts(run_id, folder)
+
+    def terminate(self, run_id: str, status: str, tags: dict[str, str] | None = None) -> None:
+        """Set ``tags`` (each value cut to 5,000 characters), then end the run ``status``."""
+        for key, value in (tags or {}).items():
+            self.client.set_tag(run_id, key, value[:5000])
+        self.client.set_terminated(run_id, status)
+
+    def find(self, config_hash: str, status: str, limit: int,
+             code: str | None = None) -> list[Run]:
+        """Runs with this config hash whose status matches ``status`` (``"= 'FINISHED'"``),
+        newest first; with ``code``, only runs of that code digest."""
+        from fedcore.tracking.provenance import CODE_DIGEST_TAG
+
+        query = f"tags.config_hash = '{config_hash}' and attributes.status {status}"
+        if code is not None:
+            query += f" and tags.`{CODE_DIGEST_TAG}` = '{code}'"
+        return list(self.client.search_runs([self.experiment_id()], filter_string=query,
+                                            order_by=["attributes.start_time DESC"],
+                                            max_results=limit))
+
+    def search(self, config_hash: str, status: str, limit: int,
+               code: str | None = None) -> list[RunRecord]:
+        """:meth:`find`'s runs as plain records."""
+        return [RunRecord(r.info.run_id, r.info.status, dict(r.data.tags))
+                for r in self.find(config_hash, status, limit, code)]
