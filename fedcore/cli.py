@@ -20,7 +20,7 @@ from fedcore.configure import load_config
 
 if TYPE_CHECKING:
     from fedcore.simulation import Result, Simulation
-    from fedcore.tracking.writer_process import Writer
+    from fedcore.tracking.store_setup import StoreHelper
 
 DEBUG_ENV = "FEDCORE_DEBUG"  # set to 1: failures show their traceback (as --debug)
 EPILOG = "Overrides are KEY=VALUE with dotted keys, e.g. dataset.alpha=0.1 rounds=50."
@@ -86,11 +86,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fedcore.pipeline.extras import INSTALL, missing
 
     tracked = not missing(("mlflow",))
-    writer = _writer() if tracked else None  # imports MLflow on another core from now on
+    helper = _store_helper() if tracked else None  # a new store's schema, made in parallel
     run_id: str | None = None
     try:
         cfg = load_config(config, overrides)
-        if tracked and writer is None:
+        if tracked and helper is None:  # the figures' helper (after a new store's schema)
             from fedcore.tracking import figure_helper
 
             figure_helper.start()
@@ -100,21 +100,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         from fedcore.data.federated import build_federated_data
         from fedcore.simulation import resolve_device
 
-        device = resolve_device(cfg.device)
-        data = build_federated_data(cfg.dataset, cfg.seed, device, cfg.clients)
-        store = None
-        if writer is not None and device.type == "cpu":  # a GPU run samples its device's
-            from fedcore.tracking.settings import load_settings  # memory in its own process
-
-            store = writer.go(load_settings())  # valid config and data: the store may be written
-        elif writer is not None:
-            writer.close()
+        data = build_federated_data(cfg.dataset, cfg.seed, resolve_device(cfg.device),
+                                    cfg.clients)
+        if helper is not None:
+            helper.go()  # the config and the data are valid: the store may be written
         bar = ProgressBar()
         try:
             if tracked:
                 from fedcore.tracking.runner import run_tracked
 
-                run_id, result = run_tracked(cfg, callbacks=[bar], data=data, store=store)
+                run_id, result = run_tracked(cfg, callbacks=[bar], data=data)
             else:
                 from fedcore.simulation import run
 
@@ -122,8 +117,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         finally:
             bar.close()  # before any error line, so the bar does not redraw after it
     finally:
-        if writer is not None:
-            writer.close()
+        if helper is not None:
+            helper.close()
     where = "not recorded" if run_id is None else f"MLflow run {run_id}"
     print(
         f"\n{where}  method={cfg.method.name}  dataset={cfg.dataset.name}  "
@@ -135,17 +130,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _writer() -> Writer | None:
-    """The process that will write the run into MLflow (None: turned off, or settings that the
-    run itself will report as wrong)."""
+def _store_helper() -> StoreHelper | None:
+    """The helper process that creates a new SQLite store's schema (None: an existing store,
+    or settings that the run itself will report as wrong)."""
     from fedcore.tracking.settings import load_settings
-    from fedcore.tracking.writer_process import start
+    from fedcore.tracking.store_setup import start_helper
 
     try:
-        load_settings()
+        return start_helper(load_settings().tracking_uri)
     except ConfigError:
         return None
-    return start()
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

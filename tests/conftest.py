@@ -18,6 +18,7 @@ os.environ["PREFECT_HOME"] = str(_TMP / "prefect")
 os.environ["MPLCONFIGDIR"] = str(_TMP / "mpl")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
+os.environ["FEDCORE_STORE_HELPER"] = "0"  # no schema helper process (tests/test_store_setup.py)
 os.environ["FEDCORE_FIGURE_HELPER"] = "0"  # figures drawn in-process (tests/test_figure_helper.py)
 # one intra-op thread, here and in every subprocess the tests start: the tiny models gain
 # nothing from two, and idle OpenMP threads spin on a busy machine (about 30x the CPU time

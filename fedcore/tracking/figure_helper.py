@@ -19,18 +19,19 @@ from __future__ import annotations
 
 import atexit
 import os
+import pickle
 import signal
+import struct
 import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
-from fedcore.tracking.pipes import BROKEN, receive, send
-
 HELPER_ENV = "FEDCORE_FIGURE_HELPER"
+_HEADER = struct.Struct("!Q")  # the length of the pickled message that follows
 
 
 class _Helper:
@@ -45,9 +46,9 @@ class _Helper:
         with self.lock:
             try:
                 assert self.proc.stdin is not None and self.proc.stdout is not None
-                send(self.proc.stdin, message)
-                return bool(receive(self.proc.stdout))
-            except BROKEN:
+                _send(self.proc.stdin, message)
+                return bool(_receive(self.proc.stdout))
+            except (OSError, ValueError, EOFError, pickle.UnpicklingError, struct.error):
                 return False
 
     def close(self) -> None:
@@ -138,6 +139,23 @@ def _draw(message: dict[str, Any]) -> None:
     fairness_png(message["accuracy"], message["round"], out / "fairness.png")
 
 
+def _send(stream: IO[bytes], message: object) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: IO[bytes]) -> Any:
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError("the figure helper closed its pipe")
+    (size,) = _HEADER.unpack(header)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError("the figure helper closed its pipe")
+    return pickle.loads(data)  # noqa: S301  (our own child process, over its own pipe)
+
+
 def _helper_main() -> int:
     """The helper: import matplotlib and draw once (fonts), then draw each request until the
     pipe closes, answering True (drawn) or False (failed: the caller draws)."""
@@ -150,7 +168,7 @@ def _helper_main() -> int:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
-            message = receive(stdin)
+            message = _receive(stdin)
         except EOFError:
             return 0
         try:
@@ -158,7 +176,7 @@ def _helper_main() -> int:
             ok = True
         except Exception:  # noqa: BLE001  (the caller draws them itself, and reports errors)
             ok = False
-        send(stdout, ok)
+        _send(stdout, ok)
 
 
 if __name__ == "__main__":

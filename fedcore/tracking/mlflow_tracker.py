@@ -149,14 +149,13 @@ class MLflowTracker(Callback):
         tags: dict[str, str] | None = None,
         finish_in_background: bool = False,
         figures: bool = True,
-        store: MlflowRunStore | None = None,
     ) -> None:
         self.settings = settings or load_settings()
         self.finish_in_background = finish_in_background
         self.figures = figures
         self.finished: Future[None] | None = None  # the background end of the run, if any
         self._pending: Future[None] | None = None  # the last write handed to the metrics writer
-        self.store = store or MlflowRunStore(self.settings)
+        self.store = MlflowRunStore(self.settings)
         if figures:  # matplotlib imported by a helper process while the run trains (after a
             figure_helper.start()  # new store's schema: not competing with its migrations)
         self.parent_run_id = parent_run_id

@@ -1,9 +1,9 @@
 """Every write and query of a tracked run, in plain data: the one place a run meets MLflow.
 
 :class:`MlflowRunStore` takes and returns strings, numbers, dicts, lists, paths and fedcore's
-own records, never an MLflow object, so the same calls can run in this process or in the
-writer process of ``fedcore run`` (:mod:`fedcore.tracking.writer_process`), whose training
-process then never imports MLflow. MLflow itself is imported on first use.
+own records, never an MLflow object: the tracker and the resume check say what to record, and
+how MLflow's client, entities and flavours record it is this module's business. MLflow itself
+is imported on first use.
 """
 
 from __future__ import annotations

@@ -40,7 +40,6 @@ def run_tracked(
     wait: bool = True,
     figures: bool = True,
     model: ModelArg | None = None,
-    store: MlflowRunStore | None = None,
 ) -> tuple[str, Result]:
     """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason.
 
@@ -53,16 +52,14 @@ def run_tracked(
     trains meanwhile, and :func:`~fedcore.tracking.mlflow_tracker.wait_for_runs` waits for it.
     ``figures=False`` records no per-run figures (a sweep cell; its report draws them).
     Own ``data`` (:func:`fedcore.data.own.federate`) or ``model`` are recorded as the
-    simulation's config records them (their names, digests and config hash). ``store``: where
-    the run's writes go (default: an MLflow client in this process; ``fedcore run`` passes its
-    writer process, :mod:`fedcore.tracking.writer_process`).
+    simulation's config records them (their names, digests and config hash).
     """
     stopping.check(0)  # no new run once a stop was requested
     sim = Simulation(cfg, device=device, data=data, model=model)
     cfg = sim.cfg  # with own data or model: the config that records them
     tracker = MLflowTracker(
         settings, parent_run_id=parent_run_id, run_name=run_name, tags=tags,
-        finish_in_background=not wait, figures=figures, store=store,
+        finish_in_background=not wait, figures=figures,
     )
     code = code_digest.of_config(cfg)
     with _CLAIM:

@@ -1,22 +1,32 @@
-"""A SQLite MLflow store opened by one process at a time, and a new store's schema made fast.
+"""A new SQLite MLflow store's schema, created by a helper process while the run starts.
 
 MLflow creates a new SQLite store's schema by running its migrations the first time a client
 opens the store: about 1.5 s of CPU, and on a busy disk several seconds more of an fsync per
-statement. :func:`store_lock` lets one process create or migrate the schema while the others
-wait and then find it ready; :func:`fast_schema` (used by ``fedcore run``'s writer process,
-:mod:`fedcore.tracking.writer_process`) runs the migrations without an fsync per statement and
-makes the file durable with one fsync at the end.
+statement. ``fedcore run`` hands that to a helper process (:func:`start_helper`) that imports
+MLflow at once, in parallel with the command's own start (torch, the config, the data), and
+creates the schema once the command says so (:meth:`StoreHelper.go`: after the config and the
+data proved valid, so that bad input writes nothing), with one fsync at the end instead of one
+per statement. Whoever first holds :func:`store_lock` creates the schema, the helper or the
+command's own client (which waits for the lock and then finds the schema ready), so the store is
+the same either way, and a helper that dies only leaves the work to the command. A stop
+(Ctrl-C) does not interrupt the helper's migrations.
+
+``FEDCORE_STORE_HELPER=0`` turns the helper off (the command creates the schema itself).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+HELPER_ENV = "FEDCORE_STORE_HELPER"
 _OPENED: set[str] = set()  # SQLite stores this process has opened (their schema is ready)
 
 
@@ -47,35 +57,80 @@ def is_new_sqlite_store(tracking_uri: str) -> bool:
     return not db.exists() or db.stat().st_size == 0
 
 
-@contextmanager
-def fast_schema(tracking_uri: str) -> Iterator[None]:
-    """While a new SQLite store's schema is created in this block: SQLite without an fsync per
-    statement (MLflow's migrations are many small transactions), then one fsync of the file at
-    the end, and the connections opened meanwhile set back to SQLite's default. Any other store
-    is left as it is."""
-    if not is_new_sqlite_store(tracking_uri):
-        yield
-        return
+class StoreHelper:
+    """The helper process of one new store; :meth:`go` lets it create the schema, :meth:`close`
+    (always called) lets it go without (when not told to) and reaps it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.told = False
+
+    def go(self) -> None:
+        """Create the schema now (in the helper, while this process goes on)."""
+        self.told = True
+        self._send(b"go\n")
+
+    def close(self) -> None:
+        """Reap the helper: one told to go is waited for (its migrations hold the store's
+        lock); one not told has written nothing and is ended at once (a config error's exit
+        does not wait for its imports)."""
+        if not self.told:
+            self.proc.kill()
+        self._send(b"")
+        self.proc.wait()
+
+    def _send(self, line: bytes) -> None:
+        stdin = self.proc.stdin
+        if stdin is None or stdin.closed:
+            return
+        try:
+            stdin.write(line)
+            stdin.close()
+        except OSError:  # the helper is gone; the command's own client does the work
+            pass
+
+
+def start_helper(tracking_uri: str) -> StoreHelper | None:
+    """A helper for a new SQLite store (None for an existing store, another kind of store,
+    with ``FEDCORE_STORE_HELPER=0``, or when no process can be started)."""
+    if os.environ.get(HELPER_ENV, "1") == "0" or not is_new_sqlite_store(tracking_uri):
+        return None
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fedcore.tracking.store_setup", tracking_uri],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
+        )
+    except OSError:
+        return None
+    return StoreHelper(proc)
+
+
+def _helper_main(tracking_uri: str) -> int:
+    """The helper: import MLflow, wait for ``go`` (or end of input: exit, nothing written), then
+    open the store under :func:`store_lock`, creating its schema unless another process did."""
+    from fedcore.pipeline.env import configure_environment
+
+    configure_environment()
+    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401  (the slow imports)
+    from mlflow.tracking import MlflowClient
+
+    if sys.stdin.readline().strip() != "go":
+        return 0
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C must not stop migrations midway
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    opened: list[Any] = []
+    event.listen(Engine, "connect", _no_sync)
+    with store_lock(tracking_uri):
+        MlflowClient(tracking_uri=tracking_uri)  # as the command's client opens the store
+        _fsync(Path(tracking_uri.removeprefix("sqlite:///")))
+    return 0
 
-    def no_sync(connection: Any, record: Any) -> None:
-        connection.execute("PRAGMA synchronous=OFF")
-        opened.append(connection)
 
-    event.listen(Engine, "connect", no_sync)
-    try:
-        yield
-    finally:
-        event.remove(Engine, "connect", no_sync)
-        for connection in opened:  # pooled connections stay open for the process's writes
-            try:
-                connection.execute("PRAGMA synchronous=FULL")
-            except Exception:  # noqa: BLE001, S110  (a connection already closed)
-                pass
-    _fsync(Path(tracking_uri.removeprefix("sqlite:///")))
+def _no_sync(connection: Any, record: Any) -> None:
+    """SQLite without an fsync per statement, in the helper only: the migrations' many small
+    transactions then take a fraction of their time; one fsync at the end makes them durable."""
+    connection.execute("PRAGMA synchronous=OFF")
 
 
 def _fsync(db: Path) -> None:
@@ -86,3 +141,7 @@ def _fsync(db: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+if __name__ == "__main__":
+    sys.exit(_helper_main(sys.argv[1]))
