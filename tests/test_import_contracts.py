@@ -64,3 +64,19 @@ def test_the_cli_and_a_schema_error_load_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_tracker_reaches_mlflow_only_through_the_run_store():
+    """Importing the tracker and ``run_tracked`` imports no MLflow: every write and query goes
+    through ``fedcore.tracking.run_store``, which imports it on first use."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import fedcore.tracking.runner, fedcore.tracking.mlflow_tracker\n"
+        "import fedcore.tracking.inputs, fedcore.tracking.models, fedcore.tracking.run_store\n"
+        "print(sorted(m for m in ('mlflow', 'sqlalchemy', 'pandas') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
