@@ -4,6 +4,7 @@ architecture.md)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -44,14 +45,22 @@ def test_the_schema_imports_no_component_and_no_cycle_runs_through_it() -> None:
     }
 
 
-def test_the_cli_and_a_schema_error_load_no_torch():
-    """``fedcore --help`` and a config the schema refuses answer before torch (and the
-    components) are imported: the registries load on the first component check."""
+def _loaded_after(code: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has imported after running ``code``."""
     import subprocess
     import sys
 
+    probe = (f"{code}\nimport json, sys\n"
+             f"print(json.dumps(sorted(m for m in {modules!r} if m in sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True)
+    return list(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_the_cli_and_a_schema_error_load_no_torch():
+    """``fedcore --help`` and a config the schema refuses answer before torch (and the
+    components) are imported: the registries load on the first component check."""
     code = (
-        "import sys\n"
         "from fedcore import cli\n"
         "from fedcore.configure import load_config\n"
         "from fedcore.errors import ConfigError\n"
@@ -59,24 +68,13 @@ def test_the_cli_and_a_schema_error_load_no_torch():
         "    load_config(None, ['rounds=zero'])\n"
         "except ConfigError:\n"
         "    pass\n"
-        "print(sorted(m for m in ('torch', 'fedcore.clients', 'fedcore.aggregators')"
-        " if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert _loaded_after(code, ("torch", "fedcore.clients", "fedcore.aggregators")) == []
 
 
 def test_the_tracker_reaches_mlflow_only_through_the_run_store():
     """Importing the tracker and ``run_tracked`` imports no MLflow: every write and query goes
     through ``fedcore.tracking.run_store``, which imports it on first use."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "import fedcore.tracking.runner, fedcore.tracking.mlflow_tracker\n"
-        "import fedcore.tracking.inputs, fedcore.tracking.models, fedcore.tracking.run_store\n"
-        "print(sorted(m for m in ('mlflow', 'sqlalchemy', 'pandas') if m in sys.modules))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    code = ("import fedcore.tracking.runner, fedcore.tracking.mlflow_tracker\n"
+            "import fedcore.tracking.inputs, fedcore.tracking.models, fedcore.tracking.run_store")
+    assert _loaded_after(code, ("mlflow", "sqlalchemy", "pandas")) == []
