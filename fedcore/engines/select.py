@@ -22,9 +22,9 @@ BACKENDS = ("auto", "sequential", "vectorised")
 # Why ``auto`` keeps CPU runs sequential: vectorised / sequential client-steps per second
 # (benchmarks/vectorised.py, docs/how-to/gpu.md).
 CPU_MEASURED = (
-    "vectorised/sequential on a 2-core CPU, one torch thread, 2026-12-02: MLP 0.76x and 0.81x "
-    "at 20 and 50 clients per round on a quiet machine (1.29x and 1.63x under load), CNN "
-    "0.45-0.79x; benchmarks/vectorised.py"
+    "vectorised/sequential on a 2-core CPU, one torch thread, two runs on a quiet machine, "
+    "2026-12-02: MLP 0.54-0.59x at 5 clients per round, 0.79-1.05x at 20, 1.16-1.33x at 50; "
+    "CNN 0.59-0.86x at 5-50; benchmarks/vectorised.py"
 )
 RESNETS = ("resnet20", "resnet56", "resnet110")
 
@@ -103,8 +103,8 @@ def build_engine(
     if cfg.engine.backend == "auto" and device.type != "cuda":
         return sequential, "sequential", (
             f"engine.backend=auto on {device.type}: the vectorised engine measured slower "
-            f"than the sequential one there ({CPU_MEASURED}); engine.backend=vectorised "
-            "forces it"
+            f"than the sequential one there, or at best 1.33x for the MLP at 50 clients per "
+            f"round ({CPU_MEASURED}); engine.backend=vectorised forces it"
         )
     from fedcore.engines.vectorised import VectorisedEngine, model_blocker
 
