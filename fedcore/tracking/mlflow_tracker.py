@@ -27,9 +27,7 @@ from fedcore.tracking.settings import TrackingSettings, load_settings
 from fedcore.tracking.store_setup import store_lock as store_lock
 
 if TYPE_CHECKING:
-    import pandas as pd
-
-    from fedcore.simulation import ClientTable, Result, Simulation
+    from fedcore.simulation import Result, Simulation
 
 log = logging.getLogger("fedcore")
 
@@ -362,10 +360,3 @@ class MLflowTracker(Callback):
                 raise
             # the store's disk is full: the run stays RUNNING, and rerunning the command
             # resumes it once there is space (docs/how-to/checkpoints.md)
-
-
-def per_client_frame(tables: list[ClientTable]) -> pd.DataFrame:
-    """One row per (evaluated round, client): :func:`fedcore.frames.clients_frame`."""
-    from fedcore.frames import clients_frame
-
-    return clients_frame(tables)
