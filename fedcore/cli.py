@@ -178,8 +178,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else project_root() / "reports" / spec.name
     try:
+        if args.last_k is not None and args.last_k < 1:
+            raise LookupError(f"--last-k: expected an integer >= 1 (got {args.last_k})")
         report = build_report(spec, out, parent_run_id=sweep_parent_run(spec),
-                              any_code=args.any_code, reference=args.reference)
+                              any_code=args.any_code, reference=args.reference,
+                              last_k=args.last_k)
     except LookupError as exc:
         print(f"fedcore: error: {exc}", file=sys.stderr)
         return 1
@@ -239,7 +242,16 @@ def cmd_claims(args: argparse.Namespace) -> int:
     from fedcore.pipeline.claims import load_claims, markdown, tally
 
     path, overrides = _split_args(args.items)
+    if args.record:
+        from fedcore.pipeline.claims import record_claims
+
+        added = record_claims(path or config_dir() / "claims.yaml")
+        print(f"recorded {len(added)} new claim(s): {', '.join(added) or 'none'}")
+        return 0
     spec = load_claims(path or config_dir() / "claims.yaml", parse_overrides(overrides))
+    if spec.exploratory:
+        print(f"note: overrides {spec.overrides} change the claims' fixed regime: this is a "
+              "quick look, not the claims' result", file=sys.stderr)
     from fedcore.tracking.claims import run_claims_tracked
 
     def progress(line: str) -> None:
@@ -319,8 +331,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_report.add_argument(
         "--reference", default="fedavg",
-        help="the row every row is tested against at the same dataset and alpha: a method "
-        "with one row per setting, or a row label as the table prints it (default: fedavg)",
+        help="the row the exploratory table's detectable differences are computed against, "
+        "at the same dataset and alpha: a method with one row per setting, or a row label as "
+        "the table prints it (default: fedavg); the families' references are in the sweep file",
+    )
+    p_report.add_argument(
+        "--last-k", type=int, default=None, metavar="K",
+        help="recompute the primary endpoint as the mean test accuracy of the last K "
+        "evaluations (default: each run's final/accuracy_last_k, its config's last_k)",
     )
     p_report.set_defaults(func=cmd_report)
     p_tune = sub.add_parser(
@@ -344,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_claims.add_argument("items", nargs="*", metavar="[CLAIMS.yaml] [KEY=VALUE ...]",
                           help="claims file (default: configs/claims.yaml) and overrides")
     p_claims.add_argument("--out", help="also write the Markdown table to this file")
+    p_claims.add_argument("--record", action="store_true",
+                          help="add the file's new claims to its record (<file>.record.yaml: "
+                          "the date and digest each was fixed with) and run nothing")
     p_claims.set_defaults(func=cmd_claims)
     p_ui = sub.add_parser(
         "ui", help="the MLflow UI on this project's store (prints the training-view link)",

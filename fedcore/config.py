@@ -226,6 +226,8 @@ class ExperimentConfig(_Strict):
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda|cuda:\d+|mps)$")
     eval_every: int = Field(1, ge=1)
     target_accuracy: float | None = Field(None, gt=0, le=1)
+    last_k: int = Field(5, ge=1, description="evaluations averaged by final/accuracy_last_k, "
+                        "the default primary endpoint of a comparison")
     engine: EngineConfig = Field(default_factory=EngineConfig)
     # resumable runs (docs/how-to/checkpoints.md); not part of config_hash()
     checkpoint_every: int = Field(0, ge=0)

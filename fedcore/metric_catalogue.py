@@ -92,6 +92,9 @@ CATALOGUE: tuple[MetricDoc, ...] = (
        "personalised methods: personal/accuracy_std at the last evaluation"),
     _M("final/personal_jain", SIM, "summary",
        "personalised methods: personal/jain_index at the last evaluation"),
+    _M("final/accuracy_last_k", SIM, "summary",
+       "mean test accuracy of the last last_k evaluations (fewer if fewer were made): the "
+       "default primary endpoint of a comparison family"),
     _M("auc/accuracy", SIM, "summary", "mean test accuracy over the evaluated rounds"),
     _M("auc/accuracy_trapz", SIM, "summary",
        "FedOUI's AUC: trapz(accuracy) / (R - 1) over the R evaluated rounds (R = 1: the one "

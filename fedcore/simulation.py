@@ -121,7 +121,7 @@ class Simulation:
             )
         self.cfg = cfg
         self.callbacks = list(callbacks)
-        self.builtins = callback_chain.builtins(cfg.target_accuracy, builtins)
+        self.builtins = callback_chain.builtins(cfg.target_accuracy, builtins, cfg.last_k)
         self.device = resolve_device(device or cfg.device)
         self.data = data or build_federated_data(cfg.dataset, cfg.seed, self.device, cfg.clients)
         parts = compose.build(cfg, self.data, self.device, model)

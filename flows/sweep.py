@@ -15,7 +15,7 @@ from fedcore.config import ConfigError, parse_overrides
 from fedcore.configure import build_config
 from fedcore.data.federated import shared_federated_data
 from fedcore.pipeline.devices import pinned_device
-from fedcore.pipeline.sweep import SweepSpec, load_sweep
+from fedcore.pipeline.sweep import Cell, SweepSpec, load_sweep
 from fedcore.simulation import resolve_device
 from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.cell_claim import claim_cell
@@ -225,7 +225,7 @@ def sweep(
             )
     stop_event = f"fedcore-stop-{uuid.uuid4().hex}" if runner == "dask" else None
     try:
-        rows = _run_cells(spec, parent, settings, max_workers, runner, dask_address, api_url,
+        rows = _run_looks(spec, parent, settings, max_workers, runner, dask_address, api_url,
                           cells_per_gpu, reuse_other_code, stop_event)
     except BaseException:  # e.g. the Dask cluster went away: the parent is not left RUNNING
         client.set_terminated(parent, "KILLED" if stopping.requested() else "FAILED")
@@ -241,14 +241,59 @@ def sweep(
     return rows
 
 
-def _run_cells(
+def _run_looks(
     spec: SweepSpec, parent: str, settings: TrackingSettings, max_workers: int, runner: str,
     dask_address: str | None, api_url: str | None, cells_per_gpu: int, reuse_other_code: bool,
     stop_event: str | None,
 ) -> list[dict[str, Any]]:
-    """Submit every cell to the task runner and collect one row per cell, in grid order."""
+    """Run the seed plan's looks in turn (:mod:`fedcore.pipeline.families`): each look's new
+    seeds for the rows that still need them, then the families are decided from the runs in
+    MLflow, and rows whose comparisons are all decided stop. Finished cells are read back,
+    never rerun, so a killed sweep resumes where it stopped."""
+    plan = spec.seed_plan
     rows: list[dict[str, Any]] = []
-    identities = cell_identities(spec.cells)
+    needed: set[str] | None = None
+    for look in range(len(plan.looks)):
+        cells = spec.cells_for_look(look, needed)
+        if len(plan.looks) > 1:
+            print(f"look {look + 1} of {len(plan.looks)} ({plan.looks[look]} seeds): "
+                  f"{len(cells)} cells")
+        rows += _run_cells(spec, cells, parent, settings, max_workers, runner, dask_address,
+                           api_url, cells_per_gpu, reuse_other_code, stop_event)
+        if stopping.requested() or look + 1 == len(plan.looks):
+            break
+        if spec.families:
+            wait_for_runs()  # every run of this look FINISHED before the families are read
+            needed = open_rows(spec, settings, reuse_other_code)
+            if not needed:
+                print("every comparison is decided: no further look")
+                break
+    return rows
+
+
+def open_rows(spec: SweepSpec, settings: TrackingSettings, reuse_other_code: bool) -> set[str]:
+    """The rows the next look needs: the open comparisons' rows and their references."""
+    from fedcore.pipeline.families import family_outcomes, rows_to_run
+    from fedcore.tracking.report import sweep_runs
+
+    runs = sweep_runs(spec, settings, any_code=reuse_other_code)
+    if runs.empty:
+        return {r for f in spec.families for r in f.rows}
+    return rows_to_run(family_outcomes(runs, spec.families, spec.seed_plan))
+
+
+def _run_cells(
+    spec: SweepSpec, cells: list[Cell], parent: str, settings: TrackingSettings,
+    max_workers: int, runner: str, dask_address: str | None, api_url: str | None,
+    cells_per_gpu: int, reuse_other_code: bool, stop_event: str | None,
+) -> list[dict[str, Any]]:
+    """Submit ``cells`` to the task runner and collect one row per cell, in grid order."""
+    rows: list[dict[str, Any]] = []
+    if not cells:
+        return rows
+    every = dict(zip((c.config.config_hash() for c in spec.cells), cell_identities(spec.cells),
+                     strict=True))  # names from the whole sweep: the same in every look
+    identities = [every[c.config.config_hash()] for c in cells]
     with (make_task_runner(runner, max_workers, dask_address, api_url) as task_runner,
           relay_stop_to_dask(task_runner, stop_event)):
         futures = [
@@ -270,7 +315,7 @@ def _run_cells(
                     },
                 ),
             )
-            for cell, identity in zip(spec.cells, identities, strict=True)
+            for cell, identity in zip(cells, identities, strict=True)
         ]
         for cell, future in futures:
             future.wait()

@@ -25,11 +25,12 @@ BUILTINS = ("evaluation", "summary", "divergence", "checkpoint")
 
 
 def builtins(
-    target_accuracy: float | None, replace: Mapping[str, Callback | None] | None = None
+    target_accuracy: float | None, replace: Mapping[str, Callback | None] | None = None,
+    last_k: int = 5,
 ) -> dict[str, Callback]:
     """The built-in callbacks by name, with ``replace``'s replacements (None: turned off)."""
     out: dict[str, Callback] = {
-        "evaluation": Evaluation(), "summary": Summary(target_accuracy),
+        "evaluation": Evaluation(), "summary": Summary(target_accuracy, last_k),
         "divergence": DivergenceGuard(), "checkpoint": Checkpointing(),
     }
     for name, cb in (replace or {}).items():

@@ -27,11 +27,12 @@ FINAL = {
 class Summary(Callback):
     """``result.summary`` from the evaluated rounds played (empty when none was evaluated)."""
 
-    def __init__(self, target_accuracy: float | None = None) -> None:
+    def __init__(self, target_accuracy: float | None = None, last_k: int = 5) -> None:
         self.target_accuracy = target_accuracy
+        self.last_k = last_k
 
     def on_run_end(self, result: Result) -> Mapping[str, float] | None:
-        return summarize(result.history, self.target_accuracy)
+        return summarize(result.history, self.target_accuracy, self.last_k)
 
 
 def auc_trapz(accuracy: list[float]) -> float:
@@ -43,15 +44,18 @@ def auc_trapz(accuracy: list[float]) -> float:
     return float(np.sum((a[1:] + a[:-1]) / 2) / (len(a) - 1))
 
 
-def summarize(history: list[dict[str, float]], target: float | None) -> dict[str, float]:
-    """The last evaluation's accuracy, loss and client spread (those it measured), the
-    accuracy's mean and trapezoid AUC over the evaluations, and the first round reaching
-    ``target``; empty without an evaluated round."""
+def summarize(history: list[dict[str, float]], target: float | None,
+              last_k: int = 5) -> dict[str, float]:
+    """The last evaluation's accuracy, loss and client spread (those it measured), the mean
+    accuracy of the last ``last_k`` evaluations (fewer when fewer were made), the accuracy's mean
+    and trapezoid AUC over the evaluations, and the first round reaching ``target``; empty
+    without an evaluated round."""
     evals = [h for h in history if "test/accuracy" in h]
     if not evals:
         return {}
     last = evals[-1]
     out = {name: last[key] for name, key in FINAL.items() if key in last}
+    out["final/accuracy_last_k"] = float(np.mean([h["test/accuracy"] for h in evals[-last_k:]]))
     out["auc/accuracy"] = float(np.mean([h["test/accuracy"] for h in evals]))
     out["auc/accuracy_trapz"] = auc_trapz([h["test/accuracy"] for h in evals])
     if target is not None:

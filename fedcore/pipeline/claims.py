@@ -1,21 +1,26 @@
 """Seed-paper claims checked on small offline experiments (``fedcore claims``).
 
 A claims file (``configs/claims.yaml``) fixes, before anything runs, the base experiment, the
-seeds and, per claim, the paper's local recipe, the method's run, the baseline's run, the metric
-and the test. Running it simulates every distinct experiment once per seed and judges each claim
-by a paired t-test over seeds (:mod:`fedcore.pipeline.stats`, Holm-adjusted over the file's claims):
-``holds`` when the test finds the claimed direction, ``contradicted`` when it finds the opposite,
-``inconclusive`` otherwise (with the seeds a test would need). A check that holds by construction
-is an ``implementation check`` and is judged ``passes``/``fails``, apart from the claims.
-Everything here is plain computation on :class:`fedcore.simulation.Result` objects; MLflow lives
-in ``fedcore.tracking.claims``.
+seed plan and, per claim, the paper's local recipe, the method's run, the baseline's run, the
+metric, the test and the date it was fixed. A record beside it (``<file>.record.yaml``) keeps a
+digest of every claim as fixed: a claim whose regime changes without a new id is refused, so a
+claim cannot move after its result was seen (a changed claim is a new claim).
+
+Running it simulates every distinct experiment per seed, look by look, and judges the claims of
+each paper as one family with the machinery of the sweeps (:mod:`fedcore.pipeline.families`):
+``holds`` (the paired test finds the claimed direction), ``contradicted`` (the opposite),
+``equivalent`` (within the claim's margin), ``inconclusive`` otherwise. A claim whose runs are
+still climbing at the horizon says ``early training``. A check that holds by construction is an
+``implementation check`` and is judged ``passes``/``fails``, apart from the claims. Everything
+here is plain computation on :class:`fedcore.simulation.Result` objects; MLflow lives in
+``fedcore.tracking.claims``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +28,9 @@ import numpy as np
 
 from fedcore.config import ConfigError, ExperimentConfig, config_dir, read_yaml
 from fedcore.configure import build_config
+from fedcore.pipeline.families import Family, SeedPlan, decide, seed_plan
 from fedcore.pipeline.hparams import regime
-from fedcore.pipeline.stats import Comparison, compare, holm, mean_interval
+from fedcore.pipeline.stats import Comparison, mean_interval
 from fedcore.pipeline.sweep import read_base, tuning_studies
 from fedcore.simulation import Result
 
@@ -32,9 +38,11 @@ TESTS = ("zero_every_round", "at_least", "lower", "noisy_below_clean")
 REDUCES = ("final", "mean", "max")
 KINDS = ("claim", "robustness check", "implementation check")
 CLAIM_KEYS = ("id", "paper", "claim", "kind", "recipe", "test", "run", "baseline", "metric",
-              "reduce")
+              "reduce", "fixed", "margin", "note")
 FILE_KEYS = ("name", "base", "set", "seeds", "studies", "claims")
-VERDICTS = ("holds", "contradicted", "inconclusive", "passes", "fails")
+VERDICTS = ("holds", "contradicted", "equivalent", "inconclusive", "passes", "fails")
+FLAT_WINDOW = 5  # evaluations over which a trained run's accuracy moves less than FLAT_GAIN
+FLAT_GAIN = 0.01
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,9 @@ class Claim:
     reduce: str
     kind: str = "claim"
     recipe: str | None = None  # configs/experiments/<recipe>.yaml: its local block, both runs
+    fixed: str = ""  # the date the claim was fixed (before its first result)
+    margin: float = 0.0  # equivalence margin on the metric (0: no equivalence verdict)
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -66,12 +77,23 @@ class ClaimsSpec:
     claims: tuple[Claim, ...]
     overrides: dict[str, Any] = field(default_factory=dict)
     tuning: dict[str, str] = field(default_factory=dict)
+    plan: SeedPlan | None = None
+    record: Path | None = None  # the record of the fixed claims (None: not checked)
+
+    @property
+    def seed_plan(self) -> SeedPlan:
+        return self.plan or SeedPlan(self.seeds, (len(self.seeds),))
+
+    @property
+    def exploratory(self) -> bool:
+        """Overrides change the fixed regime: results are a quick look, not the claims."""
+        return bool(self.overrides)
 
     def config(self, run: dict[str, Any], seed: int,
                recipe: str | None = None) -> ExperimentConfig:
         local = recipe_local(recipe) if recipe else {}
-        return build_config(self.base, {**self.fixed, **local, **run, **self.overrides,
-                                        "seed": seed})
+        given = {k: v for k, v in self.overrides.items() if k != "seeds"}
+        return build_config(self.base, {**self.fixed, **local, **run, **given, "seed": seed})
 
     def configs(self, claim: Claim, seed: int) -> tuple[ExperimentConfig, ExperimentConfig | None]:
         """The claim's run and baseline (None) at ``seed``."""
@@ -104,6 +126,8 @@ class ClaimRow:
     kind: str = "claim"
     regime: str = ""
     comparison: Comparison | None = None
+    training: str = ""  # "trained" or "early training: ..." (accuracy still climbing)
+    decided_at: int | None = None
 
     @property
     def holds(self) -> bool:
@@ -122,21 +146,30 @@ def load_claims(path: str | Path, overrides: dict[str, Any] | None = None) -> Cl
     if unknown:
         raise ConfigError(f"claims: unknown key {unknown[0]!r}; allowed: {', '.join(FILE_KEYS)}")
     overrides = dict(overrides or {})
+    seeds_given = overrides.get("seeds")
     seeds = overrides.pop("seeds", raw.get("seeds", [0, 1, 2]))
     seeds = [seeds] if isinstance(seeds, int) else seeds
-    if not isinstance(seeds, list) or not seeds or not all(
-        isinstance(s, int) and s >= 0 for s in seeds
-    ):
-        raise ConfigError(f"claims.seeds: expected a non-empty list of seeds >= 0 (got {seeds!r})")
+    if isinstance(seeds, list) and seeds and all(isinstance(s, int) and s >= 0 for s in seeds):
+        plan = SeedPlan(tuple(seeds), (len(seeds),))
+    elif isinstance(seeds, dict):
+        plan = seed_plan(seeds, "claims")
+    else:
+        raise ConfigError(f"claims.seeds: expected a non-empty list of seeds >= 0 or "
+                          f"{{looks: [n1, n2, ...]}} (got {seeds!r})")
+    record = path.with_name(f"{path.stem}.record.yaml")
     spec = ClaimsSpec(
         name=str(raw.get("name") or path.stem),
         base=read_base(raw.get("base"), path),
         fixed=dict(raw.get("set") or {}),
-        seeds=tuple(seeds),
+        seeds=plan.seeds,
         claims=tuple(_claim(i, c) for i, c in enumerate(raw.get("claims") or [])),
         overrides=overrides,
-        tuning=tuning_studies(raw.get("studies"), seeds, "claims"),
+        tuning=tuning_studies(raw.get("studies"), list(plan.seeds), "claims"),
+        plan=plan,
+        record=record if record.is_file() else None,
     )
+    if seeds_given is not None:  # the seed plan is part of the fixed regime too
+        spec = replace(spec, overrides={**spec.overrides, "seeds": seeds_given})
     if not spec.claims:
         raise ConfigError("claims.claims: expected a non-empty list of claims")
     ids = [c.id for c in spec.claims]
@@ -148,7 +181,60 @@ def load_claims(path: str | Path, overrides: dict[str, Any] | None = None) -> Cl
                 spec.configs(c, seed)
         except ConfigError as exc:
             raise ConfigError(f"claims.{c.id}: {exc}") from None
+    if spec.record is not None:
+        check_record(spec, raw)
     return spec
+
+
+def claim_digest(claim: dict[str, Any], raw: dict[str, Any]) -> str:
+    """What a claim fixes, as a digest: its own keys (all but ``note``) and the file's base,
+    ``set`` and seeds, which every claim's regime depends on."""
+    import hashlib
+    import json
+
+    keyed = {"claim": {k: v for k, v in claim.items() if k != "note"},
+             "base": raw.get("base"), "set": raw.get("set"), "seeds": raw.get("seeds")}
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def check_record(spec: ClaimsSpec, raw: dict[str, Any]) -> None:
+    """Refuse a claim whose regime changed after it was fixed (its digest differs from the
+    record's): a changed claim is a new claim, with a new id."""
+    record = read_yaml(spec.record) if spec.record is not None else {}
+    for c in raw.get("claims") or []:
+        entry = (record or {}).get(c["id"])
+        if entry is None:
+            continue
+        if entry.get("digest") != claim_digest(c, raw):
+            raise ConfigError(
+                f"claims.{c['id']}: its regime differs from the one fixed on "
+                f"{entry.get('fixed', '?')} ({spec.record}); a claim changed after it was fixed "
+                "is a new claim: give it a new id, and keep the old one's result in the docs")
+
+
+def record_claims(path: str | Path) -> list[str]:
+    """Add every claim of ``path`` that the record lacks to ``<file>.record.yaml`` (its date
+    and digest); claims already recorded are never rewritten. Returns the ids added."""
+    import yaml
+
+    path = Path(path)
+    raw = read_yaml(path)
+    record_path = path.with_name(f"{path.stem}.record.yaml")
+    record = read_yaml(record_path) if record_path.is_file() else {}
+    record = record or {}
+    added = []
+    for c in raw.get("claims") or []:
+        if c["id"] in record:
+            continue
+        if not c.get("fixed"):
+            raise ConfigError(f"claims.{c['id']}.fixed: missing; the date the claim was fixed")
+        record[c["id"]] = {"fixed": str(c["fixed"]), "digest": claim_digest(c, raw)}
+        added.append(c["id"])
+    header = ("# The claims of claims.yaml as they were fixed, before their results were seen\n"
+              "# (fedcore claims --record adds new ones; an entry is never rewritten: a claim\n"
+              "# whose regime changes needs a new id). Checked by every `fedcore claims`.\n")
+    record_path.write_text(header + yaml.safe_dump(record, sort_keys=False))
+    return added
 
 
 def _claim(index: int, raw: Any) -> Claim:
@@ -187,8 +273,13 @@ def _claim(index: int, raw: Any) -> Claim:
     for key in ("run", "baseline"):
         if key in raw and not isinstance(raw[key], dict):
             raise ConfigError(f"{where}.{key}: expected a mapping of KEY: value")
+    margin = raw.get("margin", 0.01 if str(raw["metric"]).startswith(
+        ("final/accuracy", "auc/accuracy")) and compares else 0.0)
+    if not isinstance(margin, (int, float)) or margin < 0:
+        raise ConfigError(f"{where}.margin: expected an equivalence margin >= 0 (got {margin!r})")
     return Claim(str(raw["id"]), str(raw["paper"]), str(raw["claim"]), raw["test"],
-                 dict(raw["run"]), raw.get("baseline"), str(raw["metric"]), reduce, kind, recipe)
+                 dict(raw["run"]), raw.get("baseline"), str(raw["metric"]), reduce, kind, recipe,
+                 str(raw.get("fixed", "")), float(margin), str(raw.get("note", "")))
 
 
 def measure(result: Result, metric: str, reduce: str, rounds: int) -> float:
@@ -224,32 +315,48 @@ def _stats(values: list[float] | tuple[float, ...]) -> str:
     return mean_interval(values).text(".4g")
 
 
-def judge(test: str, values: list[float], baseline: list[float] | None) -> Comparison | None:
-    """The paired test of a claim on the seeds' values (unadjusted; None for
-    ``zero_every_round``, which is checked exactly).
-
-    at_least and lower: ``values`` against ``baseline`` (higher resp. lower is the claimed
-    direction); noisy_below_clean: ``values`` are clean - noisy per seed, tested against 0.
-    """
-    if test == "zero_every_round":
-        return None
+def oriented(test: str, values: list[float], baseline: list[float] | None) -> list[float]:
+    """Per seed, the claimed direction as a positive number: ``values - baseline``
+    (``at_least``), ``baseline - values`` (``lower``), ``values`` for ``noisy_below_clean``
+    (already clean - noisy)."""
     if test == "noisy_below_clean":
-        return compare(values, [0.0] * len(values), higher_is_better=True)
+        return list(values)
     if baseline is None:
         raise ValueError(f"test {test} needs baseline values")
-    if test in ("at_least", "lower"):
-        return compare(values, baseline, higher_is_better=test == "at_least")
+    if test == "at_least":
+        return [v - b for v, b in zip(values, baseline, strict=True)]
+    if test == "lower":
+        return [b - v for v, b in zip(values, baseline, strict=True)]
     raise ValueError(f"unknown test {test!r}; allowed: {', '.join(TESTS)}")
 
 
 def verdict(test: str, values: list[float], comparison: Comparison | None) -> str:
-    """holds / contradicted / inconclusive from a (Holm-adjusted) comparison; passes / fails
-    for an implementation check. A NaN value makes a claim inconclusive."""
+    """holds / contradicted / equivalent / inconclusive from a claim's family comparison (on
+    the claimed direction); passes / fails for an implementation check."""
     if test == "zero_every_round":
         return "passes" if values and all(v == 0 for v in values) else "fails"
     if comparison is None:
         return "inconclusive"
-    return {"better": "holds", "worse": "contradicted"}.get(comparison.verdict, "inconclusive")
+    return {"better": "holds", "worse": "contradicted",
+            "equivalent": "equivalent"}.get(comparison.verdict, "inconclusive")
+
+
+def training_state(runs: list[Result]) -> str:
+    """``trained`` when the mean test accuracy over seeds moved by less than FLAT_GAIN over the
+    last FLAT_WINDOW evaluations, else ``early training (+0.052 over the last 5
+    evaluations)``: a comparison there measures speed, not the end point."""
+    gains = []
+    for r in runs:
+        acc = [h["test/accuracy"] for h in r.history if "test/accuracy" in h]
+        if len(acc) >= 2:
+            window = acc[-FLAT_WINDOW:]
+            gains.append(window[-1] - window[0])
+    if not gains:
+        return ""
+    gain = float(np.mean(gains))
+    if abs(gain) < FLAT_GAIN:
+        return "trained"
+    return f"early training ({gain:+.3f} over the last {FLAT_WINDOW} evaluations)"
 
 
 def setting(spec: ClaimsSpec, claim: Claim) -> str:
@@ -283,66 +390,94 @@ def regime_text(spec: ClaimsSpec, claim: Claim) -> str:
     return text
 
 
-def experiments(spec: ClaimsSpec) -> dict[str, ExperimentConfig]:
-    """Every distinct experiment of the claims, by config hash, in claim order."""
-    out: dict[str, ExperimentConfig] = {}
-    for c in spec.claims:
-        for seed in spec.seeds:
-            for cfg in spec.configs(c, seed):
-                if cfg is not None:
-                    out.setdefault(cfg.config_hash(), cfg)
-    return out
-
-
 def evaluate(spec: ClaimsSpec, results: dict[str, Result],
              diverged: dict[str, str] | None = None) -> list[ClaimRow]:
-    """Judge every claim on ``results`` (by config hash; see :func:`experiments`); the claims'
-    paired tests are Holm-adjusted together. A claim with a run in ``diverged`` (config hash:
-    what diverged) is inconclusive and says which run diverged."""
-    measured_rows: list[tuple[Claim, str, list[float], list[float] | None,
-                              Comparison | None]] = []
+    """Judge every claim on ``results`` (by config hash; see :func:`experiments`), replaying the
+    seed plan's looks: the claims of one paper are one family (Holm within it at 5 % over the
+    looks; :func:`fedcore.pipeline.families.decide`). A claim with a diverged run (``diverged``:
+    config hash -> what diverged) gets no verdict and says which run diverged."""
     diverged = diverged or {}
+    plan = spec.seed_plan
+    per_claim: dict[str, dict[int, float]] = {}
+    failed: dict[str, dict[int, str]] = {}
+    measured: dict[str, str] = {}
+    runs_of: dict[str, list[Result]] = {}
+    raw_values: dict[str, list[float]] = {}
     for c in spec.claims:
-        pairs = [spec.configs(c, s) for s in spec.seeds]
-        lost = [diverged[cfg.config_hash()] for pair in pairs for cfg in pair
-                if cfg is not None and cfg.config_hash() in diverged]
-        if lost:
-            measured_rows.append((c, "not judged: " + "; ".join(dict.fromkeys(lost)), [], None,
-                                  None))
-            continue
-        runs = [results[run.config_hash()] for run, _ in pairs]
-        rounds = runs[0].config["rounds"]
-        base = None
-        if c.test == "noisy_below_clean":
-            split = [noisy_and_clean(r, c.metric) for r in runs]
-            values = [clean - noisy for noisy, clean in split]
-            measured = (f"noisy {_stats([p[0] for p in split])} vs clean "
-                        f"{_stats([p[1] for p in split])} ({c.metric})")
-        else:
-            values = [measure(r, c.metric, c.reduce, rounds) for r in runs]
-            how = "" if c.reduce == "final" else f"{c.reduce} over rounds of "
-            measured = f"{how}{c.metric}: {_stats(values)}"
-            if c.baseline is not None:
-                base = [measure(results[b.config_hash()], c.metric, c.reduce, rounds)
-                        for _, b in pairs if b is not None]
-                measured += f" vs {_stats(base)}"
-        finite = not any(math.isnan(v) for v in [*values, *(base or [])])
-        test = judge(c.test, values, base) if finite else None
-        measured_rows.append((c, measured, values, base, test))
-    tested = [t for *_, t in measured_rows if t is not None]
-    adjusted = iter(holm(tested))
+        values: dict[int, float] = {}
+        own, base_values, runs = [], [], []
+        for seed in plan.seeds:
+            run, base = spec.configs(c, seed)
+            lost = [diverged[x.config_hash()] for x in (run, base)
+                    if x is not None and x.config_hash() in diverged]
+            if lost:
+                failed.setdefault(c.id, {})[seed] = "; ".join(lost)
+                continue
+            if run.config_hash() not in results or (
+                    base is not None and base.config_hash() not in results):
+                continue
+            r = results[run.config_hash()]
+            runs.append(r)
+            rounds = r.config["rounds"]
+            if c.test == "noisy_below_clean":
+                noisy, clean = noisy_and_clean(r, c.metric)
+                own.append(clean - noisy)
+                values[seed] = clean - noisy
+                continue
+            v = measure(r, c.metric, c.reduce, rounds)
+            own.append(v)
+            if base is not None:
+                b = measure(results[base.config_hash()], c.metric, c.reduce, rounds)
+                runs.append(results[base.config_hash()])
+                base_values.append(b)
+                values[seed] = oriented(c.test, [v], [b])[0]
+            else:
+                values[seed] = v
+        per_claim[c.id] = {s: v for s, v in values.items() if not math.isnan(v)}
+        raw_values[c.id] = own
+        runs_of[c.id] = runs
+        how = "" if c.reduce == "final" else f"{c.reduce} over rounds of "
+        measured[c.id] = (f"{how}{c.metric}: {_stats(own)}" if c.test != "noisy_below_clean"
+                          else f"clean − noisy {c.metric}: {_stats(own)}")
+        if base_values:
+            measured[c.id] += f" vs {_stats(base_values)}"
+    decisions = {}
+    for paper in dict.fromkeys(c.paper for c in spec.claims):
+        mine = [c for c in spec.claims if c.paper == paper and c.test != "zero_every_round"]
+        for margin in sorted({c.margin for c in mine}):
+            group = [c for c in mine if c.margin == margin]
+            fam = Family(paper, paper, "0", tuple(c.id for c in group), "accuracy",
+                         margin=margin)
+            zero = {s: 0.0 for s in plan.seeds}
+            table: dict[str, dict[int, float]] = {"0": zero, **{
+                c.id: {s: -v for s, v in per_claim[c.id].items()} for c in group}}
+            outcome = decide(fam, plan, table, {c.id: failed.get(c.id, {}) for c in group})
+            decisions.update({d.baseline: d for d in outcome.decisions})
     rows = []
-    for c, measured, values, base, test in measured_rows:
-        comparison = next(adjusted) if test is not None else None
-        if comparison is not None:
-            measured += f"; paired difference {comparison.text('+.4g')}"
+    for c in spec.claims:
+        d = decisions.get(c.id)
+        comparison = d.comparison if d is not None and not d.blocked else None
+        text = measured[c.id]
+        if d is not None and d.blocked:
+            text = f"not judged: {d.blocked}; " + text
+        elif comparison is not None:
+            text += f"; claimed direction {comparison.text('+.4g')}"
+        state = training_state(runs_of[c.id]) if c.baseline is not None else ""
         rows.append(ClaimRow(
-            id=c.id, claim=f"{c.paper}: {c.claim}", setting=setting(spec, c), measured=measured,
-            verdict=verdict(c.test, values, comparison), values=tuple(values),
-            baseline_values=None if base is None else tuple(base), kind=c.kind,
-            regime=regime_text(spec, c), comparison=comparison,
+            id=c.id, claim=f"{c.paper}: {c.claim}", setting=setting(spec, c), measured=text,
+            verdict=verdict(c.test, raw_values[c.id], comparison), values=tuple(raw_values[c.id]),
+            baseline_values=None, kind=c.kind, regime=regime_text(spec, c),
+            comparison=comparison, training=state,
+            decided_at=None if d is None else d.decided_at,
         ))
     return rows
+
+
+def open_claims(spec: ClaimsSpec, rows: list[ClaimRow]) -> list[Claim]:
+    """Claims that the next look still needs (no verdict yet, not blocked)."""
+    done = {r.id for r in rows if r.verdict != "inconclusive" or r.measured.startswith(
+        "not judged")}
+    return [c for c in spec.claims if c.id not in done and c.test != "zero_every_round"]
 
 
 def run_claims(
@@ -350,45 +485,67 @@ def run_claims(
     simulate: Callable[[ExperimentConfig], Result] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[ClaimRow]:
-    """Simulate every experiment of ``spec`` once (``simulate``: default untracked) and judge."""
+    """Simulate the experiments of ``spec`` look by look (``simulate``: default untracked),
+    each once, and judge; a look runs only the seeds of claims still undecided."""
     if simulate is None:
         from fedcore.simulation import run as untracked
 
         simulate = untracked
-    todo = experiments(spec)
+    plan = spec.seed_plan
     results: dict[str, Result] = {}
     diverged: dict[str, str] = {}
-    for i, (h, cfg) in enumerate(todo.items(), 1):
-        if progress:
-            noisy = f" noisy_fraction={cfg.clients.noisy_fraction}" * (
-                cfg.clients.noisy_fraction > 0)
-            progress(f"[{i}/{len(todo)}] {cfg.method.name} seed={cfg.seed}{noisy}")
-        try:
-            results[h] = simulate(cfg)
-        except FloatingPointError as exc:  # a diverged run: its claims cannot be judged
+    todo_claims = list(spec.claims)
+    rows: list[ClaimRow] = []
+    for look in range(len(plan.looks)):
+        todo: dict[str, ExperimentConfig] = {}
+        for c in todo_claims:
+            for seed in plan.at(look):
+                for cfg in spec.configs(c, seed):
+                    if cfg is not None and cfg.config_hash() not in results:
+                        todo.setdefault(cfg.config_hash(), cfg)
+        for i, (h, cfg) in enumerate(todo.items(), 1):
+            if h in diverged:
+                continue
             if progress:
-                progress(f"  diverged: {exc}")
-            diverged[h] = f"{cfg.method.name} seed {cfg.seed} diverged"
-    return evaluate(spec, results, diverged)
+                noisy = f" noisy_fraction={cfg.clients.noisy_fraction}" * (
+                    cfg.clients.noisy_fraction > 0)
+                progress(f"[look {look + 1}: {i}/{len(todo)}] {cfg.method.name} "
+                         f"seed={cfg.seed}{noisy}")
+            try:
+                results[h] = simulate(cfg)
+            except FloatingPointError as exc:  # a diverged run: its claims cannot be judged
+                if progress:
+                    progress(f"  diverged: {exc}")
+                diverged[h] = f"{cfg.method.name} seed {cfg.seed} diverged"
+        rows = evaluate(spec, results, diverged)
+        todo_claims = open_claims(spec, rows)
+        if not todo_claims:
+            break
+    return rows
 
 
 def verdict_text(row: ClaimRow) -> str:
-    """``holds``, ``contradicted``, ``inconclusive (~N seeds)``, ``passes`` or ``fails``."""
+    """``holds (5 seeds)``, ``contradicted``, ``equivalent``, ``inconclusive (detects ±0.03)``,
+    ``passes`` or ``fails``, with ``early training`` where the runs still climb."""
     c = row.comparison
     if row.measured.startswith("not judged: "):
         return f"{row.verdict} (a run diverged)"
-    if row.verdict == "inconclusive" and c is not None and c.verdict == "indistinguishable":
-        return f"inconclusive (~{c.seeds_needed} seeds)" if c.seeds_needed else \
-            "inconclusive (no difference)"
-    return row.verdict
+    text = row.verdict
+    if row.decided_at:
+        text += f" ({row.decided_at} seeds)"
+    elif row.verdict == "inconclusive" and c is not None and math.isfinite(c.detectable):
+        text += f" (detects ±{c.detectable:.2g} at {c.n} seeds)"
+    if row.training.startswith("early"):
+        text += "; early training"
+    return text
 
 
 def markdown(rows: list[ClaimRow]) -> str:
-    """The claims table: claim | kind | setting | regime | measured | verdict."""
-    lines = ["| claim | kind | setting | regime | measured (mean [95 % interval] over seeds) "
-             "| verdict |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.claim} | {r.kind} | {r.setting} | {r.regime} | {r.measured} | "
-              f"**{verdict_text(r)}** |" for r in rows]
+    """The claims table: claim | kind | setting | regime | horizon | measured | verdict."""
+    lines = ["| claim | kind | setting | regime | at the horizon | measured (mean [95 % "
+             "interval] over seeds) | verdict |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.claim} | {r.kind} | {r.setting} | {r.regime} | {r.training or '—'} | "
+              f"{r.measured} | **{verdict_text(r)}** |" for r in rows]
     return "\n".join(lines)
 
 

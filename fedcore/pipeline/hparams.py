@@ -1,18 +1,25 @@
-"""A run's regime in three parts: the method's hyperparameters, the local optimiser, the data.
+"""A run's regime in four parts: the method's hyperparameters, the local optimiser, the data,
+and the horizon.
 
 - method: the shipped method files (``configs/methods/<name>.yaml``) hold each method's paper
-  defaults. ``paper`` when the run resolves to exactly that file's method; ``tuned`` when any
-  hyperparameter differs (a study's best trial or a hand edit), when no shipped file has its
-  name, or when its file was written by ``fedcore tune --best``.
+  defaults. ``paper`` when the run resolves to exactly that file's method; ``tuned`` when its
+  file was written by ``fedcore tune --best`` (a study chose the values); ``set`` when any
+  hyperparameter differs otherwise (set by hand), or when no shipped file has its name. (A sweep
+  whose file names the study of a method calls that method's changed rows ``tuned``:
+  :mod:`fedcore.pipeline.rows`.)
 - local: the paper recipes (``configs/experiments/<paper>.yaml``) hold each paper's local
   optimiser. ``paper`` when the run's ``local`` block equals a recipe of its own method;
   ``<recipe> recipe`` when it equals another paper's (a baseline run in that paper's regime);
-  ``default`` when it is the default experiment's (``configs/experiment.yaml``); else ``tuned``.
+  ``default`` when it is the default experiment's (``configs/experiment.yaml``); else ``set``.
 - data: ``paper`` when dataset, partition, alpha and the misbehaving clients (noisy labels,
   Byzantine attackers) equal a recipe of the method; ``default`` on the default experiment's
   dataset with no misbehaving clients; else ``other``.
+- horizon: rounds, clients, clients per round and model. ``paper`` when they equal a recipe of
+  the method, ``other`` when the method has a recipe and they differ (its ``paper``
+  hyperparameters were chosen for another horizon: the label says ``method paper (horizon
+  other)``), ``none`` when the method has no recipe.
 
-The regime's label is ``paper`` only when all three parts are; otherwise it names each part.
+The regime's label is ``paper`` only when all four parts are; otherwise it names each part.
 """
 
 from __future__ import annotations
@@ -66,24 +73,34 @@ def hparams_changes(method: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in mine.items() if theirs.get(k, object()) != v}
 
 
+def _tuned_file(name: str) -> bool:
+    path = config_dir() / "methods" / f"{name}.yaml"
+    return path.is_file() and TUNE_BEST_MARK in path.read_text()
+
+
 def hparams_label(method: dict[str, Any]) -> str:
-    """``paper`` or ``tuned`` (see the module docstring) for a resolved method mapping."""
-    paper = paper_method(str(method["name"]))
-    return "paper" if paper is not None and not hparams_changes(method) else "tuned"
+    """``paper``, ``tuned`` or ``set`` (see the module docstring) for a resolved method."""
+    name = str(method["name"])
+    paper = paper_method(name)
+    if paper is not None and not hparams_changes(method):
+        return "paper"
+    return "tuned" if _tuned_file(name) else "set"
 
 
 def hparams_tags(method: dict[str, Any]) -> dict[str, str]:
-    """MLflow tags: ``hparams`` (paper | tuned) and, when tuned, ``hparams_changed``."""
+    """MLflow tags: ``hparams`` (paper | tuned | set) and, when changed, ``hparams_changed``."""
     label = hparams_label(method)
     tags = {"hparams": label}
-    if label == "tuned" and paper_method(str(method["name"])) is not None:
+    if label != "paper" and paper_method(str(method["name"])) is not None:
         tags["hparams_changed"] = ", ".join(f"{k}={v}" for k, v in hparams_changes(method).items())
     return tags
 
 
 @cache
-def _recipes(folder: str) -> tuple[tuple[str, str, dict[str, Any], tuple[Any, ...]], ...]:
-    """(recipe name, method name, resolved local block, (dataset, partition, alpha)) per recipe."""
+def _recipes(folder: str) -> tuple[tuple[str, str, dict[str, Any], tuple[Any, ...],
+                                         tuple[Any, ...]], ...]:
+    """(recipe name, method name, resolved local block, (dataset, partition, alpha, misbehaving
+    clients), horizon) per recipe."""
     out = []
     for path in sorted((config_dir() / "experiments").glob("*.yaml")):
         raw = read_yaml(path)
@@ -92,8 +109,11 @@ def _recipes(folder: str) -> tuple[tuple[str, str, dict[str, Any], tuple[Any, ..
         local = LocalConfig.model_validate(raw.get("local") or {}).model_dump()
         ds = raw.get("dataset") or {}
         clients = ClientsConfig.model_validate(raw.get("clients") or {}).model_dump()
+        model = raw.get("model") or {}
+        horizon = (raw.get("rounds"), ds.get("num_clients"), raw.get("clients_per_round"),
+                   model.get("name") if isinstance(model, dict) else model)
         out.append((path.stem, name, local, (ds.get("name"), ds.get("partition", "dirichlet"),
-                                             ds.get("alpha"), _misbehaving(clients))))
+                                             ds.get("alpha"), _misbehaving(clients)), horizon))
     return tuple(out)
 
 
@@ -115,12 +135,12 @@ def local_label(resolved: dict[str, Any]) -> str:
     """``paper``, ``<recipe> recipe``, ``default`` or ``tuned`` for a resolved config's local."""
     method, local = str(resolved["method"]["name"]), resolved["local"]
     recipes = _recipes(str(config_dir()))
-    if any(m == method and r_local == local for _, m, r_local, _ in recipes):
+    if any(m == method and r_local == local for _, m, r_local, _, _ in recipes):
         return "paper"
-    for recipe, _, r_local, _ in recipes:
+    for recipe, _, r_local, _, _ in recipes:
         if r_local == local:
             return f"{recipe} recipe"
-    return "default" if local == _default_experiment(str(config_dir()))[0] else "tuned"
+    return "default" if local == _default_experiment(str(config_dir()))[0] else "set"
 
 
 def data_label(resolved: dict[str, Any]) -> str:
@@ -128,32 +148,49 @@ def data_label(resolved: dict[str, Any]) -> str:
     method, ds = str(resolved["method"]["name"]), resolved["dataset"]
     bad = _misbehaving(resolved["clients"])
     mine = (ds["name"], ds["partition"], ds["alpha"], bad)
-    if any(m == method and setting == mine for _, m, _, setting in _recipes(str(config_dir()))):
+    if any(m == method and setting == mine
+           for _, m, _, setting, _ in _recipes(str(config_dir()))):
         return "paper"
     clean = not bad[0] and not bad[2]
     default = ds["name"] == _default_experiment(str(config_dir()))[1]
     return "default" if default and clean else "other"
 
 
+def horizon_label(resolved: dict[str, Any]) -> str:
+    """``paper``, ``other`` or ``none`` for a resolved config's rounds, clients, clients per
+    round and model (see the module docstring)."""
+    method = str(resolved["method"]["name"])
+    mine = (resolved["rounds"], resolved["dataset"]["num_clients"],
+            resolved["clients_per_round"], resolved["model"]["name"])
+    horizons = [h for _, m, _, _, h in _recipes(str(config_dir())) if m == method]
+    if not horizons:
+        return "none"
+    return "paper" if mine in horizons else "other"
+
+
 @dataclass(frozen=True)
 class Regime:
-    """The three parts of a run's regime (see the module docstring)."""
+    """The four parts of a run's regime (see the module docstring)."""
 
     method: str
     local: str
     data: str
+    horizon: str = "none"
 
     @property
     def label(self) -> str:
-        """``paper`` when every part is, else ``method tuned · local default · data default``."""
-        if self.method == self.local == self.data == "paper":
+        """``paper`` when every part is, else e.g. ``method paper (horizon other) · local default
+        · data default``."""
+        if self.method == self.local == self.data == self.horizon == "paper":
             return "paper"
-        return f"method {self.method} · local {self.local} · data {self.data}"
+        horizon = " (horizon other)" if self.horizon == "other" else ""
+        return f"method {self.method}{horizon} · local {self.local} · data {self.data}"
 
 
 def regime(resolved: dict[str, Any]) -> Regime:
     """The regime of a resolved experiment config."""
-    return Regime(hparams_label(resolved["method"]), local_label(resolved), data_label(resolved))
+    return Regime(hparams_label(resolved["method"]), local_label(resolved), data_label(resolved),
+                  horizon_label(resolved))
 
 
 def regime_tags(resolved: dict[str, Any]) -> dict[str, str]:
@@ -162,5 +199,5 @@ def regime_tags(resolved: dict[str, Any]) -> dict[str, str]:
     r = regime(resolved)
     tags = hparams_tags(resolved["method"])
     tags.update({"hparams": r.label, "hparams_method": r.method, "hparams_local": r.local,
-                 "hparams_data": r.data})
+                 "hparams_data": r.data, "hparams_horizon": r.horizon})
     return tags

@@ -1,33 +1,42 @@
-"""Statistics over seeds: intervals, paired comparisons, Holm correction and seeds needed.
+"""Statistics over seeds: intervals, paired comparisons with four outcomes, Holm within a family.
 
-The test is the paired t-test on per-seed differences (``scipy.stats.ttest_rel``). Seeds pair
-runs: the same seed gives two methods the same partition, initial model, client sampling and
-batch order, so the per-seed difference removes what the seed shares. A rank or sign test would
-make no normality assumption, but with the 3-5 seeds a CPU sweep affords it cannot reach 5 %
-(Wilcoxon's smallest two-sided p is 1/4 with 3 pairs and 1/16 with 5); the t-test can, at the
-price of assuming roughly normal differences. p-values of one table are Holm-adjusted
-(``statsmodels.stats.multitest.multipletests``); the seeds an indistinguishable pair would need
-come from the observed paired effect size (``statsmodels.stats.power.TTestPower``).
+A comparison pairs two rows on the seeds both have (a seed fixes partition, initial model, client
+sampling and batch order for every method) and tests the per-seed differences:
+
+- **better / worse**: the two-sided paired t-test (``scipy.stats.ttest_rel``) rejects "no
+  difference" at the level the family gives this comparison;
+- **equivalent**: two one-sided tests (TOST, ``statsmodels`` ``ttost_paired``) reject "the
+  difference is at least the margin" at that level;
+- **undecided**: neither, with the smallest difference the comparison could detect at its n.
+
+Differences that are equal on every seed have no spread, so no t statistic: their p-value is the
+exact sign-flip test's (``2 / 2**n`` two-sided for a non-zero constant, ``1`` for all zeros),
+never 0. Rank and sign tests need no normality but cannot reach 5 % with 3-5 seeds; the t-test
+can, at the price of assuming roughly normal differences (docs/explanation/statistics.md).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-LEVEL = 0.05  # two-sided significance level of every verdict
-CONFIDENCE = 0.95  # of every interval
-POWER = 0.8  # of the seeds-needed estimate
-VERDICTS = ("better", "worse", "indistinguishable", "no test")
+LEVEL = 0.05  # family-wise error of every family's verdicts
+CONFIDENCE = 0.95  # of every per-row interval
+POWER = 0.8  # of the detectable-difference and seeds-for figures
+MARGIN = 0.01  # default equivalence margin (accuracy points / 100)
+VERDICTS = ("better", "worse", "equivalent", "undecided", "no test")
+_FLAT = 1e-12  # relative spread below which differences count as equal on every seed
 
 
 @dataclass(frozen=True)
 class Interval:
-    """Mean over seeds with its two-sided t-interval (``low``/``high`` NaN below 2 seeds)."""
+    """Mean over seeds with its two-sided t-interval (``low``/``high`` NaN below 2 seeds or when
+    every value is equal and the interval is not defined by a t distribution)."""
 
     mean: float
     low: float
@@ -38,60 +47,31 @@ class Interval:
         """``0.9278 [0.9101, 0.9455]``, or ``0.9278 (1 seed, no interval)``."""
         if self.n < 2:
             return f"{self.mean:{fmt}} ({self.n} seed, no interval)"
+        if math.isnan(self.low):
+            return f"{self.mean:{fmt}} (equal on every seed)"
         return f"{self.mean:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]"
+
+    def excludes(self, value: float) -> bool:
+        """Whether the interval lies wholly above or below ``value`` (False without one)."""
+        return not math.isnan(self.low) and (self.low > value or self.high < value)
 
 
 def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
     """Mean and Student-t interval of ``values`` (one per seed); NaN values are dropped."""
-    from scipy import stats
+    from scipy.special import stdtrit
 
     x = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
     n = len(x)
     if n == 0:
         return Interval(math.nan, math.nan, math.nan, 0)
-    mean = float(x.mean())
+    mean, sd = _mean_sd(x)
     if n < 2:
         return Interval(mean, math.nan, math.nan, 1)
-    sem = float(stats.sem(x))
-    if sem == 0.0:
+    sem = sd / math.sqrt(n)
+    if sem <= _FLAT * max(1.0, abs(mean)):
         return Interval(mean, mean, mean, n)
-    low, high = stats.t.interval(confidence, n - 1, loc=mean, scale=sem)
-    return Interval(mean, float(low), float(high), n)
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """``values`` against ``reference`` on the same seeds.
-
-    ``difference``: mean of (values - reference) with its interval; ``p``: the paired t-test's
-    two-sided p-value, ``p_adjusted`` after Holm over the comparisons of one table (equal to
-    ``p`` until :func:`holm`); ``seeds_needed``: for an indistinguishable pair, the seeds a
-    paired t-test would need for 80 % power at 5 % if the observed effect were real (None: no
-    observed difference, so no number of seeds would tell it apart).
-    """
-
-    difference: Interval
-    p: float
-    p_adjusted: float
-    verdict: str
-    seeds_needed: int | None
-    higher_is_better: bool
-    differences: tuple[float, ...]
-
-    @property
-    def n(self) -> int:
-        return self.difference.n
-
-    def text(self, fmt: str = "+.4f") -> str:
-        """``+0.0123 [-0.0040, +0.0286], p=0.21 (Holm), indistinguishable (~14 seeds)``."""
-        d = self.difference
-        if self.verdict == "no test":
-            return f"{d.mean:{fmt}} ({d.n} seed, no test)"
-        need = ""
-        if self.verdict == "indistinguishable":
-            need = f" (~{self.seeds_needed} seeds)" if self.seeds_needed else " (no difference)"
-        return (f"{d.mean:{fmt}} [{d.low:{fmt}}, {d.high:{fmt}}], p={self.p_adjusted:.2g}, "
-                f"{self.verdict}{need}")
+    half = float(stdtrit(n - 1, 0.5 + confidence / 2)) * sem  # = scipy.stats.t.interval
+    return Interval(mean, mean - half, mean + half, n)
 
 
 def paired_seeds(
@@ -102,79 +82,250 @@ def paired_seeds(
     return seeds, [values[s] for s in seeds], [reference[s] for s in seeds]
 
 
-def _verdict(mean: float, p: float, n: int, higher_is_better: bool, level: float) -> str:
-    if n < 2 or math.isnan(p):
-        return "no test"
-    if p >= level:
-        return "indistinguishable"
-    return "better" if (mean > 0) == higher_is_better else "worse"
+def _mean_sd(diffs: np.ndarray) -> tuple[float, float]:
+    """Mean and sample standard deviation (plain Python: these are 2-20 numbers)."""
+    x = diffs.tolist()
+    n = len(x)
+    mean = math.fsum(x) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in x) / (n - 1)) if n > 1 else math.nan
+    return mean, sd
 
 
-def seeds_needed(differences: Sequence[float], level: float = LEVEL,
-                 power: float = POWER) -> int | None:
-    """Seeds a two-sided paired t-test needs to detect the observed mean difference with
-    ``power`` at ``level`` (Cohen's d from the observed paired differences); None when the
-    observed mean difference is 0."""
+def is_flat(diffs: np.ndarray) -> bool:
+    """Equal on every seed (to float noise): no t statistic exists."""
+    if len(diffs) < 2:
+        return False
+    mean, sd = _mean_sd(diffs)
+    return sd <= _FLAT * max(1.0, abs(mean))
+
+
+def sign_flip_p(diffs: np.ndarray, shift: float = 0.0, alternative: str = "two-sided") -> float:
+    """Exact sign-flip (permutation) p-value of mean(diffs - shift) under symmetry about 0.
+
+    Enumerates all ``2**n`` sign patterns (n <= 16); used where differences have no spread, where
+    it gives ``2 / 2**n`` (two-sided) for a constant non-zero difference.
+    """
+    d = np.asarray(diffs, dtype=float) - shift
+    n = len(d)
+    if n > 16:
+        raise ValueError(f"sign_flip_p enumerates 2**n patterns; n={n} > 16")
+    signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
+    means = (signs * d).mean(axis=1)
+    observed = float(d.mean())
+    tol = 1e-12 * max(1.0, abs(observed))
+    if alternative == "greater":
+        return float(np.mean(means >= observed - tol))
+    if alternative == "less":
+        return float(np.mean(means <= observed + tol))
+    return float(np.mean(np.abs(means) >= abs(observed) - tol))
+
+
+def superiority_p(diffs: np.ndarray) -> float:
+    """Two-sided p-value of "mean difference 0": paired t-test, or the exact sign-flip test when
+    the differences are equal on every seed."""
+    from scipy.special import stdtr
+
+    if is_flat(diffs):
+        return 1.0 if float(diffs.mean()) == 0.0 else sign_flip_p(diffs)
+    n = len(diffs)
+    mean, sd = _mean_sd(diffs)
+    return float(2 * stdtr(n - 1, -abs(mean / (sd / math.sqrt(n)))))  # = ttest_rel's p
+
+
+def equivalence_p(diffs: np.ndarray, margin: float) -> float:
+    """TOST p-value of "|mean difference| >= margin" (the larger of the two one-sided t-tests'
+    p-values, as ``statsmodels`` ``ttost_paired`` computes it), or the exact sign-flip version
+    when the differences are equal on every seed."""
+    from scipy.special import stdtr
+
+    if margin <= 0:
+        return 1.0
+    if is_flat(diffs):
+        lower = sign_flip_p(diffs, -margin, "greater")
+        upper = sign_flip_p(diffs, margin, "less")
+        return max(lower, upper) if abs(float(diffs.mean())) < margin else 1.0
+    n = len(diffs)
+    mean, sd = _mean_sd(diffs)
+    se = sd / math.sqrt(n)
+    lower = stdtr(n - 1, -(mean + margin) / se)  # H0: mean <= -margin
+    upper = stdtr(n - 1, (mean - margin) / se)  # H0: mean >= +margin
+    return float(max(lower, upper))
+
+
+def detectable_difference(sd: float, n: int, level: float, power: float = POWER) -> float:
+    """The smallest true mean difference a two-sided paired t-test at ``level`` detects with
+    ``power`` on ``n`` seeds, for paired differences of standard deviation ``sd`` (NaN below 2
+    seeds or without a spread estimate)."""
+    if n < 2 or not math.isfinite(sd) or sd <= 0:
+        return math.nan
+    return detectable_effect(n, level, power) * sd
+
+
+@functools.lru_cache(maxsize=4096)
+def detectable_effect(n: int, level: float, power: float = POWER) -> float:
+    """The paired effect size (mean / sd of the differences) that a two-sided paired t-test at
+    ``level`` detects with ``power`` on ``n`` seeds (``statsmodels`` ``TTestPower``)."""
     from statsmodels.stats.power import TTestPower
 
-    d = np.asarray(differences, dtype=float)
-    mean = float(d.mean())
-    sd = float(d.std(ddof=1)) if len(d) > 1 else math.nan
-    if mean == 0.0 or math.isnan(sd):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(np.asarray(TTestPower().solve_power(
+            nobs=n, alpha=level, power=power, alternative="two-sided")).item())
+
+
+def seeds_for(difference: float, sd: float, level: float, power: float = POWER) -> int | None:
+    """Seeds a two-sided paired t-test at ``level`` needs to detect ``difference`` with ``power``
+    when paired differences have standard deviation ``sd`` (a pilot's estimate); None when
+    either is not positive."""
+    from statsmodels.stats.power import TTestPower
+
+    if not (difference > 0 and sd > 0 and math.isfinite(sd)):
         return None
-    if sd <= 1e-12 * max(1.0, abs(mean)):
-        return 2
-    effect = abs(mean) / sd
-    with warnings.catch_warnings(record=True):  # its root finder warns as it gives up on tiny
-        warnings.simplefilter("always")  # effects: recorded here, answered below
+    effect = difference / sd
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         n = float(np.asarray(TTestPower().solve_power(
             effect_size=effect, alpha=level, power=power, alternative="two-sided")).item())
-    if not math.isfinite(n):  # a tiny effect: the normal approximation (n is large anyway)
+    if not math.isfinite(n):
         from scipy.stats import norm
 
         n = ((norm.ppf(1 - level / 2) + norm.ppf(power)) / effect) ** 2 + 2
     return max(2, math.ceil(n))
 
 
-def compare(values: Sequence[float], reference: Sequence[float], higher_is_better: bool = True,
-            level: float = LEVEL) -> Comparison:
-    """Paired t-test of ``values`` against ``reference`` (the same seeds, in the same order).
+@dataclass(frozen=True)
+class Comparison:
+    """One row against its family's reference on the same seeds (difference = reference - row
+    for a family; ``values - reference`` for :func:`compare`).
 
-    Differences that are equal on every seed have no spread: p is 1 when they are all 0 and
-    0 otherwise (the same difference on every seed).
+    ``interval``: the mean difference with its t-interval at ``1 - level`` (the level the
+    family's correction gave this comparison, so that the interval excludes 0 exactly when the
+    verdict is better or worse); ``p``: the two-sided paired p-value; ``p_equivalence``: TOST's;
+    ``detectable``: the smallest difference this comparison detects at its n and level with 80 %
+    power (from the observed spread).
     """
-    from scipy import stats
 
-    if len(values) != len(reference):
-        raise ValueError(f"paired values need the same seeds ({len(values)} vs {len(reference)})")
-    diffs = np.asarray(values, dtype=float) - np.asarray(reference, dtype=float)
-    if np.isnan(diffs).any():
-        raise ValueError("paired values contain NaN")
-    interval = mean_interval(list(diffs))
-    n = len(diffs)
+    interval: Interval
+    p: float
+    p_equivalence: float
+    level: float
+    verdict: str
+    higher_is_better: bool
+    differences: tuple[float, ...]
+    margin: float = MARGIN
+    detectable: float = math.nan
+
+    @property
+    def n(self) -> int:
+        return self.interval.n
+
+    @property
+    def difference(self) -> Interval:
+        return self.interval
+
+    def text(self, fmt: str = "+.4f") -> str:
+        """``+0.0123 [-0.0040, +0.0286], undecided (detects ±0.031)``."""
+        d = self.interval
+        if self.verdict == "no test":
+            return f"{d.mean:{fmt}} ({d.n} seed, no test)"
+        span = (f"[{d.low:{fmt}}, {d.high:{fmt}}]" if not math.isnan(d.low)
+                else "(equal on every seed)")
+        extra = ""
+        if self.verdict == "equivalent":
+            extra = f" within ±{self.margin:g}"
+        elif self.verdict == "undecided" and math.isfinite(self.detectable):
+            extra = f" (detects ±{self.detectable:.2g})"
+        return f"{d.mean:{fmt}} {span}, {self.verdict}{extra}"
+
+
+def _verdict(mean: float, sup: bool, eq: bool, n: int, higher_is_better: bool) -> str:
     if n < 2:
-        p = math.nan
-    elif float(diffs.std(ddof=1)) <= 1e-12 * max(1.0, abs(interval.mean)):
-        p = 1.0 if interval.mean == 0.0 else 0.0
+        return "no test"
+    if sup:
+        return "better" if (mean > 0) == higher_is_better else "worse"
+    return "equivalent" if eq else "undecided"
+
+
+def _build(diffs: np.ndarray, level: float, sup: bool, eq: bool, higher_is_better: bool,
+           margin: float, p: float, p_eq: float) -> Comparison:
+    n = len(diffs)
+    if n >= 2 and is_flat(diffs):
+        interval = Interval(float(diffs.mean()), math.nan, math.nan, n)
     else:
-        p = float(stats.ttest_rel(values, reference).pvalue)
-    verdict = _verdict(interval.mean, p, n, higher_is_better, level)
-    need = seeds_needed(diffs, level) if verdict == "indistinguishable" else None
-    return Comparison(interval, p, p, verdict, need, higher_is_better, tuple(map(float, diffs)))
+        interval = mean_interval(list(diffs), 1 - level)
+    sd = _mean_sd(diffs)[1] if n > 1 else math.nan
+    return Comparison(interval, p, p_eq, level,
+                      _verdict(interval.mean, sup, eq, n, higher_is_better), higher_is_better,
+                      tuple(map(float, diffs)), margin, detectable_difference(sd, n, level))
 
 
-def holm(comparisons: Sequence[Comparison], level: float = LEVEL) -> list[Comparison]:
-    """The comparisons of one table with Holm-adjusted p-values and verdicts from them."""
-    from statsmodels.stats.multitest import multipletests
+def compare(values: Sequence[float], reference: Sequence[float], higher_is_better: bool = True,
+            level: float = LEVEL, margin: float = MARGIN) -> Comparison:
+    """``values`` against ``reference`` (the same seeds, in the same order), alone at ``level``."""
+    return family_test([values], [reference], higher_is_better, level, margin)[0]
 
-    tested = [i for i, c in enumerate(comparisons) if not math.isnan(c.p)]
-    out = list(comparisons)
-    if not tested:
-        return out
-    adjusted = multipletests([comparisons[i].p for i in tested], alpha=level, method="holm")[1]
-    for i, p in zip(tested, adjusted, strict=True):
-        c = comparisons[i]
-        verdict = _verdict(c.difference.mean, float(p), c.n, c.higher_is_better, level)
-        need = seeds_needed(c.differences, level) if verdict == "indistinguishable" else None
-        out[i] = replace(c, p_adjusted=float(p), verdict=verdict, seeds_needed=need)
+
+def family_test(values: Sequence[Sequence[float]], references: Sequence[Sequence[float]],
+                higher_is_better: bool = True, level: float = LEVEL, margin: float = MARGIN,
+                decided: Sequence[str | None] | None = None) -> list[Comparison]:
+    """Paired comparisons of one family, each ``values[i] - references[i]``, with Holm's
+    step-down over the family at ``level``, separately for better/worse and for equivalence.
+
+    ``decided[i]``: a verdict reached at an earlier look (the row no longer runs): better/worse
+    count as already rejected in the better/worse step-down and never as equivalent; equivalent
+    the reverse; such rows keep that verdict and are not retested. ``"blocked"`` (a failed
+    seed) counts in the family but is never rejected. Each comparison's interval is
+    at ``1 - a`` where ``a`` is the Holm level of its step (rejected) or the level at which the
+    step-down stopped (not rejected), so it excludes 0 exactly when the verdict is better/worse.
+    """
+    m = len(values)
+    if len(references) != m:
+        raise ValueError("one reference sequence per compared row")
+    decided = list(decided) if decided is not None else [None] * m
+    diffs = []
+    for v, r in zip(values, references, strict=True):
+        if len(v) != len(r):
+            raise ValueError(f"paired values need the same seeds ({len(v)} vs {len(r)})")
+        d = np.asarray(v, dtype=float) - np.asarray(r, dtype=float)
+        if np.isnan(d).any():
+            raise ValueError("paired values contain NaN")
+        diffs.append(d)
+    testable = [i for i in range(m) if len(diffs[i]) >= 2]
+    p_sup = {i: superiority_p(diffs[i]) for i in testable}
+    p_eq = {i: equivalence_p(diffs[i], margin) for i in testable}
+    prior_sup = {i for i in range(m) if decided[i] in ("better", "worse")}
+    prior_eq = {i for i in range(m) if decided[i] == "equivalent"}
+    out_of_play = {i for i in range(m) if decided[i] == "blocked"}  # counted, never rejected
+    sup_level, sup = _holm({i: (0.0 if i in prior_sup else 1.0 if i in prior_eq | out_of_play
+                                else p_sup[i]) for i in testable}, level)
+    _, eq = _holm({i: (0.0 if i in prior_eq else 1.0 if i in prior_sup | out_of_play
+                       else p_eq[i]) for i in testable}, level)
+    out = []
+    for i in range(m):
+        if i not in testable:
+            out.append(_build(diffs[i], level, False, False, higher_is_better, margin,
+                              math.nan, math.nan))
+            continue
+        a = sup_level[i]
+        out.append(_build(diffs[i], a, i in sup, i in eq and i not in sup, higher_is_better,
+                          margin, p_sup[i], p_eq[i]))
     return out
+
+
+def _holm(p: dict[int, float], level: float) -> tuple[dict[int, float], set[int]]:
+    """Holm's step-down at ``level`` over ``p`` (index -> p-value): the level each index was
+    judged at and the rejected indices."""
+    order = sorted(p, key=lambda i: (p[i], i))
+    m = len(order)
+    at: dict[int, float] = {}
+    rejected: set[int] = set()
+    stop = None
+    for step, i in enumerate(order):
+        a = level / (m - step)
+        if stop is None and p[i] <= a:
+            rejected.add(i)
+            at[i] = a
+        else:
+            stop = a if stop is None else stop
+            at[i] = stop
+    return at, rejected

@@ -12,15 +12,18 @@ from typing import Any
 
 from fedcore.config import ConfigError, ExperimentConfig, read_yaml
 from fedcore.configure import build_config
+from fedcore.pipeline.families import Family, SeedPlan, parse_families, seed_plan
+from fedcore.pipeline.rows import row_label
 from fedcore.pipeline.sweep_file import check_grid_keys, check_shape, sweep_name
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One grid point: the overrides that define it and its validated config."""
+    """One grid point: the overrides that define it, its validated config and its report row."""
 
     overrides: dict[str, Any]
     config: ExperimentConfig
+    row: str = ""
 
     @property
     def label(self) -> str:
@@ -31,12 +34,32 @@ class Cell:
 class SweepSpec:
     """A sweep's validated cells; ``tuning``: per method, the study its tuned rows come from
     (``craft_server_lr: 30 trials, seed 1000``); ``duplicates``: the grid points left out because
-    an earlier cell has the same config (``label`` -> the cell's label that runs it)."""
+    an earlier cell has the same config (``label`` -> the cell's label that runs it);
+    ``families``: the comparisons it decides (:mod:`fedcore.pipeline.families`); ``plan``: its
+    seeds and looks (None: the seeds its grid lists, one look)."""
 
     name: str
     cells: list[Cell]
     tuning: dict[str, str] = field(default_factory=dict)
     duplicates: dict[str, str] = field(default_factory=dict)
+    families: tuple[Family, ...] = ()
+    plan: SeedPlan | None = None
+
+    @property
+    def seed_plan(self) -> SeedPlan:
+        """The declared plan, else one look over every seed the cells have."""
+        if self.plan is not None:
+            return self.plan
+        seeds = tuple(sorted({c.config.seed for c in self.cells}))
+        return SeedPlan(seeds, (len(seeds),))
+
+    def cells_for_look(self, look: int, rows: set[str] | None = None) -> list[Cell]:
+        """The cells that look ``look`` (0-based) adds: its new seeds, for ``rows`` (None: every
+        row; rows in no family run only the first look's seeds)."""
+        plan = self.seed_plan
+        new = set(plan.at(look)) - (set(plan.at(look - 1)) if look else set())
+        return [c for c in self.cells if c.config.seed in new
+                and (look == 0 or rows is None or c.row in rows)]
 
     def duplicates_note(self) -> str | None:
         """One line on the grid points run once as another cell (None if none)."""
@@ -79,10 +102,19 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
     grids = check_shape(spec, path)
     name = sweep_name(spec.get("name"), path)
     check_grid_keys(grids, spec.get("set") or {})
+    plan = None
+    if spec.get("seeds") is not None:
+        plan = seed_plan(spec["seeds"], "sweep")
+        if any("seed" in g for g in grids) or "seed" in (spec.get("set") or {}):
+            raise ConfigError("sweep.seeds: the seeds are planned here, so no grid or set may "
+                              "list `seed` as well")
     base = read_base(spec.get("base"), path)
     fixed = {**(spec.get("set") or {}), **(overrides or {})}
     points = [dict(zip(g.keys(), values, strict=True))
               for g in grids for values in itertools.product(*g.values())]
+    if plan is not None:
+        points = [{**p, "seed": s} for p in points for s in plan.seeds]
+    studies = spec.get("studies") or {}
     cells: dict[str, Cell] = {}
     duplicates: dict[str, str] = {}
     for point in points:
@@ -91,13 +123,35 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
         except ConfigError as exc:
             label = " ".join(f"{k}={v}" for k, v in point.items())
             raise ConfigError(f"sweep cell [{label}]: {exc}") from None
-        cell = Cell(point, cfg)
+        row = row_label(point, cfg.method.name, studies if isinstance(studies, dict) else {})
+        cell = Cell(point, cfg, row)
         first = cells.setdefault(cfg.config_hash(), cell)
         if first is not cell:  # e.g. alpha 0.1 and 1e-1: one config, run once
             duplicates[cell.label] = first.label
+    families = parse_families(spec.get("families"), "sweep")
+    check_rows(list(cells.values()), families, "sweep")
     return SweepSpec(name, list(cells.values()),
                      tuning_studies(spec.get("studies"), [c.config.seed for c in cells.values()],
-                                    "sweep"), duplicates)
+                                    "sweep"), duplicates, families, plan)
+
+
+def check_rows(cells: list[Cell], families: tuple[Family, ...], where: str) -> None:
+    """Every family row is a row of the file, and no two cells of one row, setting and seed differ
+    in anything else (their label would hide the difference); one-line errors."""
+    seen: dict[tuple[Any, ...], str] = {}
+    for c in cells:
+        key = (c.row, c.config.dataset.name, c.config.dataset.alpha, c.config.seed)
+        other = seen.setdefault(key, c.label)
+        if other != c.label:
+            raise ConfigError(f"{where}: cells [{other}] and [{c.label}] are both row {c.row!r} "
+                              "at one dataset, alpha and seed; set the value that differs in "
+                              "the grid (it then names the row) or run them as two sweeps")
+    rows = list(dict.fromkeys(c.row for c in cells))
+    for i, f in enumerate(families):
+        for label in f.rows:
+            if label not in rows:
+                raise ConfigError(f"{where}.families[{i}] ({f.name}): no row {label!r}; rows: "
+                                  f"{', '.join(rows)}"[:1500])
 
 
 def tuning_studies(raw: Any, seeds: Iterable[int], where: str) -> dict[str, str]:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,16 +12,20 @@ import numpy as np
 import pandas as pd
 
 from fedcore import code_digest
-from fedcore.pipeline.comparison import (
-    RowTest,
-    best_marks,
-    forest_frame,
-    half_width,
-    reference_rows,
-    versus_reference,
-    with_intervals,
+from fedcore.pipeline.comparison import half_width, reference_rows, with_intervals
+from fedcore.pipeline.families import (
+    DEFAULT_ENDPOINT,
+    ENDPOINTS,
+    Family,
+    FamilyOutcome,
+    SeedPlan,
+    family_outcomes,
+    rows_to_run,
+    secondary_outcomes,
 )
 from fedcore.pipeline.hparams import regime
+from fedcore.pipeline.rows import is_tuned
+from fedcore.pipeline.stats import detectable_difference, paired_seeds
 from fedcore.pipeline.sweep import SweepSpec
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
 from fedcore.tracking.parents import html_page, set_description
@@ -32,7 +37,7 @@ from fedcore.tracking.provenance import (
     code_label,
     current_code_label,
 )
-from fedcore.tracking.runner import finished_run, other_code_runs
+from fedcore.tracking.runner import finished_run, other_code_runs, runs_with_hash
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
 if TYPE_CHECKING:
@@ -41,11 +46,12 @@ if TYPE_CHECKING:
 GROUP = ["row", "method", "hparams", "tuning", "dataset", "alpha"]
 DEFAULT_REFERENCE = "fedavg"
 COLUMNS = [
+    ("accuracy_last_k", "final/accuracy_last_k", "accuracy, mean of last k"),
     ("accuracy", "final/accuracy", "final accuracy"),
     ("worst10", "final/accuracy_worst10", "worst-10 %"),
     ("client_std", "final/accuracy_std", "client accuracy std"),
     ("jain", "clients/jain_index", "Jain"),
-    ("auc", "auc/accuracy", "AUC"),
+    ("auc", "auc/accuracy", "mean accuracy over evaluations"),
     ("rounds_to_target", "rounds_to_target", "rounds to target"),
     ("gb_sent", "comm/bytes_up_total", "GB sent"),
     # personalised methods (Ditto): their personal models; blank for every other method
@@ -55,58 +61,75 @@ COLUMNS = [
     ("personal_jain", "final/personal_jain", "personal Jain"),
 ]
 PERSONAL = {key for key, metric, _ in COLUMNS if metric.startswith("final/personal_")}
+DISCRETE = ("accuracy", "worst10", "rounds_to_target")  # steps of 1/|test set|, clients, rounds
 
 
 @dataclass
 class Report:
-    """The runs of a sweep (one row per cell) and the per-group summary table."""
+    """The runs of a sweep (one row per cell with a run), the per-row summary table, and the
+    families' outcomes (primary endpoint, then secondary ones)."""
 
     runs: pd.DataFrame
     table: pd.DataFrame
     files: list[Path]
-    tests: list[RowTest] = field(default_factory=list)
+    outcomes: list[FamilyOutcome] = field(default_factory=list)
+    secondary: list[FamilyOutcome] = field(default_factory=list)
 
 
 def sweep_runs(
     spec: SweepSpec, settings: TrackingSettings | None = None, any_code: bool = False
 ) -> pd.DataFrame:
-    """The latest FINISHED run made by this code (by any code with ``any_code``) of every cell
-    of ``spec`` (cells without one are left out), with the code that made it (``commit``,
-    ``dirty``, ``code_digest``).
-
-    Rows keep the sweep's cell order within each (dataset, alpha).
+    """The latest FINISHED run made by this code (by any code with ``any_code``) of every cell of
+    ``spec``, else its latest FAILED run (``status`` FAILED, ``failure`` its reason: a diverged
+    seed stays in its row); cells with neither are left out. With the code that made each run
+    (``commit``, ``dirty``, ``code_digest``). Rows keep the sweep's cell order within each
+    (dataset, alpha).
     """
     settings = settings or load_settings()
-    cells = {c.config.config_hash(): c for c in spec.cells}
     varied = sorted({k for c in spec.cells for k in c.overrides} - {"seed", "method"} -
                     {"dataset.name", "dataset.alpha"})
     rows: list[dict[str, Any]] = []
-    for h, cell in cells.items():
+    for cell in spec.cells:
         cfg = cell.config
+        h = cfg.config_hash()
+        code = None if any_code else code_digest.of_config(cfg)
         run = finished_run(h, settings, any_code=any_code, code=code_digest.of_config(cfg))
+        status, failure = "FINISHED", ""
         if run is None:
-            continue
+            failed = runs_with_hash(h, "= 'FAILED'", 1, settings, code=code)
+            if not failed:
+                continue
+            run, status = failed[0], "FAILED"
+            failure = _failure_text(run.data.tags.get("failure_reason", "failed"))
         mode = regime(cfg.resolved())
+        tuned = is_tuned(cell.row)
+        if tuned:  # the parts the study chose say so (a study's values, not set by hand)
+            mode = replace(mode, **{part: "tuned" for part in ("method", "local")
+                                    if any(k.startswith(f"{part}.") for k in cell.overrides)})
         row = {
             "run_id": run.info.run_id,
             "config_hash": h,
-            "row": row_label(cell.overrides, cfg.method.name, mode.method, mode.local),
+            "row": cell.row,
             "method": cfg.method.name,
             "hparams": mode.label,
-            "tuning": spec.tuning_text(cfg.method.name) if "tuned" in (mode.method, mode.local)
-            else "",
+            "tuning": spec.tuning_text(cfg.method.name) if tuned else "",
             "dataset": cfg.dataset.name,
             "alpha": cfg.dataset.alpha,
             "seed": cfg.seed,
+            "status": status,
+            "failure": failure,
             "compressor": cfg.method.compression.get("compressor", "none"),
             **{f"grid:{k}": cell.overrides.get(k) for k in varied},
             "commit": run.data.tags.get(COMMIT_TAG, ""),
             "dirty": run.data.tags.get(DIRTY_TAG, ""),
             "code_digest": run.data.tags.get(CODE_DIGEST_TAG, ""),
             "code": code_label(run.data.tags),
+            "rounds": cfg.rounds,
+            "last_k": cfg.last_k,
+            "eval_every": cfg.eval_every,
         }
         for key, metric, _ in COLUMNS:
-            row[key] = run.data.metrics.get(metric, np.nan)
+            row[key] = run.data.metrics.get(metric, np.nan) if status == "FINISHED" else np.nan
         row["gb_sent"] = row["gb_sent"] / 1e9
         rows.append(row)
     frame = pd.DataFrame(rows)
@@ -115,23 +138,46 @@ def sweep_runs(
     return frame
 
 
-def row_label(overrides: dict[str, Any], method: str, method_part: str, local_part: str) -> str:
-    """What a report row compares: the method, ``(tuned)`` when its method or local part is,
-    and the values the cell sets beyond method, seed and data (``craft (tuned) server_lr=0.5``)."""
-    skip = {"method", "seed", "dataset.name", "dataset.alpha"}
-    extra = " ".join(f"{k.rsplit('.', 1)[-1]}={v:.4g}" if isinstance(v, float) else
-                     f"{k.rsplit('.', 1)[-1]}={v}" for k, v in overrides.items() if k not in skip)
-    tuned = " (tuned)" if "tuned" in (method_part, local_part) else ""
-    return f"{method}{tuned}" + (f" {extra}" if extra else "")
+def _failure_text(reason: str) -> str:
+    """``diverged at round 7`` from a run's failure reason, else its first line."""
+    found = re.search(r"diverged at round \d+", reason)
+    return found.group(0) if found else reason.splitlines()[0][:120]
 
 
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per row x dataset x alpha (x varied keys): seeds, and per column the mean over seeds
-    with its 95 % t-interval (``<key>_mean``, ``_low``, ``_high``, ``_n``)."""
-    table = with_intervals(runs, [key for key, _, _ in COLUMNS], _group_keys(runs))
-    reached = runs.groupby(_group_keys(runs), sort=False, dropna=False)["rounds_to_target"]
-    table["reached_target"] = list(reached.count())
+    """Per row x dataset x alpha (x varied keys): seeds finished and failed, and per column the
+    mean over finished seeds with its 95 % t-interval (``<key>_mean``, ``_low``, ``_high``,
+    ``_n``); ``reached_target``: the seeds that reached the target."""
+    keys = _group_keys(runs)
+    finished = runs[runs["status"] == "FINISHED"]
+    table = with_intervals(finished, [key for key, _, _ in COLUMNS], keys)
+    if table.empty:
+        return table
+    groups = runs.groupby(keys, sort=False, dropna=False)
+    failed = {k: list(g.loc[g["status"] != "FINISHED", "failure"]) for k, g in groups}
+    reached = {k: list(g.loc[g["status"] == "FINISHED", "rounds_to_target"]) for k, g in groups}
+    index = [tuple(r) if len(keys) > 1 else r[0] for r in table[keys].itertuples(index=False)]
+    table["failed"] = [len(failed.get(i, [])) for i in index]
+    table["failures"] = ["; ".join(failed.get(i, [])) for i in index]
+    table["reached_target"] = [int(np.isfinite(np.asarray(reached.get(i, []), float)).sum())
+                               for i in index]
+    table["target_text"] = [target_text(reached.get(i, []), int(r))
+                            for i, r in zip(index, runs.groupby(keys, sort=False)["rounds"]
+                                            .max().reindex(index), strict=True)]
     return table
+
+
+def target_text(rounds: list[float], horizon: int) -> str:
+    """Rounds to target with its censoring: ``median 14 (3/3 reached)``, ``> 20 (1/3 reached)``
+    (a seed that never reached the target is censored at the horizon, never left out)."""
+    values = np.asarray(rounds, dtype=float)
+    n = len(values)
+    if n == 0:
+        return "—"
+    hit = np.sort(values[np.isfinite(values)])
+    need = n // 2 + 1 if n % 2 == 0 else (n + 1) // 2  # the seed whose value is the median
+    median = f"median {hit[need - 1]:.0f}" if len(hit) >= need else f"> {horizon}"
+    return f"{median} ({len(hit)}/{n} reached)"
 
 
 def _group_keys(frame: pd.DataFrame) -> list[str]:
@@ -140,24 +186,9 @@ def _group_keys(frame: pd.DataFrame) -> list[str]:
     return [c for c in frame.columns if c in GROUP or c.startswith("grid:")]
 
 
-def _verdict_columns(table: pd.DataFrame, tests: list[RowTest], reference: dict[Any, str],
-                     marks: dict[tuple[str, float, str], str]) -> dict[str, list[str]]:
-    by = {(t.metric, t.dataset, t.alpha, t.row): t for t in tests}
-    cols: dict[str, list[str]] = {"best?": [], "Δ accuracy vs ref": [],
-                                  "Δ worst-10 % vs ref": []}
-    for ds, alpha, row in zip(table["dataset"], table["alpha"], table["row"], strict=True):
-        cols["best?"].append(marks.get((ds, alpha, row), ""))
-        for metric, name in (("accuracy", "Δ accuracy vs ref"),
-                             ("worst10", "Δ worst-10 % vs ref")):
-            t = by.get((metric, ds, alpha, row))
-            is_ref = reference.get((ds, alpha)) == row
-            cols[name].append("reference" if is_ref else t.comparison.text("+.3f") if t else "—")
-    return cols
-
-
-def _formatted(table: pd.DataFrame, tests: list[RowTest] | None = None,
-               reference: dict[Any, str] | None = None,
-               marks: dict[tuple[str, float, str], str] | None = None) -> pd.DataFrame:
+def _formatted(table: pd.DataFrame, detectable: dict[tuple[Any, ...], str]) -> pd.DataFrame:
+    """The exploratory table: means, 95 % intervals, seeds (finished, failed), the detectable
+    difference to the reference row, no verdicts."""
     keys = [k for k in _group_keys(table) if k != "method"]
     out = table[keys].copy()
     for key in keys:  # a key only some grids vary is blank where a cell does not set it
@@ -166,21 +197,24 @@ def _formatted(table: pd.DataFrame, tests: list[RowTest] | None = None,
                         for v in out[key]]
     out = out.drop(columns=[k for k in keys if k.startswith("grid:")])
     out = out.rename(columns={"hparams": "regime"})
-    out["seeds"] = table["seeds"]
-    verdicts = _verdict_columns(table, tests or [], reference or {}, marks or {})
-    out["best?"] = verdicts["best?"]
-    fmt = {"rounds_to_target": ".1f", "gb_sent": ".4g"}
+    out["seeds"] = [f"{n}" if not f else f"{n} of {n + f} finished; {f} failed: {why}"
+                    for n, f, why in zip(table["seeds"], table["failed"], table["failures"],
+                                         strict=True)]
+    fmt = {"gb_sent": ".4g"}
     for key, _, label in COLUMNS:
+        if key == "rounds_to_target":
+            out[label] = list(table["target_text"])
+            continue
         f = fmt.get(key, ".4f")
         out[label] = [
             "" if key in PERSONAL and np.isnan(m) else half_width(m, lo, hi, n, f)
             for m, lo, hi, n in zip(table[f"{key}_mean"], table[f"{key}_low"],
                                     table[f"{key}_high"], table[f"{key}_n"], strict=True)
         ]
-        if key == "accuracy":
-            out["Δ accuracy vs ref"] = verdicts["Δ accuracy vs ref"]
-        if key == "worst10":
-            out["Δ worst-10 % vs ref"] = verdicts["Δ worst-10 % vs ref"]
+        if key == "accuracy_last_k":
+            out["detectable Δ vs ref"] = [
+                detectable.get((d, a, r), "") for d, a, r in
+                zip(table["dataset"], table["alpha"], table["row"], strict=True)]
     return out
 
 
@@ -199,6 +233,143 @@ def _histories(client: MlflowClient, run_ids: list[str], metric: str) -> dict[st
         series = pd.Series({m.step: m.value for m in sorted(hist, key=lambda m: m.timestamp)})
         out[run_id] = series.sort_index()
     return out
+
+
+def endpoint_text(runs: pd.DataFrame, endpoint: str) -> str:
+    """What the endpoint is, with the rounds it reads (``mean test accuracy of the last 5
+    evaluations (rounds 16-20 of 20)``)."""
+    what = ENDPOINTS[endpoint][2]
+    if runs.empty:
+        return what
+    rounds, k, every = (int(runs[c].max()) for c in ("rounds", "last_k", "eval_every"))
+    last = rounds - (rounds % every) if rounds % every else rounds
+    if endpoint == "accuracy_last_k":
+        first = max(every, last - (k - 1) * every)
+        return what.replace("the last k", f"the last {k}") + f", rounds {first}-{last} of {rounds}"
+    return f"{what}, round {last} of {rounds}"
+
+
+def family_markdown(outcomes: list[FamilyOutcome], secondary: list[FamilyOutcome],
+                    table: pd.DataFrame, plan: SeedPlan, runs: pd.DataFrame) -> str:
+    """One section per family and setting: the answers in words, then the table of its
+    comparisons on the primary endpoint, then the secondary endpoints."""
+    if not outcomes:
+        return ""
+    by_row = {(r["dataset"], r["alpha"], r["row"]): r for _, r in table.iterrows()}
+    parts = []
+    for o in outcomes:
+        fam, (dataset, alpha) = o.family, o.setting
+        col = ENDPOINTS[o.endpoint][0]
+        head = (f"### {fam.paper}: `{fam.reference}` against its baselines ({dataset}, "
+                f"Dirichlet {alpha:g}; family `{fam.name}`)")
+        status = ("" if o.complete else
+                  f"\n\n*In progress: {o.looks_done} of {len(plan.looks)} looks have all "
+                  "their seeds; rerun the sweep to continue.*")
+        words = "\n".join(f"- {d.words(fam.reference)}{_tuning_note(fam.reference, d.baseline)}"
+                          for d in o.decisions)
+        lines = ["| row | regime | seeds | endpoint (mean ± 95 %) | Δ reference − row "
+                 "[adjusted interval] | verdict | decided at | best? |",
+                 "|---|---|---|---|---|---|---|---|"]
+        marks = best_marks(o)
+        for row in fam.rows:
+            r = by_row.get((dataset, alpha, row))
+            d = next((x for x in o.decisions if x.baseline == row), None)
+            seeds = "—" if r is None else str(int(r["seeds"])) + (
+                f" (+{int(r['failed'])} failed: {r['failures']})" if r["failed"] else "")
+            value = "—" if r is None else half_width(r[f"{col}_mean"], r[f"{col}_low"],
+                                                     r[f"{col}_high"], int(r[f"{col}_n"]),
+                                                     ".4f")
+            regime_text = "" if r is None else str(r["hparams"])
+            if d is None:
+                lines.append(f"| **{row}** (reference) | {regime_text} | {seeds} | {value} | "
+                             f"— | — | — | {marks.get(row, '')} |")
+                continue
+            c = d.comparison
+            delta = "—" if c is None else c.text("+.4f").split(", " + c.verdict)[0]
+            lines.append(f"| {row} | {regime_text} | {seeds} | {value} | {delta} | "
+                         f"{d.verdict} | {d.decided_at or '—'} | {marks.get(row, '')} |")
+        sec = [x for x in secondary if x.family.name == fam.name and x.setting == o.setting]
+        sec_text = ""
+        if sec:
+            sec_lines = ["| row | " + " | ".join(
+                f"Δ {ENDPOINTS[x.endpoint][0]} (first {plan.looks[0]} seeds)" for x in sec)
+                + " |", "|---|" + "---|" * len(sec)]
+            for b in fam.baselines:
+                cells = []
+                for x in sec:
+                    d = next(y for y in x.decisions if y.baseline == b)
+                    cells.append(d.verdict if d.comparison is None else d.comparison.text("+.3f"))
+                sec_lines.append(f"| {b} | " + " | ".join(cells) + " |")
+            sec_text = ("\n\nSecondary endpoints (each tested once on the first look's seeds, "
+                        "Holm over the family at 5 %):\n\n" + "\n".join(sec_lines))
+        parts.append(f"{head}{status}\n\n{words}\n\n" + "\n".join(lines) + sec_text)
+    return "\n\n".join(parts)
+
+
+def _tuning_note(reference: str, baseline: str) -> str:
+    """A warning when one side of a comparison was tuned by a study and the other was not."""
+    if is_tuned(reference) == is_tuned(baseline):
+        return ""
+    side = "reference" if is_tuned(reference) else "baseline"
+    return f" (**tuning differs**: only the {side} was tuned by a study)"
+
+
+def best_marks(outcome: FamilyOutcome) -> dict[str, str]:
+    """``best`` on the reference when it is better than every baseline, ``tied best (±δ)``
+    when it is better than or equivalent to each with at least one equivalence; nothing else
+    (a baseline is compared with the reference only, never with the other baselines)."""
+    verdicts = [d.verdict for d in outcome.decisions]
+    fam = outcome.family
+    if verdicts and all(v == "better" for v in verdicts):
+        return {fam.reference: "best"}
+    if verdicts and all(v in ("better", "equivalent") for v in verdicts):
+        return {fam.reference: f"tied best (±{fam.margin:g})"}
+    return {}
+
+
+def detectable_vs_reference(runs: pd.DataFrame, reference: str) -> dict[tuple[Any, ...], str]:
+    """Per row: the smallest difference to the reference row of its setting that a paired t-test
+    at 5 % detects with 80 % power at the row's seeds (from the observed paired spread of the
+    primary endpoint); the exploratory table's resolution, not a test."""
+    out: dict[tuple[Any, ...], str] = {}
+    ok = runs[runs["status"] == "FINISHED"]
+    refs = reference_rows(ok, reference)
+    for (dataset, alpha), sub in ok.groupby(["dataset", "alpha"], sort=False):
+        ref = refs.get((dataset, alpha))
+        if ref is None:
+            continue
+        theirs = dict(zip(sub.loc[sub["row"] == ref, "seed"],
+                          sub.loc[sub["row"] == ref, "accuracy_last_k"], strict=True))
+        for row, g in sub.groupby("row", sort=False):
+            if row == ref:
+                out[(dataset, alpha, row)] = "reference"
+                continue
+            _, mine, ref_values = paired_seeds(dict(zip(g["seed"], g["accuracy_last_k"],
+                                                        strict=True)), theirs)
+            diffs = np.subtract(mine, ref_values)
+            if len(diffs) < 2:
+                continue
+            d = detectable_difference(float(np.std(diffs, ddof=1)), len(diffs), 0.05)
+            out[(dataset, alpha, row)] = f"±{d:.3f}" if np.isfinite(d) else ""
+    return out
+
+
+def forest_frame(outcomes: list[FamilyOutcome]) -> pd.DataFrame:
+    """The forest plot's input: one line per comparison of every family (primary endpoint)."""
+    columns = ["family", "setting", "row", "mean", "low", "high", "verdict", "reference", "n"]
+    lines = []
+    for o in outcomes:
+        for d in o.decisions:
+            c = d.comparison
+            lines.append({
+                "family": f"{o.family.paper} ({o.family.name}), Dirichlet {o.setting[1]:g}",
+                "setting": o.setting, "row": d.baseline,
+                "mean": np.nan if c is None else c.interval.mean,
+                "low": np.nan if c is None else c.interval.low,
+                "high": np.nan if c is None else c.interval.high,
+                "verdict": d.verdict if c is not None else "not run",
+                "reference": o.family.reference, "n": 0 if c is None else c.n})
+    return pd.DataFrame(lines, columns=columns)
 
 
 def client_accuracy_png(runs: pd.DataFrame, finals: dict[str, np.ndarray], path: Path) -> None:
@@ -257,99 +428,197 @@ def build_report(
     settings: TrackingSettings | None = None,
     any_code: bool = False,
     reference: str = DEFAULT_REFERENCE,
+    last_k: int | None = None,
 ) -> Report:
     """Write table.{md,html,csv}, runs.csv and the plots to ``out_dir``; log them to the parent.
 
-    Rows are runs made by this code; ``any_code`` tables each cell's newest run of any code.
-    ``reference``: the row (label, or a method with one row per setting) every row is tested
-    against, at the same dataset and alpha.
+    The report leads with one section per comparison family of the sweep (its verdicts on the
+    primary endpoint, the seeds each took, secondary endpoints), then the exploratory table of
+    every row (means and intervals, no verdicts). Rows are runs made by this code; ``any_code``
+    tables each cell's newest run of any code. ``reference``: the row the exploratory table's
+    detectable differences are computed against. ``last_k``: recompute the primary endpoint
+    as the mean of the last ``last_k`` evaluations from the runs' histories.
     """
-    from fedcore.tracking.comparison_plots import family_convergence_png, forest_png
+    from fedcore.tracking.comparison_plots import convergence_png, family_forest_png
 
     settings = settings or load_settings()
     client = mlflow_client(settings)
     runs = sweep_runs(spec, settings, any_code)
-    if runs.empty:
+    if runs.empty or not (runs["status"] == "FINISHED").any():
         other = "" if any_code else _other_code_hint(spec, settings)
         by = "" if any_code else "made by this code "
         raise LookupError(f"sweep {spec.name!r}: no FINISHED run {by}of any of its "
                           f"{len(spec.cells)} cells{other}; run the sweep first")
-    refs = reference_rows(runs, reference)
-    if not refs:
-        rows = ", ".join(dict.fromkeys(runs["row"]))
-        raise LookupError(f"reference {reference!r} matches no row of sweep {spec.name!r} "
-                          f"(a method with one row per setting, or a row label); rows: {rows}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    ids = [r for r, st in zip(runs["run_id"], runs["status"], strict=True) if st == "FINISHED"]
+    acc = _histories(client, ids, "test/accuracy")
+    if last_k is not None:
+        runs = runs.assign(last_k=last_k, accuracy_last_k=[
+            float(acc[r].iloc[-last_k:].mean()) if st == "FINISHED" else np.nan
+            for r, st in zip(runs["run_id"], runs["status"], strict=True)])
     table = summary_table(runs)
-    tests = versus_reference(runs, reference)
-    pretty = _formatted(table, tests, refs, best_marks(runs))
+    plan = spec.seed_plan
+    outcomes = family_outcomes(runs, spec.families, plan)
+    secondary = secondary_outcomes(runs, spec.families, plan)
+    pretty = _formatted(table, detectable_vs_reference(runs, reference))
     files = [out / "table.md", out / "table.html", out / "table.csv", out / "runs.csv"]
-    missing = len(spec.cells) - len(runs)
-    header = (f"# Sweep `{spec.name}`: {len(runs)} finished runs of {len(spec.cells)} cells"
-              + (f" ({missing} missing)" if missing else "") + "\n\n"
-              + code_header(runs, any_code) + explanation(reference, refs, spec) + "\n\n")
-    files[0].write_text(header + markdown_table(pretty) + "\n")
-    files[1].write_text(html_page(pretty.to_html(index=False, border=0), f"Sweep {spec.name}"))
+    header = (f"# Sweep `{spec.name}`\n\n{counts_line(spec, runs, outcomes)}\n\n"
+              + code_header(runs, any_code)
+              + "**Primary endpoint** (declared in the sweep file before it ran): "
+              + "; ".join(endpoint_text(runs, e) for e in dict.fromkeys(
+                  [f.endpoint for f in spec.families] or [DEFAULT_ENDPOINT]))
+              + f". **Seed plan**: {plan_text(plan)}.\n\n")
+    families_md = family_markdown(outcomes, secondary, table, plan, runs)
+    body = ("## Families: each paper's question\n\n" + families_md + "\n\n"
+            if families_md else "*No comparison family is declared: the table below is "
+            "exploratory (no verdicts).*\n\n")
+    body += ("## Every row (exploratory: means and intervals, no verdicts)\n\n"
+             + markdown_table(pretty) + "\n\n" + explanation(reference, spec) + "\n")
+    write_text_atomic(files[0], header + body)
+    write_text_atomic(files[1], html_page(_html_body(header + body, pretty),
+                                          f"Sweep {spec.name}"))
     table.to_csv(files[2], index=False)
     runs.drop(columns="code").to_csv(files[3], index=False)
-    ids = list(runs["run_id"])
-    acc = _histories(client, ids, "test/accuracy")
-    shown = runs.assign(is_reference=[refs.get((d, a)) == r for d, a, r in
-                                      zip(runs["dataset"], runs["alpha"], runs["row"],
-                                          strict=True)])
-    family_convergence_png(shown, acc, out / "convergence.png")
-    forest_png(forest_frame(tests, FOREST_LABELS), out / "forest.png")
+    finished = runs[runs["status"] == "FINISHED"]
+    convergence_png(convergence_panels(finished, spec.families), finished, acc,
+                    out / "convergence.png")
+    family_forest_png(forest_frame(outcomes), out / "forest.png")
     with tempfile.TemporaryDirectory() as tmp:
         finals = {r: _final_client_accuracy(client, r, Path(tmp) / r) for r in ids}
-    client_accuracy_png(runs, finals, out / "client_accuracy.png")
+    client_accuracy_png(finished, finals, out / "client_accuracy.png")
     files += [out / "convergence.png", out / "forest.png", out / "client_accuracy.png"]
-    compressed = runs["compressor"] != "none"
+    compressed = finished["compressor"] != "none"
     if compressed.any():
-        baselines = runs["method"].isin(["fedavg"]) & runs["alpha"].isin(
-            runs.loc[compressed, "alpha"])
-        shown = runs[compressed | baselines]
+        baselines = finished["method"].isin(["fedavg"]) & finished["alpha"].isin(
+            finished.loc[compressed, "alpha"])
+        shown = finished[compressed | baselines]
         sent = _histories(client, list(shown["run_id"]), "comm/bytes_up_total")
         accuracy_vs_gb_png(shown, acc, sent, out / "accuracy_vs_gb.png")
         files.append(out / "accuracy_vs_gb.png")
     if parent_run_id is not None:
         for f in files:
             client.log_artifact(parent_run_id, str(f), "report")
-        brief = pretty[[c for c in DESCRIPTION_COLUMNS if c in pretty.columns]]
-        set_description(client, parent_run_id, (
-            header.split("\n\n")[0] + "\n\nThe main columns (every column, the plots and how "
-            "to read them: artifacts `report/table.md` and `report/*.png`):\n\n"
-            + markdown_table(brief) + "\n"))
-    return Report(runs, table, files, tests)
+        set_description(client, parent_run_id, description(header, outcomes))
+    return Report(runs, table, files, outcomes, secondary)
 
 
-# the run description holds at most 8,000 characters in MLflow: the columns a comparison needs
-DESCRIPTION_COLUMNS = ["row", "alpha", "seeds", "best?", "final accuracy", "Δ accuracy vs ref"]
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (no half file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
-FOREST_LABELS = {"accuracy": "final test accuracy − reference's",
-                 "worst10": "worst-10 % client accuracy − reference's"}
+def _html_body(markdown: str, table: pd.DataFrame) -> str:
+    """The HTML page: the Markdown report's text as preformatted text, then the exploratory
+    table as an HTML table."""
+    import html
+
+    return (f"<pre style='white-space: pre-wrap'>{html.escape(markdown.split('## Every row')[0])}"
+            "</pre>" + str(table.to_html(index=False, border=0)))
 
 
-def explanation(reference: str, refs: dict[Any, str], spec: SweepSpec) -> str:
-    """How to read the table: intervals, the tests, the verdicts and the regime column."""
-    ref_rows = ", ".join(sorted(set(refs.values()))) or f"none (no row {reference!r})"
+def counts_line(spec: SweepSpec, runs: pd.DataFrame, outcomes: list[FamilyOutcome]) -> str:
+    """``123 cells planned: 98 finished, 1 diverged or failed, 20 not needed (decided at an
+    earlier look), 4 not yet run``."""
+    done = set(runs["config_hash"])
+    finished = int((runs["status"] == "FINISHED").sum())
+    failed = int((runs["status"] != "FINISHED").sum())
+    open_rows = rows_to_run(outcomes)
+    first = set(spec.seed_plan.at(0))
+    pending = [c for c in spec.cells if c.config.config_hash() not in done]
+    needed = [c for c in pending if c.config.seed in first or c.row in open_rows]
+    skipped = len(pending) - len(needed)
+    parts = [f"{finished} finished", f"{failed} diverged or failed (kept in their rows)"]
+    if skipped:
+        parts.append(f"{skipped} not needed (their comparisons were decided at an earlier look)")
+    if needed:
+        parts.append(f"{len(needed)} not yet run")
+    return f"{len(spec.cells)} cells planned: " + ", ".join(parts) + "."
+
+
+def plan_text(plan: SeedPlan) -> str:
+    """The seed plan and the boundary in words."""
+    if len(plan.looks) == 1:
+        return (f"{plan.looks[0]} seeds ({', '.join(map(str, plan.seeds))}), one look; each "
+                "family's verdicts at 5 % family-wise (Holm)")
+    return (f"looks at {', '.join(map(str, plan.looks))} seeds (seeds {plan.seeds[0]}-"
+            f"{plan.seeds[-1]}); at each look Holm over the family at "
+            f"{plan.level_per_look:.3g} = 5 % / {len(plan.looks)} looks, so any false "
+            "better/worse has at most 5 % chance per family over all looks")
+
+
+def description(header: str, outcomes: list[FamilyOutcome]) -> str:
+    """The parent run's description: the counts and each family's answers in words."""
+    lines = [header.split("\n\n")[0], header.split("\n\n")[1]]
+    for o in outcomes:
+        lines.append(f"**{o.family.paper}** ({o.setting[0]}, Dirichlet {o.setting[1]:g}):")
+        lines.append("\n".join(f"- {d.words(o.family.reference)}" for d in o.decisions))
+    lines.append("Every row, the plots and how to read them: artifacts `report/table.md` and "
+                 "`report/*.png`.")
+    return "\n\n".join(lines) + "\n"
+
+
+def convergence_panels(runs: pd.DataFrame, families: tuple[Family, ...]
+                       ) -> list[tuple[str, Any, str | None, list[str]]]:
+    """(title, alpha, reference row or None, rows) per convergence panel: one per family and
+    setting with runs, then the rows in no family by method group, only where there are runs."""
+    from fedcore.tracking.comparison_plots import family_of
+
+    panels: list[tuple[str, Any, str | None, list[str]]] = []
+    in_family: set[tuple[Any, str]] = set()
+    for fam in families:
+        for alpha, sub in runs.groupby("alpha", sort=True):
+            if fam.alpha is not None and not np.isclose(float(alpha), fam.alpha):
+                continue
+            rows = [r for r in fam.baselines if r in set(sub["row"])]
+            if fam.reference in set(sub["row"]) and rows:
+                panels.append((f"{fam.paper} ({fam.name})", alpha, fam.reference, rows))
+                in_family.update((alpha, r) for r in fam.rows)
+    for alpha, sub in runs.groupby("alpha", sort=True):
+        groups: dict[str, list[str]] = {}
+        for row, g in sub.groupby("row", sort=False):
+            if (alpha, row) in in_family:
+                continue
+            first = g.iloc[0]
+            groups.setdefault(family_of(str(first["method"]), str(first["compressor"])),
+                              []).append(str(row))
+        for title, rows in groups.items():
+            for i in range(0, len(rows), 7):
+                panels.append((f"{title}, not in a family", alpha, None, rows[i:i + 7]))
+    return panels
+
+
+def explanation(reference: str, spec: SweepSpec) -> str:
+    """How to read the report: families, verdicts, intervals, the exploratory table, regimes."""
     studies = "; ".join(f"`{m}`: study `{t}`" for m, t in spec.tuning.items())
     return (
-        "Each cell: mean over seeds ± half the 95 % Student-t interval (`(1 seed)`: no "
-        "interval); `—`: no seed reached the target. "
-        f"`Δ … vs ref`: the paired difference to the reference row ({ref_rows}) at the same "
-        "dataset and alpha, on the seeds both have (a seed fixes partition, initial model, "
-        "client sampling and batch order for every method), with its 95 % interval, the paired "
-        "t-test's p-value Holm-adjusted over the rows of this table, and the verdict at 5 %: "
-        "better, worse or indistinguishable (then `~N seeds`: the seeds one paired t-test at 5 % "
-        "would need for 80 % power if the observed difference were real; more under Holm). "
-        "Intervals are per comparison, verdicts Holm-adjusted. A t-test because rank "
-        "tests cannot reach 5 % with 3-5 seeds. `best?`: `best` is the highest mean final "
-        "accuracy of its setting, `≈ best` a row the same test cannot tell from it. "
-        "`regime`: `paper` only when the method's hyperparameters, the local optimiser and the "
-        "data setting are all the paper's; otherwise each part is named (`default`: fedcore's "
-        "default experiment; `tuned`: changed by a study or by hand)."
+        "**How to read this report.** A *family* is one paper's method (the reference) against "
+        "that paper's own baselines, declared in the sweep file with its primary endpoint "
+        "before anything ran. Each comparison pairs the two rows on the same seeds (a seed fixes "
+        "partition, initial model, client sampling and batch order for every method) and tests "
+        "the per-seed differences, reference − row: `better`/`worse` when the two-sided paired "
+        "t-test rejects no difference, `equivalent` when two one-sided tests put the difference "
+        "inside ±margin, `undecided` otherwise (with the smallest difference it could detect). "
+        "Holm's step-down runs within a family only, at 5 % divided by the number of looks; the "
+        "Δ interval is at the level Holm gave that comparison, so it excludes 0 exactly when the "
+        "verdict is better or worse. Differences equal on every seed get the exact sign-flip "
+        "p-value (2/2^n), never 0. `best?`: only the reference, and only when its family's "
+        "tests say it beats (or ties within ±margin) every baseline. A failed or diverged seed "
+        "stays in its row and blocks the verdicts that need it. "
+        "The exploratory table: mean over finished seeds ± half the 95 % Student-t interval; "
+        "`detectable Δ vs ref`: the smallest difference to the "
+        f"`{reference}` row a paired t-test at 5 % would detect with 80 % power at this n (a "
+        "resolution, not a test); rounds to target: the median over seeds with seeds that "
+        "never reached the target censored at the horizon, and how many reached it. Accuracy, "
+        "worst-10 % and rounds to target are discrete (steps of one test sample, one client, "
+        "one round), so ties between seeds are real. "
+        "`regime`: `paper` only when the method's hyperparameters, local optimiser, data and "
+        "horizon (rounds, clients, participation, model) are all its paper's; otherwise each "
+        "part is named: `tuned` (a study chose it), `set` (by hand), `default` (fedcore's default "
+        "experiment), `(horizon other)` (paper hyperparameters at another horizon). A value "
+        "every row shares (the sweep's `set:`) labels no row."
         + (f" Tuned rows: {studies}." if studies else "")
         + " Personal columns: the personal models of personalised methods (blank for the "
         "others)."
