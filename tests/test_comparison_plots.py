@@ -17,11 +17,10 @@ from fedcore.tracking.comparison_plots import (
     CONVERGENCE_TITLE,
     FAMILIES,
     FOREST_TITLE,
-    MAX_ROWS_PER_PANEL,
     VERDICT_COLOURS,
-    family_convergence_png,
+    convergence_png,
+    family_forest_png,
     family_of,
-    forest_png,
 )
 
 ALPHAS = (0.1, 1.0)
@@ -86,46 +85,43 @@ def _is_black(colour):
     return mcolors.to_hex(colour) == "#000000"
 
 
-def test_family_convergence(tmp_path):
+PANELS = [("CRAFT (craft)", 0.1, "fedavg", ["craft (tuned)", "fednova"]),
+          ("robust rules, not in a family", 1.0, None, ["krum"]),
+          ("compressed uplinks, not in a family", 0.1, None, ["ef_topk", "fedavg_topk"])]
+
+
+def test_convergence_panels_only_where_there_are_runs_with_n_in_the_legend(tmp_path):
     runs, acc = _runs()
     path = tmp_path / "convergence.png"
-    fig = family_convergence_png(runs, acc, path)
+    fig = convergence_png(PANELS, runs, acc, path)
     _png_ok(path)
     assert fig.get_suptitle() == CONVERGENCE_TITLE
-    families = ["server rules", "robust rules", "compressed uplinks"]
-    axes = fig.axes
-    assert len(axes) == len(families) * len(ALPHAS)
-    titles = [ax.get_title() for ax in axes]
-    assert titles == [f"{f}, Dirichlet α = {a:g}" for f in families for a in ALPHAS]
-    expected = {"server rules": {"craft (tuned)", "fednova (1 seed, no band)"},
-                "robust rules": {"krum"},
-                "compressed uplinks": {"ef_topk", "fedavg_topk (1 seed, no band)"}}
-    for ax, (family, alpha) in zip(axes, [(f, a) for f in families for a in ALPHAS],
-                                   strict=True):
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in visible] == [
+        f"{t}, Dirichlet α = {a:g}" for t, a, _, _ in PANELS]
+    expected = [{"craft (tuned) (n=3)", "fednova (1 seed, no band)", "fedavg (reference) (n=3)"},
+                {"krum (n=3)"}, {"ef_topk (n=3)", "fedavg_topk (1 seed, no band)"}]
+    for ax, want, (_, alpha, ref, _) in zip(visible, expected, PANELS, strict=True):
         assert ax.get_xlabel() == "round"
-        assert ax.get_ylabel() == "test accuracy (global test set)"
-        assert ax.get_legend() is not None
         lines = {line.get_label(): line for line in ax.get_lines()}
-        # the reference in every panel of its alpha, black dashed, with its mean over seeds
-        ref = lines.pop("fedavg (reference)")
-        assert _is_black(ref.get_color()) and ref.get_linestyle() == "--"
-        ref_ids = runs.loc[(runs["row"] == "fedavg") & (runs["alpha"] == alpha), "run_id"]
-        mean = pd.concat([acc[r] for r in ref_ids], axis=1).mean(axis=1)
-        np.testing.assert_allclose(ref.get_ydata(), mean.to_numpy())
-        assert set(lines) == expected[family]
-        assert not any(_is_black(line.get_color()) for line in lines.values())
-        # bands: the multi-seed rows and the reference, not the one-seed rows
-        assert len(ax.collections) == 1 + sum("1 seed" not in label for label in lines)
+        assert set(lines) == want
+        if ref is not None:
+            line = lines[f"{ref} (reference) (n=3)"]
+            assert _is_black(line.get_color()) and line.get_linestyle() == "--"
+            ids = runs.loc[(runs["row"] == ref) & (runs["alpha"] == alpha), "run_id"]
+            mean = pd.concat([acc[r] for r in ids], axis=1).mean(axis=1)
+            np.testing.assert_allclose(line.get_ydata(), mean.to_numpy())
+        assert len(ax.collections) == sum("1 seed" not in label for label in lines)
+    assert not any("no runs" in t.get_text() for ax in fig.axes for t in ax.texts)
 
 
 def test_convergence_band_is_the_t_interval(tmp_path):
     runs, acc = _runs()
-    fig = family_convergence_png(runs, acc, tmp_path / "c.png")
-    ax = next(a for a in fig.axes if a.get_title() == "robust rules, Dirichlet α = 1")
+    fig = convergence_png(PANELS, runs, acc, tmp_path / "c.png")
+    ax = next(a for a in fig.axes if a.get_title().startswith("robust rules"))
     ids = runs.loc[(runs["row"] == "krum") & (runs["alpha"] == 1.0), "run_id"]
-    at_5 = [float(acc[r].loc[5]) for r in ids]
-    interval = mean_interval(at_5)
-    (krum,) = [line for line in ax.get_lines() if line.get_label() == "krum"]
+    interval = mean_interval([float(acc[r].loc[5]) for r in ids])
+    (krum,) = [line for line in ax.get_lines() if line.get_label() == "krum (n=3)"]
     band = next(c for c in ax.collections
                 if mcolors.to_hex(c.get_facecolor()[0]) == mcolors.to_hex(krum.get_color()))
     vertices = band.get_paths()[0].vertices
@@ -134,86 +130,50 @@ def test_convergence_band_is_the_t_interval(tmp_path):
     assert max(at_round) == pytest.approx(interval.high)
 
 
-def test_large_family_is_split(tmp_path):
-    rows = {"fedavg": ("fedavg", "none", SEEDS)}
-    names = ["craft", "craft_model", "config", "fedoui", "fednova", "qfedavg", "fedfv", "fedlf",
-             "afl", "fedavgm"]  # 10 server rules: two panels of 5
-    rows |= {n: (n, "none", SEEDS) for n in names}
-    runs, acc = _runs(rows)
-    fig = family_convergence_png(runs, acc, tmp_path / "split.png")
-    assert len(fig.axes) == 2 * len(ALPHAS)
-    assert [ax.get_title() for ax in fig.axes[::2]] == [
-        "server rules (1/2), Dirichlet α = 0.1", "server rules (2/2), Dirichlet α = 0.1"]
-    for ax in fig.axes:
-        assert len(ax.get_lines()) <= MAX_ROWS_PER_PANEL + 1
-        assert "fedavg (reference)" in [line.get_label() for line in ax.get_lines()]
-    drawn = {line.get_label() for ax in fig.axes for line in ax.get_lines()}
-    assert drawn == set(names) | {"fedavg (reference)"}
-
-
 def _diffs():
-    records = []
-    verdicts = ["better", "worse", "indistinguishable", "no test"]
-    rows = ["craft (tuned)", "krum", "ef_topk", "fednova"]  # fednova: one seed
-    for alpha in ALPHAS:
-        for metric, label in (("final/accuracy", "final accuracy − reference's"),
-                              ("final/accuracy_worst10", "worst-10 % accuracy − reference's")):
-            for k, (row, verdict) in enumerate(zip(rows, verdicts, strict=True)):
-                mean = (0.03, -0.04, 0.005, 0.01)[k] * (1 + alpha)
-                one_seed = verdict == "no test"
-                records.append({"row": row, "alpha": alpha, "metric": metric, "label": label,
-                                "mean": mean,
-                                "low": math.nan if one_seed else mean - 0.01 - 0.002 * k,
-                                "high": math.nan if one_seed else mean + 0.015,
-                                "verdict": verdict, "reference": "fedavg"})
-    return pd.DataFrame.from_records(records)
+    rows = [("CRAFT (craft), Dirichlet 0.1", "fedlf", 0.04, 0.01, 0.07, "better"),
+            ("CRAFT (craft), Dirichlet 0.1", "fedavg", -0.05, -0.08, -0.02, "worse"),
+            ("CRAFT (craft), Dirichlet 0.1", "fedprox", 0.001, -0.004, 0.006, "equivalent"),
+            ("CRF (crf), Dirichlet 0.1", "krum", 0.01, -0.02, 0.04, "undecided"),
+            ("CRF (crf), Dirichlet 0.1", "median", 0.02, math.nan, math.nan, "undecided")]
+    return pd.DataFrame([{"family": f, "setting": ("digits", 0.1), "row": r, "mean": m,
+                          "low": lo, "high": hi, "verdict": v,
+                          "reference": f.split("(")[1].split(")")[0].replace("crf", "crf_fedavg"),
+                          "n": 5} for f, r, m, lo, hi, v in rows])
 
 
-def test_forest(tmp_path):
+def test_family_forest_intervals_and_colours_follow_the_verdicts(tmp_path):
     diffs = _diffs()
     path = tmp_path / "forest.png"
-    fig = forest_png(diffs, path)
+    fig = family_forest_png(diffs, path)
     _png_ok(path)
     assert fig.get_suptitle() == FOREST_TITLE
-    metrics = ["final/accuracy", "final/accuracy_worst10"]
-    assert len(fig.axes) == len(metrics) * len(ALPHAS)
-    rows = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    assert rows == ["craft (tuned)", "krum", "ef_topk", "fednova"]  # top to bottom, as given
-    assert all(ax.get_ylim() == fig.axes[0].get_ylim() for ax in fig.axes)
-    legend_texts = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert legend_texts[:4] == ["better", "worse", "indistinguishable", "no test"]
-    for ax, (alpha, metric) in zip(fig.axes, [(a, m) for a in ALPHAS for m in metrics],
-                                   strict=True):
-        sub = diffs[(diffs["alpha"] == alpha) & (diffs["metric"] == metric)].set_index("row")
-        assert ax.get_title() == f"{metric}, Dirichlet α = {alpha:g}"
-        assert ax.get_xlabel() == f"{sub['label'].iloc[0]} (vs fedavg)"
-        assert any(line.get_xdata()[0] == 0 for line in ax.get_lines())  # the line at 0
-        row_at = dict(zip(ax.get_yticks(), rows, strict=True))  # y shared, labels at left
-        seen = set()
+    assert [ax.get_title() for ax in fig.axes] == list(dict.fromkeys(diffs["family"]))
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["better", "worse", "equivalent", "undecided", "no test"]
+    for ax in fig.axes:
+        sub = diffs[diffs["family"] == ax.get_title()].reset_index(drop=True)
+        assert [t.get_text() for t in ax.get_yticklabels()] == [f"{r} (n=5)" for r in sub["row"]]
+        assert any(line.get_xdata()[0] == 0 for line in ax.get_lines())
         for container in ax.containers:
             assert isinstance(container, ErrorbarContainer)
             data_line, _, (bars,) = container.lines
-            for (x, y), segment in zip(data_line.get_xydata(), bars.get_segments(),
-                                       strict=True):
-                row = row_at[round(y)]
-                expect = sub.loc[row]
-                assert x == pytest.approx(expect["mean"])
-                assert segment[:, 0].min() == pytest.approx(expect["low"])
-                assert segment[:, 0].max() == pytest.approx(expect["high"])
-                assert mcolors.to_hex(data_line.get_color()) == mcolors.to_hex(
-                    VERDICT_COLOURS[expect["verdict"]])
-                seen.add(row)
-        assert seen == {"craft (tuned)", "krum", "ef_topk"}
-        # the one-seed row: a point, no bar
-        points = [line for line in ax.get_lines() if line.get_marker() == "D"]
-        assert len(points) == 1
-        assert row_at[round(points[0].get_ydata()[0])] == "fednova"
-        assert points[0].get_xdata()[0] == pytest.approx(sub.loc["fednova", "mean"])
+            (x, y), segment = data_line.get_xydata()[0], bars.get_segments()[0]
+            expect = sub.loc[round(y)]
+            assert x == pytest.approx(expect["mean"])
+            assert (segment[:, 0].min(), segment[:, 0].max()) == pytest.approx(
+                (expect["low"], expect["high"]))
+            assert mcolors.to_hex(data_line.get_color()) == mcolors.to_hex(
+                VERDICT_COLOURS[expect["verdict"]])
+            # the plot agrees with the verdict: the interval excludes 0 iff better/worse
+            excludes = expect["low"] > 0 or expect["high"] < 0
+            assert excludes == (expect["verdict"] in ("better", "worse"))
+    points = [line for ax in fig.axes for line in ax.get_lines() if line.get_marker() == "D"]
+    assert len(points) == 1  # the comparison without an interval: a point
 
 
-def test_forest_with_nothing_to_compare_says_so(tmp_path):
-    from fedcore.pipeline.comparison import forest_frame
+def test_forest_without_families_says_so(tmp_path):
+    from fedcore.tracking.report import forest_frame
 
-    fig = forest_png(forest_frame([], {}), tmp_path / "f.png")
-    assert (tmp_path / "f.png").stat().st_size > 0
-    assert [t.get_text() for t in fig.texts] == ["no row to compare with the reference"]
+    fig = family_forest_png(forest_frame([]), tmp_path / "f.png")
+    assert [t.get_text() for t in fig.texts] == ["no comparison family in this sweep"]

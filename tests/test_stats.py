@@ -9,8 +9,19 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
+from statsmodels.stats.weightstats import ttost_paired
 
-from fedcore.pipeline.stats import compare, holm, mean_interval, paired_seeds, seeds_needed
+from fedcore.pipeline.stats import (
+    compare,
+    detectable_difference,
+    equivalence_p,
+    family_test,
+    mean_interval,
+    paired_seeds,
+    seeds_for,
+    sign_flip_p,
+    superiority_p,
+)
 
 A = [0.91, 0.93, 0.90, 0.94, 0.92]
 B = [0.88, 0.92, 0.86, 0.91, 0.90]
@@ -30,7 +41,7 @@ def test_paired_comparison_is_scipys_paired_t_test():
     assert c.p == pytest.approx(stats.ttest_rel(A, B).pvalue)
     diff = np.subtract(A, B)
     low, high = stats.t.interval(0.95, 4, loc=diff.mean(), scale=stats.sem(diff))
-    assert (c.difference.low, c.difference.high) == pytest.approx((low, high))
+    assert (c.interval.low, c.interval.high) == pytest.approx((low, high))
     assert c.verdict == "better"
     assert compare(B, A).verdict == "worse"
     assert compare(A, B, higher_is_better=False).verdict == "worse"  # e.g. rounds to target
@@ -38,48 +49,76 @@ def test_paired_comparison_is_scipys_paired_t_test():
     assert stats.ttest_ind(A, B, equal_var=False).pvalue > 0.05 > c.p
 
 
-def test_identical_numbers_are_indistinguishable():
-    c = compare(A, A)
-    assert c.verdict == "indistinguishable" and c.p == 1.0 and c.seeds_needed is None
+def test_equivalence_is_statsmodels_tost():
+    x = np.array([0.901, 0.899, 0.902, 0.900, 0.898])
+    y = np.array([0.900, 0.900, 0.901, 0.901, 0.899])
+    expected = ttost_paired(x, y, -0.01, 0.01)[0]
+    assert equivalence_p(x - y, 0.01) == pytest.approx(expected)
+    assert compare(list(x), list(y), margin=0.01).verdict == "equivalent"
+    # noisy and small: neither, with the difference it could detect
+    c = compare([0.50, 0.60, 0.55], [0.52, 0.57, 0.60])
+    assert c.verdict == "undecided" and math.isfinite(c.detectable)
+    assert "detects ±" in c.text()
+
+
+def test_constant_differences_get_the_exact_sign_flip_p_never_zero():
+    c = compare([15, 12], [16, 13], higher_is_better=False)
+    assert c.p == pytest.approx(2 / 2**2) and c.verdict == "undecided"
+    assert superiority_p(np.array([0.1] * 5)) == pytest.approx(2 / 2**5)
+    assert superiority_p(np.zeros(4)) == 1.0
+    # ten copies under Holm stay undecided (before: p = 0 and "better" after Holm)
+    comps = family_test([[15, 12]] * 10, [[16, 13]] * 10, higher_is_better=False)
+    assert {x.verdict for x in comps} == {"undecided"}
+    # the permutation p-value itself, by enumeration
+    d = np.array([0.3, -0.1, 0.2, 0.4])
+    signs = np.array([[1 - 2 * ((i >> k) & 1) for k in range(4)] for i in range(16)])
+    expected = np.mean(np.abs((signs * d).mean(axis=1)) >= abs(d.mean()) - 1e-12)
+    assert sign_flip_p(d) == pytest.approx(expected)
+
+
+def test_identical_numbers_are_equivalent_once_the_exact_bound_allows():
+    c = compare(A, A)  # 5 seeds: the exact TOST bound is 1/32 <= 0.05
+    assert c.verdict == "equivalent" and c.p == 1.0
+    assert compare(A[:3], A[:3]).verdict == "undecided"  # 1/8: three seeds cannot say it
     assert compare([0.5], [0.4]).verdict == "no test"
-    # the same nonzero difference on every seed has no spread: decided, not undefined
-    assert compare([0.6, 0.7], [0.5, 0.6]).verdict == "better"
     with pytest.raises(ValueError, match="same seeds"):
         compare([0.1, 0.2], [0.1])
 
 
-def test_holm_matches_statsmodels_and_reverses_weak_verdicts():
-    comps = [compare(A, B), compare(B, [b - 0.001 for b in B]), compare(A, A)]
-    adjusted = holm(comps)
-    expected = multipletests([c.p for c in comps], method="holm")[1]
-    assert [c.p_adjusted for c in adjusted] == pytest.approx(list(expected))
-    assert [c.p for c in adjusted] == [c.p for c in comps]  # raw p kept
-    weak = compare([0.52, 0.53, 0.52], [0.50, 0.50, 0.50])
-    assert weak.verdict == "better" and weak.p > 0.05 / 3
-    after = holm([weak, compare(A, A), compare(A, A)])[0]
-    assert after.verdict == "indistinguishable" and after.seeds_needed is not None
+def test_holm_within_a_family_matches_statsmodels_and_intervals_agree_with_verdicts():
+    rng = np.random.default_rng(3)
+    ref = rng.normal(0.8, 0.02, 6)
+    rows = [ref - rng.normal(mu, 0.01, 6) for mu in (0.05, 0.004, 0.0, 0.03, -0.02)]
+    comps = family_test([list(ref)] * len(rows), [list(r) for r in rows])
+    raw = [stats.ttest_rel(ref, r).pvalue for r in rows]
+    rejected = multipletests(raw, alpha=0.05, method="holm")[0]
+    assert [c.verdict in ("better", "worse") for c in comps] == list(rejected)
+    for c in comps:  # the interval at Holm's level excludes 0 exactly when better/worse
+        assert c.interval.excludes(0.0) == (c.verdict in ("better", "worse"))
+    assert all(c.level <= 0.05 for c in comps)
 
 
-def test_seeds_needed_is_statsmodels_power():
-    d = np.subtract([0.51, 0.55, 0.50, 0.56], [0.50, 0.50, 0.51, 0.52])
-    effect = d.mean() / d.std(ddof=1)
-    n = TTestPower().solve_power(effect_size=effect, alpha=0.05, power=0.8)
-    assert seeds_needed(d) == math.ceil(n)
-    assert seeds_needed([0.0, 0.0]) is None
-    c = compare([0.51, 0.55, 0.50, 0.56], [0.50, 0.50, 0.51, 0.52])
-    assert c.verdict == "indistinguishable" and c.seeds_needed == math.ceil(n)
-    assert f"(~{math.ceil(n)} seeds)" in c.text()
+def test_decided_rows_count_in_the_step_down():
+    # a row decided at an earlier look counts as rejected; an out-of-play one as never
+    weak = [[0.52, 0.53, 0.52, 0.53]], [[0.50, 0.50, 0.51, 0.50]]
+    alone = family_test(*weak)[0]
+    assert alone.verdict == "better"
+    with_blocked = family_test(weak[0] * 3, weak[1] * 3, decided=[None, "blocked", "blocked"])
+    assert with_blocked[0].level == pytest.approx(0.05 / 3)
+    with_decided = family_test(weak[0] * 3, weak[1] * 3, decided=[None, "better", "worse"])
+    assert with_decided[0].level == pytest.approx(0.05)
+
+
+def test_detectable_difference_and_seeds_for_are_statsmodels_power():
+    effect = TTestPower().solve_power(nobs=5, alpha=0.05, power=0.8)
+    assert detectable_difference(0.02, 5, 0.05) == pytest.approx(effect * 0.02)
+    n = TTestPower().solve_power(effect_size=0.02 / 0.021, alpha=0.01, power=0.8)
+    assert seeds_for(0.02, 0.021, 0.01) == math.ceil(n)
+    assert seeds_for(0.0, 0.02, 0.05) is None
+    tiny = seeds_for(0.0001, 0.02, 0.05)
+    assert tiny is not None and tiny > 1000
 
 
 def test_pairing_keeps_only_common_seeds_in_seed_order():
     seeds, mine, theirs = paired_seeds({2: 0.3, 0: 0.1, 5: 0.9}, {0: 1.0, 2: 3.0, 7: 0.0})
     assert (seeds, mine, theirs) == ([0, 2], [0.1, 0.3], [1.0, 3.0])
-
-
-def test_seeds_needed_for_a_tiny_effect_is_large_not_nan():
-    d = [0.001, -0.02, 0.018, 0.0015, -0.0002]  # effect ~0.005: statsmodels' solver gives up
-    n = seeds_needed(d)
-    effect = abs(np.mean(d)) / np.std(d, ddof=1)
-    assert n is not None and n > 1000
-    assert n == pytest.approx(((stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) / effect) ** 2 + 2,
-                              rel=0.01)

@@ -130,9 +130,31 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
             duplicates[cell.label] = first.label
     families = parse_families(spec.get("families"), "sweep")
     check_rows(list(cells.values()), families, "sweep")
+    if spec.get("confirms") is not None:
+        check_confirmation(spec["confirms"], path, {c.config.seed for c in cells.values()},
+                           families)
     return SweepSpec(name, list(cells.values()),
                      tuning_studies(spec.get("studies"), [c.config.seed for c in cells.values()],
                                     "sweep"), duplicates, families, plan)
+
+
+def check_confirmation(screening: Any, owner: Path, seeds: set[int],
+                       families: tuple[Family, ...]) -> None:
+    """A confirmation (``confirms: <screening sweep file>``) tests chosen comparisons on fresh
+    seeds: refused unless it declares families and none of its seeds is one the screening
+    sweep ran, so that choosing rows by looking at the screening cannot bias its tests."""
+    if not isinstance(screening, str):
+        raise ConfigError("sweep.confirms: expected the path of the screening sweep file")
+    other = Path(screening) if Path(screening).is_absolute() else owner.parent / screening
+    if not other.is_file():
+        raise ConfigError(f"sweep.confirms: no sweep file {str(other)!r}")
+    if not families:
+        raise ConfigError("sweep.confirms: a confirmation must declare the families it tests")
+    shared = sorted(seeds & {c.config.seed for c in load_sweep(other).cells})
+    if shared:
+        raise ConfigError(f"sweep.confirms: seed {shared[0]} was run by the screening sweep "
+                          f"{str(other)!r}; a confirmation needs fresh seeds (disjoint from "
+                          "the screening's), e.g. seeds: {looks: [...], start: 100}")
 
 
 def check_rows(cells: list[Cell], families: tuple[Family, ...], where: str) -> None:

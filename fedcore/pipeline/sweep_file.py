@@ -9,7 +9,7 @@ from typing import Any
 
 from fedcore.config import ConfigError
 
-SWEEP_KEYS = ("name", "base", "grid", "set", "studies", "seeds", "families")
+SWEEP_KEYS = ("name", "base", "grid", "set", "studies", "seeds", "families", "confirms")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 NAME_RULE = ("1-100 letters, digits, '.', '_' or '-', starting with a letter or digit "
              "(one folder under reports/)")

@@ -149,14 +149,15 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     mean over finished seeds with its 95 % t-interval (``<key>_mean``, ``_low``, ``_high``,
     ``_n``); ``reached_target``: the seeds that reached the target."""
     keys = _group_keys(runs)
-    finished = runs[runs["status"] == "FINISHED"]
-    table = with_intervals(finished, [key for key, _, _ in COLUMNS], keys)
+    table = with_intervals(runs, [key for key, _, _ in COLUMNS], keys)  # NaN: failed seeds
     if table.empty:
         return table
     groups = runs.groupby(keys, sort=False, dropna=False)
+    done = {k: int((g["status"] == "FINISHED").sum()) for k, g in groups}
     failed = {k: list(g.loc[g["status"] != "FINISHED", "failure"]) for k, g in groups}
     reached = {k: list(g.loc[g["status"] == "FINISHED", "rounds_to_target"]) for k, g in groups}
     index = [tuple(r) if len(keys) > 1 else r[0] for r in table[keys].itertuples(index=False)]
+    table["seeds"] = [done.get(i, 0) for i in index]  # finished seeds
     table["failed"] = [len(failed.get(i, [])) for i in index]
     table["failures"] = ["; ".join(failed.get(i, [])) for i in index]
     table["reached_target"] = [int(np.isfinite(np.asarray(reached.get(i, []), float)).sum())
