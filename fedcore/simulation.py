@@ -268,8 +268,9 @@ class Simulation:
         )
         self.bytes_up_total += bytes_up
         self.bytes_down_total += bytes_down
-        n = torch.tensor([float(u.num_samples) for u in ups])
-        train_loss = float((torch.stack([u.train_loss for u in ups]).cpu() * n).sum() / n.sum())
+        n = torch.tensor([float(u.num_samples) for u in ups], dtype=torch.float64)
+        losses = torch.stack([u.train_loss for u in ups]).cpu().double()
+        train_loss = float((losses * n).sum() / n.sum())
         per_client = batch.deltas if result.client_deltas is None else result.client_deltas
         metrics = {
             "train/loss": train_loss,
@@ -316,7 +317,8 @@ class Simulation:
             deltas=deltas,
             num_samples=torch.tensor(self.sampler.rule_sizes([u.num_samples for u in kept])),
             layout=self.layout,
-            stats={k: torch.tensor([u.stats[k] for u in kept]) for k in kept[0].stats}
+            stats={k: torch.tensor([u.stats[k] for u in kept], dtype=torch.float64)
+                   for k in kept[0].stats}
             if kept
             else {},
             client_ids=torch.tensor([u.client_id for u in kept], dtype=torch.long),
