@@ -343,8 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_report.set_defaults(func=cmd_report)
     p_tune = sub.add_parser(
         "tune", help="run (or resume) an Optuna study; --best writes the tuned method YAML",
-        epilog="Overrides set study keys (n_trials, timeout, storage, study_name, sampler.*, "
-        "pruner.*, heartbeat.*) or any key of the base experiment, e.g. n_trials=10 rounds=5.",
+        epilog="Overrides set study keys (n_trials, timeout, storage, study_name, average_last, "
+        "sampler.*, pruner.*, heartbeat.*) or any key of the base experiment, e.g. n_trials=10 "
+        "rounds=5.",
     )
     p_tune.add_argument("study", metavar="STUDY.yaml", help="a study file or a shipped study name")
     p_tune.add_argument("overrides", nargs="*", metavar="KEY=VALUE")

@@ -39,7 +39,7 @@ _M = MetricDoc
 CATALOGUE: tuple[MetricDoc, ...] = (
     # every round of every run
     _M("train/loss", SIM, "round",
-       "sample-weighted mean of the sampled clients' training loss over their local steps"),
+       "sample-weighted mean (float64) of the sampled clients' training loss over local steps"),
     _M("agg/conflict_fraction", SIM, "round",
        "share of accepted client updates with a negative dot product with the server step"),
     _M("agg/rejected_clients", SIM, "round",

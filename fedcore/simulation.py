@@ -268,8 +268,9 @@ class Simulation:
         )
         self.bytes_up_total += bytes_up
         self.bytes_down_total += bytes_down
-        n = torch.tensor([float(u.num_samples) for u in ups])
-        train_loss = float((torch.stack([u.train_loss for u in ups]).cpu() * n).sum() / n.sum())
+        n = torch.tensor([float(u.num_samples) for u in ups], dtype=torch.float64)
+        losses = torch.stack([u.train_loss for u in ups]).cpu().double()
+        train_loss = float((losses * n).sum() / n.sum())
         per_client = batch.deltas if result.client_deltas is None else result.client_deltas
         metrics = {
             "train/loss": train_loss,
@@ -314,9 +315,10 @@ class Simulation:
         }
         return UpdateBatch(
             deltas=deltas,
-            num_samples=torch.tensor([u.num_samples for u in kept]),
+            num_samples=torch.tensor(self.sampler.rule_sizes([u.num_samples for u in kept])),
             layout=self.layout,
-            stats={k: torch.tensor([u.stats[k] for u in kept]) for k in kept[0].stats}
+            stats={k: torch.tensor([u.stats[k] for u in kept], dtype=torch.float64)
+                   for k in kept[0].stats}
             if kept
             else {},
             client_ids=torch.tensor([u.client_id for u in kept], dtype=torch.long),
@@ -353,11 +355,13 @@ class Simulation:
         return out
 
     def _average_buffers(self, ups: list[ClientUpdate]) -> None:
-        """BatchNorm running statistics of the kept clients, by sample count (not part of
-        theta); moment-matched variances when the compressor's method asks for them."""
+        """BatchNorm running statistics of the kept clients, by the sampler's weights (sample
+        counts by default; not part of theta); moment-matched variances when the compressor's
+        method asks for them."""
         if not ups or not ups[0].buffers:
             return
-        w = torch.tensor([u.num_samples for u in ups], dtype=torch.float32, device=self.device)
+        sizes = self.sampler.rule_sizes([u.num_samples for u in ups])
+        w = torch.tensor(sizes, dtype=torch.float32, device=self.device)
         self.buffers.update(
             average_bn_statistics(
                 [u.buffers for u in ups], w / w.sum(), self.chain.moment_matched_bn

@@ -147,3 +147,22 @@ def test_lambda_floor_must_fit():
     with pytest.raises(ConfigError, match=r"method\.aggregator\.lambda_min"):
         load_config(None, ["method=afl", "dataset.num_clients=20",
                            "method.aggregator.lambda_min=0.1"])
+
+
+def test_lambda_starts_uniform_whatever_the_sample_sizes():
+    """lambda_0 = 1/N as in the reference codes (docs/methods/afl.md says why not n_k / n): the
+    first round weights the sampled clients equally, whatever their sizes."""
+    from fedcore.simulation import Simulation
+
+    from .conftest import TINY
+
+    sim = Simulation(load_config(None, [*TINY, "method=afl"]))
+    sizes = [c.num_train for c in sim.data.clients]
+    assert len(set(sizes)) > 1
+    torch.testing.assert_close(sim.aggregator.lam, torch.full((6,), 1 / 6, dtype=torch.float64))
+    ids = sim.sample_clients(1)
+    seen = []
+    sim.aggregator.aggregate = lambda b, f=sim.aggregator.aggregate: seen.append(
+        sim.aggregator.lam[b.client_ids].clone()) or f(b)
+    sim.run_round(1)
+    assert seen[0].tolist() == [1 / 6] * len(ids)

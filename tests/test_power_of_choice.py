@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from fedcore.config import ConfigError
 from fedcore.configure import load_config
@@ -60,3 +61,45 @@ def test_run_is_reproducible_and_uses_the_global_models_loss():
 def test_bad_candidate_set_is_a_one_line_error():
     with pytest.raises(ConfigError, match=r"^method.sampler.d: .*allowed: 3..6 \(got 2\)"):
         load_config(None, [*TINY, "method.sampler={sampler: power_of_choice, d: 2}"])
+
+
+def test_aggregate_shares_follow_the_data_shares():
+    """Cho, Wang, Joshi average the selected clients with equal weights: the candidates already
+    follow the data shares, so over many rounds each client's share of FedAvg's aggregate is its
+    data share (up to Monte-Carlo error and the without-replacement candidate draw); weighting
+    by n_k again gives the smallest tenth of the data about 0.28 of its share."""
+    from fedcore.aggregators import REGISTRY as RULES
+    from fedcore.aggregators import UpdateBatch
+
+    sizes = np.linspace(10, 100, 100).round().astype(int)
+    n, m, rounds = len(sizes), 5, 4000
+    sampler = build({"sampler": "power_of_choice", "d": 10})
+    rule = RULES.build({"rule": "fedavg"})
+    rng = np.random.default_rng(1)
+    share = np.zeros(n)
+    for r in range(1, rounds + 1):
+        loss = rng.random(n)  # losses that carry no information: only the sizes bias the draw
+        ids = sampler.sample(Population(0, r, n, m, sizes.astype(float), lambda k, v=loss: v[k]))
+        # one-hot deltas: the rule's step is each selected client's weight
+        deltas = torch.zeros(len(ids), n, dtype=torch.float64)
+        deltas[torch.arange(len(ids)), torch.as_tensor(ids)] = 1.0
+        batch = UpdateBatch(deltas, torch.tensor(sampler.rule_sizes([int(sizes[k]) for k in ids])))
+        share += rule.aggregate(batch).step.numpy()
+    share /= rounds
+    p = sizes / sizes.sum()
+    se = np.sqrt(p / (m * rounds))  # binomial error of a client's share
+    chi2 = float((((share - p) / se) ** 2).sum())
+    assert chi2 < (n - 1) + 5 * np.sqrt(2 * (n - 1)), chi2  # old weighting: about 1,560
+    for part in (slice(0, 10), slice(-10, None)):  # the smallest and the largest tenth
+        assert abs(share[part].sum() / p[part].sum() - 1) < 0.1
+
+
+def test_driver_hands_the_rule_equal_weights(monkeypatch):
+    over = [*TINY, "rounds=1", "method.sampler={sampler: power_of_choice, d: 6}"]
+    sim = Simulation(load_config(None, over))
+    seen = []
+    monkeypatch.setattr(sim.aggregator, "aggregate",
+                        lambda batch, f=sim.aggregator.aggregate: seen.append(batch) or f(batch))
+    sim.run_round(1)
+    assert len({c.num_train for c in sim.data.clients}) > 1  # sizes differ, weights do not
+    assert seen[0].num_samples.tolist() == [1.0] * 3

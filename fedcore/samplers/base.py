@@ -51,3 +51,9 @@ class Sampler:
     def sample(self, pop: Population) -> np.ndarray:
         """The round's client ids, sorted, without repeats."""
         raise NotImplementedError
+
+    def rule_sizes(self, sizes: list[int]) -> list[int]:
+        """The sample counts the server weights the selected clients by (the rule's
+        ``UpdateBatch.num_samples`` and the BatchNorm statistics), given their own: unchanged
+        unless the draw already followed the data sizes."""
+        return sizes

@@ -4,7 +4,9 @@ docs/methods/power_of_choice.md).
 
 Each round: a candidate set of ``d`` clients drawn without replacement with probability
 proportional to their training-set size, then the ``m`` candidates on which the current global
-model has the highest local loss."""
+model has the highest local loss. The candidates are already drawn in proportion to the data
+sizes, so the server averages the selected clients with equal weights, as in the paper (weighting
+them by size again would count it twice)."""
 
 from __future__ import annotations
 
@@ -49,3 +51,7 @@ class PowerOfChoice(Sampler):
         loss = np.nan_to_num(pop.local_loss([int(k) for k in cand]), nan=-np.inf)
         top = np.argsort(-loss, kind="stable")[: pop.per_round]
         return np.sort(cand[top])
+
+    def rule_sizes(self, sizes: list[int]) -> list[int]:
+        """Equal weights 1/m: the paper's update averages the selected clients uniformly."""
+        return [1] * len(sizes)

@@ -68,7 +68,8 @@ def trial_files(
     cfg, origin = trial_config(spec, trial)
     resolved = cfg.resolved()
     method = {**resolved["method"], "name": name}
-    score = ", ".join(f"{m}={v:.4f}" for m, v in zip(spec.metrics, trial.values, strict=True))
+    score = ", ".join(f"{m}={v:.4f}"
+                      for m, v in zip(spec.objective_labels, trial.values, strict=True))
     header = (
         f"# Trial {trial.number} of study {spec.study_name!r} ({score}), seed {cfg.seed}.\n"
         f"# Tuned: {', '.join(f'{k}={v}' for k, v in trial.params.items())}\n"
@@ -200,7 +201,9 @@ def trials_markdown(study: optuna.Study, spec: StudySpec) -> str:
     rows = trial_rows(study, spec)
     columns = ["trial", "state", *spec.metrics, *(p.key for p in spec.params), "run_id"]
     counts = ", ".join(f"{n} {s.lower()}" for s, n in state_counts(study).items() if n)
-    return (f"### Study `{spec.study_name}`: {len(rows)} trials ({counts})\n\n"
+    objective = "; ".join(spec.objective_labels)
+    return (f"### Study `{spec.study_name}`: {len(rows)} trials ({counts}); "
+            f"objective: {objective}\n\n"
             + markdown_rows(rows, columns))
 
 
@@ -209,7 +212,7 @@ def describe(
 ) -> str:
     """One line per trial: state, number, objective values and tuned params."""
     score = (
-        "  ".join(f"{m}={v:.4f}" for m, v in zip(spec.metrics, values, strict=True))
+        "  ".join(f"{m}={v:.4f}" for m, v in zip(spec.objective_labels, values, strict=True))
         if values else "-"
     )
     tuned = "  ".join(

@@ -18,6 +18,7 @@ from fedcore.config import ConfigError, ExperimentConfig, config_dir, project_ro
 from fedcore.configure import build_config
 from fedcore.pipeline.sweep import read_base
 from fedcore.seeding import TUNING_SEED_MIN
+from fedcore.tuning.objective import DEFAULT_AVERAGE_LAST, objective_label
 
 # A personalised method's personal models (fedcore.callbacks.personal.personal_summary).
 PERSONAL_METRICS = (
@@ -44,16 +45,18 @@ ROUND_METRICS = {
     "clients/accuracy_mean": "maximize",
     "clients/accuracy_worst10": "maximize",
     "test/loss": "minimize",
+    "personal/accuracy_mean": "maximize",  # personalised methods (Ditto): their personal models
+    "personal/accuracy_worst10": "maximize",
 }
 SAMPLERS = ("tpe", "nsga2", "random")
 PRUNERS = ("none", "median", "percentile", "hyperband", "threshold")
 PARAM_TYPES = ("float", "int", "categorical")
 STUDY_KEYS = (
-    "name", "base", "set", "search", "metric", "direction", "n_trials", "timeout",
-    "sampler", "pruner", "storage", "study_name", "heartbeat",
+    "name", "base", "set", "search", "metric", "direction", "average_last", "n_trials",
+    "timeout", "sampler", "pruner", "storage", "study_name", "heartbeat",
 )
 # Study keys a command-line override may set; every other key goes to the base experiment.
-OVERRIDABLE = ("n_trials", "timeout", "storage", "study_name")
+OVERRIDABLE = ("n_trials", "timeout", "storage", "study_name", "average_last")
 OVERRIDABLE_PREFIXES = ("sampler.", "pruner.", "heartbeat.")
 # Optuna's heartbeat: a running trial records one every ``interval`` s; a trial whose last one
 # is older than ``grace_period`` s (its process died) is failed by the next process that asks
@@ -119,10 +122,17 @@ class StudySpec:
     path: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)  # as given on the command line
+    # a trial's score: the metric's mean over the last k evaluations (fedcore.tuning.objective)
+    average_last: int = DEFAULT_AVERAGE_LAST
 
     @property
     def multi_objective(self) -> bool:
         return len(self.metrics) > 1
+
+    @property
+    def objective_labels(self) -> tuple[str, ...]:
+        """What each objective value is, e.g. "test/accuracy mean of last 5"."""
+        return tuple(objective_label(m, self.average_last) for m in self.metrics)
 
     @property
     def seeds(self) -> tuple[int, ...]:
@@ -277,6 +287,7 @@ def load_study(path: str | Path, overrides: dict[str, Any] | None = None) -> Stu
         heartbeat=_heartbeat(raw.get("heartbeat")),
         path=path.resolve(),
         overrides=dict(overrides or {}),
+        average_last=_average_last(raw.get("average_last", DEFAULT_AVERAGE_LAST)),
     )
     if spec.n_trials is None and spec.timeout is None:
         raise ConfigError("study: set n_trials and/or timeout (seconds), e.g. n_trials=20")
@@ -376,6 +387,15 @@ def _budget(value: Any, key: str, cast: type) -> Any:
     if cast is int and value != int(value):  # n_trials=1.5 would run 1 trial
         raise ConfigError(f"study.{key}: expected a positive integer or null (got {value!r})")
     return cast(value)
+
+
+def _average_last(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"study.average_last: expected an int >= 1, the evaluations a trial's score "
+            f"averages (1: the last one only) (got {value!r})"
+        )
+    return value
 
 
 def _sampler(raw: Any, n_objectives: int) -> dict[str, Any]:
@@ -497,8 +517,12 @@ def _check_seeds(spec: StudySpec) -> None:
 
 
 def _check_personal(spec: StudySpec, cfg: ExperimentConfig) -> None:
-    """A final/personal_* objective needs a method with personal models (e.g. Ditto)."""
-    personal = [m for m in spec.metrics if m in PERSONAL_METRICS]
+    """A final/personal_* objective, or a pruner watching personal/*, needs a method with
+    personal models (e.g. Ditto)."""
+    personal = [("study.metric", m) for m in spec.metrics if m in PERSONAL_METRICS]
+    watched = spec.pruner.get("metric", "")
+    if watched.startswith("personal/"):
+        personal.append(("study.pruner.metric", watched))
     if not personal:
         return
     from fedcore.clients.base import REGISTRY
@@ -506,7 +530,8 @@ def _check_personal(spec: StudySpec, cfg: ExperimentConfig) -> None:
     algorithm = cfg.method.client["algorithm"]
     if not REGISTRY.get(algorithm).personalized:
         allowed = ", ".join(sorted(n for n, c in REGISTRY.classes().items() if c.personalized))
+        where, metric = personal[0]
         raise ConfigError(
-            f"study.metric: {personal[0]} needs a personalised client algorithm, "
+            f"{where}: {metric} needs a personalised client algorithm, "
             f"method.client.algorithm={algorithm!r} has no personal models; allowed: {allowed}"
         )

@@ -28,6 +28,7 @@ from fedcore.tracking.links import run_url
 from fedcore.tracking.mlflow_tracker import store_lock
 from fedcore.tracking.parents import log_source
 from fedcore.tracking.runner import run_tracked
+from fedcore.tuning.objective import trial_value
 from fedcore.tuning.spec import Param, StudySpec
 
 SQLITE_TIMEOUT_S = 600  # how long a process waits for another's write lock on a shared SQLite file
@@ -163,11 +164,26 @@ def open_study(spec: StudySpec) -> optuna.Study:
             f"{[d.name.lower() for d in study.directions]}, this file asks for "
             f"{list(spec.directions)}; allowed: a new study_name"
         )
+    _check_average_last(study, spec, stored)
     study.set_user_attr("metrics", list(spec.metrics))
     with warnings.catch_warnings():  # set_metric_names is marked experimental
         warnings.simplefilter("ignore")
         study.set_metric_names(list(spec.metrics))  # the dashboard's axis names
     return study
+
+
+def _check_average_last(study: optuna.Study, spec: StudySpec, stored: int) -> None:
+    """A stored study's trials keep the score they were given: resuming it with another
+    ``average_last`` would rank trials scored two ways (studies from before the setting scored
+    the last evaluation only, i.e. 1)."""
+    before = study.user_attrs.get("average_last", 1 if stored else None)
+    if before is not None and before != spec.average_last:
+        raise ConfigError(
+            f"study_name={spec.study_name!r}: the stored study scored its trials with "
+            f"average_last={before}, this file asks for {spec.average_last}; allowed: "
+            f"average_last={before} or a new study_name"
+        )
+    study.set_user_attr("average_last", spec.average_last)
 
 
 def load_existing(spec: StudySpec) -> optuna.Study:
@@ -234,6 +250,7 @@ def study_parent_run(spec: StudySpec) -> str:
         )
         client.log_param(run.info.run_id, "metrics", ",".join(spec.metrics))
         client.log_param(run.info.run_id, "directions", ",".join(spec.directions))
+        client.log_param(run.info.run_id, "objective", ",".join(spec.objective_labels))
         client.log_param(run.info.run_id, "search", ",".join(p.key for p in spec.params))
         log_source(client, run.info.run_id, spec.path,
                    [f"{k}={v}" for k, v in spec.overrides.items()], "study.yaml")
@@ -293,7 +310,8 @@ def _run_trial(
                                      tags=tags, resume=False,
                                      run_name=f"{spec.study_name}-trial-{trial.number}")
         if result.stopped is None:
-            values = [float(result.summary[m]) for m in spec.metrics]
+            values = [trial_value(m, result.history, result.summary, spec.average_last)
+                      for m in spec.metrics]
             state = "COMPLETE"
         else:  # the pruning reporter stopped it
             state = "PRUNED"
