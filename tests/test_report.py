@@ -1,6 +1,9 @@
-"""The comparison report of a sweep, read back from real MLflow runs."""
+"""The comparison report of a sweep, read back from real MLflow runs: the families' verdicts, the
+exploratory table, failed seeds, the files and the parent run."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pandas as pd
@@ -11,29 +14,36 @@ from scipy import stats
 from fedcore.config import config_dir
 from fedcore.pipeline.sweep import load_sweep
 from fedcore.tracking import load_settings, mlflow_client
-from fedcore.tracking.report import build_report, sweep_parent_run
+from fedcore.tracking.report import build_report, sweep_parent_run, target_text
 from fedcore.tracking.runner import run_tracked
 
 pytestmark = pytest.mark.slow  # end to end (see docs/how-to/tests.md)
 
 
-def _sweep_file(tmp_path, methods, seeds=(0, 1)):
-    path = tmp_path / "small.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "small",
+def _sweep_file(tmp_path, methods, seeds=(0, 1, 2), families=None, grid=None, name="small"):
+    path = tmp_path / f"{name}.yaml"
+    spec = {
+        "name": name,
         "base": str(config_dir() / "experiment.yaml"),
-        "grid": {"method": list(methods), "seed": list(seeds)},
-        "set": {"rounds": 2, "model.name": "mlp", "dataset.num_clients": 6,
-                "clients_per_round": 3, "local.epochs": 1, "target_accuracy": 0.2},
-    }))
+        "grid": grid or {"method": list(methods)},
+        "seeds": list(seeds),
+        "set": {"rounds": 3, "model.name": "mlp", "dataset.num_clients": 6,
+                "clients_per_round": 3, "local.epochs": 1, "target_accuracy": 0.3},
+    }
+    if families:
+        spec["families"] = families
+    path.write_text(yaml.safe_dump(spec))
     return path
+
+
+FAMILY = [{"name": "topk", "paper": "Test", "reference": "fedavg", "baselines": ["fedavg_topk"]}]
 
 
 @pytest.fixture
 def ran_sweep(tracking, tmp_path):
     from flows.sweep import parent_run
 
-    path = _sweep_file(tmp_path, ["fedavg", "fedavg_topk"])
+    path = _sweep_file(tmp_path, ["fedavg", "fedavg_topk"], families=FAMILY)
     spec = load_sweep(path)
     parent = parent_run(spec)
     for cell in spec.cells:
@@ -48,62 +58,110 @@ def test_table_is_mean_and_interval_over_seeds_of_the_recorded_runs(ran_sweep, t
     client = mlflow_client(load_settings())
     table = report.table.set_index("method")
     assert list(table.index) == ["fedavg", "fedavg_topk"]
-    assert (table["seeds"] == 2).all()
+    assert (table["seeds"] == 3).all() and (table["failed"] == 0).all()
     for method in table.index:
         runs = report.runs[report.runs["method"] == method]
         got = [client.get_run(r).data.metrics for r in runs["run_id"]]
-        acc = [m["final/accuracy"] for m in got]
-        assert table.loc[method, "accuracy_mean"] == pytest.approx(np.mean(acc))
-        low, high = stats.t.interval(0.95, 1, loc=np.mean(acc), scale=stats.sem(acc))
-        if np.std(acc) > 0:
-            assert (table.loc[method, "accuracy_low"], table.loc[method, "accuracy_high"]) == (
-                pytest.approx((low, high)))
-        worst = [m["final/accuracy_worst10"] for m in got]
-        assert table.loc[method, "worst10_mean"] == pytest.approx(np.mean(worst))
-        gb = [m["comm/bytes_up_total"] / 1e9 for m in got]
-        assert table.loc[method, "gb_sent_mean"] == pytest.approx(np.mean(gb))
-        jain = [m["clients/jain_index"] for m in got]
-        assert table.loc[method, "jain_mean"] == pytest.approx(np.mean(jain))
+        for key, metric in (("accuracy_last_k", "final/accuracy_last_k"),
+                            ("accuracy", "final/accuracy"),
+                            ("worst10", "final/accuracy_worst10"),
+                            ("jain", "clients/jain_index")):
+            values = [m[metric] for m in got]
+            assert table.loc[method, f"{key}_mean"] == pytest.approx(np.mean(values))
+            if np.std(values) > 0:
+                low, high = stats.t.interval(0.95, 2, loc=np.mean(values),
+                                             scale=stats.sem(values))
+                assert (table.loc[method, f"{key}_low"], table.loc[method, f"{key}_high"]) == (
+                    pytest.approx((low, high)))
     assert table.loc["fedavg_topk", "gb_sent_mean"] < table.loc["fedavg", "gb_sent_mean"] / 5
     names = {f.name for f in report.files}
     assert names == {"table.md", "table.html", "table.csv", "runs.csv", "convergence.png",
                      "forest.png", "client_accuracy.png", "accuracy_vs_gb.png"}
     assert all(f.stat().st_size > 0 for f in report.files)
     md = (tmp_path / "out" / "table.md").read_text()
-    for label in ("final accuracy", "worst-10 %", "client accuracy std", "Jain", "AUC",
-                  "rounds to target", "GB sent"):
-        assert f"| {label} " in md or f"| {label} |" in md
-    assert "4 finished runs of 4 cells" in md
-    for label in ("Δ accuracy vs ref", "Δ worst-10 % vs ref", "best?", "regime", "tuning"):
+    assert "6 cells planned: 6 finished, 0 diverged or failed" in md
+    assert "**Primary endpoint** (declared in the sweep file before it ran): mean test " \
+           "accuracy of the last 5 evaluations (final/accuracy_last_k), rounds 1-3 of 3" in md
+    assert "### Test: `fedavg` against its baselines (digits" in md
+    for label in ("accuracy, mean of last k", "final accuracy", "worst-10 %", "Jain",
+                  "mean accuracy over evaluations", "rounds to target", "GB sent",
+                  "detectable Δ vs ref", "regime", "tuning"):
         assert f"| {label} |" in md
-    lines = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
-    # local.epochs 1 is not the default experiment's 5: the local part is named as changed
-    assert "| reference |" in lines["fedavg (tuned)"]
-    assert ", p=" in lines["fedavg_topk (tuned)"]
-    assert "method paper · local tuned · data default | by hand |" in lines["fedavg (tuned)"]
-    # the paired test of the report is the one of fedcore.pipeline.stats on the runs' seeds
-    topk = report.tests[0].comparison
-    by = {m: report.runs[report.runs["method"] == m].set_index("seed")["accuracy"]
+    assert "≈ best" not in md and "indistinguishable" not in md
+    # the family's comparison is the one of fedcore.pipeline.families on the runs' seeds
+    (outcome,) = report.outcomes
+    c = outcome.decisions[0].comparison
+    by = {m: report.runs[report.runs["method"] == m].set_index("seed")["accuracy_last_k"]
           for m in ("fedavg", "fedavg_topk")}
-    assert topk.difference.mean == pytest.approx(float((by["fedavg_topk"] - by["fedavg"]).mean()))
+    assert c is not None and c.interval.mean == pytest.approx(
+        float((by["fedavg"] - by["fedavg_topk"]).mean()))
     csv = pd.read_csv(tmp_path / "out" / "table.csv")
-    assert {"accuracy_mean", "auc_low", "rounds_to_target_mean"} <= set(csv.columns)
+    assert {"accuracy_last_k_mean", "auc_low", "failed", "target_text"} <= set(csv.columns)
     html = (tmp_path / "out" / "table.html").read_text(encoding="utf-8")
     assert "<table" in html and '<meta charset="utf-8">' in html
     logged = {a.path for a in client.list_artifacts(parent, "report")}
     assert {f"report/{n}" for n in names} == logged
     note = client.get_run(parent).data.tags["mlflow.note.content"]  # the run description
-    assert note.startswith(md.split("\n\n")[0]) and "| Δ accuracy vs ref |" in note
-    assert "| worst-10 % |" not in note and len(note) < 8000  # the main columns only
+    assert note.startswith("# Sweep `small`") and "fedavg vs fedavg_topk:" in note
+
+
+def test_every_family_row_agrees_with_its_interval(ran_sweep, tmp_path):
+    """Reads the report's family tables: a better/worse verdict exactly when the adjusted
+    interval excludes 0."""
+    _, spec, _ = ran_sweep
+    build_report(spec, tmp_path / "out")
+    md = (tmp_path / "out" / "table.md").read_text()
+    checked = 0
+    for line in md.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) != 8 or cells[0] in ("row", "---") or "reference" in cells[0]:
+            continue
+        found = re.search(r"\[([-+][\d.]+), ([-+][\d.]+)\]", cells[4])
+        if found is None:
+            continue
+        low, high = float(found.group(1)), float(found.group(2))
+        assert (low > 0 or high < 0) == (cells[5] in ("better", "worse")), line
+        checked += 1
+    assert checked >= 1
+
+
+def test_a_diverged_seed_stays_in_its_row(tracking, tmp_path):
+    from flows.sweep import parent_run
+
+    fam = [{"name": "lr", "reference": "fedavg", "baselines": ["fedavg lr=1e+06"]}]
+    path = _sweep_file(tmp_path, [], seeds=(0, 1), families=fam, name="div", grid=[
+        {"method": ["fedavg"]}, {"method": ["fedavg"], "local.lr": [1e6]}])
+    spec = load_sweep(path)
+    parent = parent_run(spec)
+    for cell in spec.cells:
+        try:
+            run_tracked(cell.config, parent_run_id=parent, tags={"sweep": spec.name})
+        except FloatingPointError:
+            pass
+    report = build_report(spec, tmp_path / "out")
+    assert set(report.runs["status"]) == {"FINISHED", "FAILED"}
+    md = (tmp_path / "out" / "table.md").read_text()
+    assert "4 cells planned: 2 finished, 2 diverged or failed (kept in their rows)" in md
+    assert re.search(r"\| fedavg lr=1e\+06 \|.*\| 0 of 2 finished; 2 failed: diverged at "
+                     r"round \d", md)
+    assert "fedavg vs fedavg lr=1e+06: no verdict (seed 0: diverged at round" in md
+    assert list(report.table["seeds"]) == [2, 0] and list(report.table["failed"]) == [0, 2]
+    assert report.outcomes[0].decisions[0].verdict == "blocked"
+
+
+def test_rounds_to_target_counts_the_seeds_that_never_reached_it():
+    assert target_text([14.0, 14.0, float("nan")], 20) == "median 14 (2/3 reached)"
+    assert target_text([5.0, float("nan"), float("nan")], 20) == "> 20 (1/3 reached)"
+    assert target_text([3.0, 7.0, 9.0, 11.0], 20) == "median 9 (4/4 reached)"
 
 
 def test_missing_cells_are_counted_and_no_runs_is_an_error(ran_sweep, tmp_path):
-    path, _, _ = ran_sweep
-    bigger = load_sweep(_sweep_file(tmp_path, ["fedavg", "fedavg_topk", "fedprox"]))
+    bigger = load_sweep(_sweep_file(tmp_path, ["fedavg", "fedavg_topk", "fedprox"],
+                                    name="bigger"))
     report = build_report(bigger, tmp_path / "out2")
-    assert len(report.runs) == 4
-    assert "(2 missing)" in (tmp_path / "out2" / "table.md").read_text()
-    none = load_sweep(_sweep_file(tmp_path, ["fedprox"]))
+    assert len(report.runs) == 6
+    assert "3 not yet run" in (tmp_path / "out2" / "table.md").read_text()
+    none = load_sweep(_sweep_file(tmp_path, ["fedprox"], name="none"))
     with pytest.raises(LookupError, match="no FINISHED run"):
         build_report(none, tmp_path / "out3")
 
@@ -113,10 +171,11 @@ def test_cli_and_flow_write_the_report(ran_sweep, tmp_path, prefect_harness, cap
     from flows.report import report
 
     path, _, _ = ran_sweep
-    assert main(["report", str(path), "--out", str(tmp_path / "cli")]) == 0
-    assert "| fedavg_topk (tuned) |" in capsys.readouterr().out
-    out = report(str(path), out_dir=str(tmp_path / "flow"))
-    assert out["runs"] == 4 and (tmp_path / "flow" / "convergence.png").is_file()
+    assert main(["report", str(path), "--out", str(tmp_path / "cli"), "--last-k", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| fedavg_topk |" in out and "last 2 evaluations" in out
+    flow = report(str(path), out_dir=str(tmp_path / "flow"))
+    assert flow["runs"] == 6 and (tmp_path / "flow" / "convergence.png").is_file()
     assert main(["report", str(path), "dataset.alpha=-1"]) == 2
     assert main(["report", str(path), "--out", str(tmp_path / "r"), "--reference", "nope"]) == 1
     assert "reference 'nope' matches no row" in capsys.readouterr().err

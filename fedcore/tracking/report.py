@@ -149,6 +149,8 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     mean over finished seeds with its 95 % t-interval (``<key>_mean``, ``_low``, ``_high``,
     ``_n``); ``reached_target``: the seeds that reached the target."""
     keys = _group_keys(runs)
+    runs = runs.assign(**{k: runs[k].astype(object).where(runs[k].notna(), "")
+                          for k in keys if k.startswith("grid:")})  # NaN keys never match
     table = with_intervals(runs, [key for key, _, _ in COLUMNS], keys)  # NaN: failed seeds
     if table.empty:
         return table
@@ -162,9 +164,8 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     table["failures"] = ["; ".join(failed.get(i, [])) for i in index]
     table["reached_target"] = [int(np.isfinite(np.asarray(reached.get(i, []), float)).sum())
                                for i in index]
-    table["target_text"] = [target_text(reached.get(i, []), int(r))
-                            for i, r in zip(index, runs.groupby(keys, sort=False)["rounds"]
-                                            .max().reindex(index), strict=True)]
+    horizon = {k: int(g["rounds"].max()) for k, g in groups}
+    table["target_text"] = [target_text(reached.get(i, []), horizon.get(i, 0)) for i in index]
     return table
 
 
@@ -450,6 +451,10 @@ def build_report(
         by = "" if any_code else "made by this code "
         raise LookupError(f"sweep {spec.name!r}: no FINISHED run {by}of any of its "
                           f"{len(spec.cells)} cells{other}; run the sweep first")
+    if not reference_rows(runs[runs["status"] == "FINISHED"], reference):
+        rows = ", ".join(dict.fromkeys(runs["row"]))
+        raise LookupError(f"reference {reference!r} matches no row of sweep {spec.name!r} "
+                          f"(a method with one row per setting, or a row label); rows: {rows}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ids = [r for r, st in zip(runs["run_id"], runs["status"], strict=True) if st == "FINISHED"]
