@@ -122,13 +122,13 @@ def test_average_ranks_and_the_critical_difference_gate():
     rows = {"a": 0.03, "b": 0.0, "c": -0.03}
     few = agg.rank_test(_runs(4, rows, noise=0.0), "accuracy")
     assert few.ranks.to_dict() == {"a": 1.0, "b": 2.0, "c": 3.0}
-    assert math.isnan(few.cd) and "at least 5" in few.reason and "Demšar" in few.reason
+    assert math.isnan(few.cd) and "at least 5 settings" in few.reason and "Demšar" in few.reason
     enough = agg.rank_test(_runs(5, rows, noise=0.0), "accuracy")
     assert enough.reason == "" and enough.settings == 5
     assert enough.cd == pytest.approx(2.3437 * math.sqrt(3 * 4 / (6 * 5)), rel=1e-4)
     assert enough.statistic == pytest.approx(10.0) and enough.p < 0.01  # 12N/(k(k+1)) sum..
     two = agg.rank_test(_runs(6, {"a": 0.0, "b": 0.01}), "accuracy")
-    assert math.isnan(two.cd) and "needs at least 3" in two.reason
+    assert math.isnan(two.cd) and "needs at least 3 rows" in two.reason
 
 
 def test_ties_share_their_rank_and_rows_missing_a_setting_are_left_out():
@@ -157,7 +157,7 @@ def test_the_section_names_its_files_and_draws_a_cd_diagram_only_with_enough_set
     names = sorted(p.name for p in files)
     assert names == ["aggregate.csv", "profile_accuracy.png", "profile_worst10.png"]
     assert md.startswith("## Across settings") and "| craft | 6 | 2 |" in md
-    assert "no critical-difference diagram: 2 settings" in md
+    assert "no critical-difference diagram: it needs at least 5 settings" in md
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in files if p.suffix == ".png")
     md, files = agg.aggregate_section(_runs(5, rows), "fedavg", tmp_path / "five", reps=200,
                                       metrics=("accuracy",))

@@ -286,10 +286,11 @@ def rank_test(
     avg = ranks.mean(axis=0).sort_values(kind="stable")
     reason = ""
     if n < MIN_SETTINGS_FOR_CD:
-        reason = (f"{n} settings: a critical-difference diagram needs at least "
-                  f"{MIN_SETTINGS_FOR_CD} (Demšar 2006)")
+        reason = (f"it needs at least {MIN_SETTINGS_FOR_CD} settings (Demšar 2006) and "
+                  f"these runs span {n}")
     elif k < MIN_ROWS_FOR_CD:
-        reason = f"{k} rows in every setting: Friedman's test needs at least {MIN_ROWS_FOR_CD}"
+        reason = (f"Friedman's test needs at least {MIN_ROWS_FOR_CD} rows present in every "
+                  f"setting and there are {k}")
     if reason:
         return RankTest(avg, n, math.nan, math.nan, math.nan, level, reason)
     stat, p = stats.friedmanchisquare(*(table[c].to_numpy() for c in table.columns))
