@@ -114,3 +114,22 @@ def test_unseen_metrics_reach_mlflow(tracking):
     assert [m.step for m in steps] == [1, 2]
     assert metrics["final/participation_gap"] == pytest.approx(
         result.summary["final/participation_gap"])
+
+
+def test_own_data_keeps_the_runs_holdout_drawn_from_its_partition_seed():
+    import torch
+    from torch import nn
+
+    from fedcore.data.own import federate
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(240, 8, generator=g), torch.randint(0, 3, (240,), generator=g)
+    cfg = load_config(None, ["rounds=1", "dataset.num_clients=10", "clients_per_round=2",
+                             "local.epochs=1", "device=cpu", "dataset.holdout_clients=0.25"])
+    held = []
+    for seed in (5, 5, 6):
+        data = federate(x, y, name="blobs", num_clients=10, alpha=0.5, seed=seed)
+        sim = Simulation(cfg, data=data, model=nn.Sequential(nn.Linear(8, 3)))
+        assert sim.cfg.dataset.holdout_clients == 0.25 and sim.cfg.dataset.partition_seed == seed
+        held.append(tuple(sim.held_out))
+    assert len(held[0]) == 3 and held[0] == held[1]  # 2.5 clients round half up to 3
