@@ -171,3 +171,13 @@ def test_the_section_names_its_files_and_draws_a_cd_diagram_only_with_enough_set
 def test_an_unknown_reference_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="reference: 'fedprox' is not a row"):
         agg.aggregate_section(_runs(2, {"fedavg": 0.0}), "fedprox", tmp_path)
+
+
+def test_rows_missing_a_setting_are_left_out_of_the_section(tmp_path):
+    runs = _runs(2, {"fedavg": 0.0, "fedprox": 0.01, "craft": 0.02})
+    runs = runs[~((runs["row"] == "craft") & (runs["alpha"] > 0.15))]  # craft: alpha 0.1 only
+    assert agg.complete_rows(runs) == ["fedavg", "fedprox"]
+    md, files = agg.aggregate_section(runs, "fedavg", tmp_path, reps=100, metrics=("accuracy",))
+    assert "left out: craft." in md and "| craft |" not in md and "| fedprox | 6 | 2 |" in md
+    md, files = agg.aggregate_section(runs, "craft", tmp_path / "ref", reps=100)
+    assert files == [] and "No aggregate: the reference craft did not run in every setting" in md

@@ -114,6 +114,15 @@ def groups_by_setting(
     return {str(s): g[metric].to_numpy(dtype=float) for s, g in sub.groupby("_setting", sort=True)}
 
 
+def complete_rows(runs: pd.DataFrame, columns: Sequence[str] | None = None) -> list[str]:
+    """The rows with at least one run in every setting the runs span (in order of first
+    appearance): the rows an across-settings comparison can pool on equal terms."""
+    frame = runs.assign(_setting=setting_labels(runs, columns))
+    count = frame.groupby("row", sort=False)["_setting"].nunique()
+    total = frame["_setting"].nunique()
+    return [r for r in rows_in_order(runs) if count.get(r, 0) == total]
+
+
 def rows_in_order(runs: pd.DataFrame, reference: str | None = None) -> list[str]:
     """The rows, reference first, then in order of first appearance."""
     rows = list(dict.fromkeys(runs["row"].astype(str)))
@@ -373,14 +382,25 @@ def aggregate_section(
                          f"{', '.join(rows_in_order(runs))}")
     names = {**LABELS, **(labels or {})}
     cols = setting_columns(runs) if columns is None else list(columns)
-    labels_of = setting_labels(runs, cols)
-    settings = sorted(labels_of.unique())
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files: list[Path] = []
+    settings = sorted(setting_labels(runs, cols).unique())
+    complete = complete_rows(runs, cols)
+    left_out = [r for r in rows_in_order(runs) if r not in complete]
     lines = [
         "## Across settings", "",
         f"{len(settings)} settings ({', '.join(c.removeprefix('grid:') for c in cols)}): "
         + "; ".join(f"`{s}`" for s in settings) + ".",
+    ]
+    if left_out:
+        lines.append(f"Only rows that ran in every setting are pooled; left out: "
+                     f"{', '.join(left_out)}.")
+    if reference not in complete or len(complete) < 2:
+        why = (f"the reference {reference} did not run in every setting"
+               if reference not in complete else "fewer than two rows ran in every setting")
+        return "\n".join([*lines, "", f"No aggregate: {why}.", ""]), []
+    runs = runs[runs["row"].astype(str).isin(complete)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files: list[Path] = []
+    lines += [
         "Each row is pooled over all its runs in every setting. IQM: interquartile mean "
         f"(the mean of the middle half of the runs), with a {CONFIDENCE:.0%} stratified "
         f"bootstrap interval ({reps} replicates, seeds redrawn within each setting). "
