@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -71,12 +72,18 @@ class _Recorded(_Strict):
     they were."""
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ()
+    # settings added later whose zero default changes nothing: left out while zero, so the
+    # hashes of configs written before them stay as they were
+    ZERO_OMITTED: ClassVar[tuple[str, ...]] = ()
 
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
         for key in self.OPTIONAL:
             if data.get(key) in (None, {}):
+                data.pop(key, None)
+        for key in self.ZERO_OMITTED:
+            if data.get(key) == 0:
                 data.pop(key, None)
         return data
 
@@ -86,6 +93,7 @@ class DatasetConfig(_Recorded):
     ``fedcore.data.own``), whose name, source and partition settings fedcore records here."""
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("source", "digest", "partition_seed")
+    ZERO_OMITTED: ClassVar[tuple[str, ...]] = ("holdout_clients",)
     name: str = "digits"
     root: PathSetting = "data"
     download: bool = False
@@ -100,6 +108,16 @@ class DatasetConfig(_Recorded):
     source: str | None = None  # own data: where it came from
     digest: str | None = None  # own data: content digest (samples, labels, clients)
     partition_seed: int | None = Field(None, ge=0)  # own data: the seed of its partition
+    holdout_clients: float = Field(
+        0.0, ge=0, lt=1, description="fraction of clients never sampled for training, drawn "
+        "from the partition seed; the global model is evaluated on them (`unseen/*`)"
+    )
+
+    def held_out_count(self, num_clients: int | None = None) -> int:
+        """How many of ``num_clients`` (default ``self.num_clients``) clients are held out:
+        ``holdout_clients`` of them rounded to the nearest whole client."""
+        n = self.num_clients if num_clients is None else num_clients
+        return math.floor(self.holdout_clients * n + 0.5)
 
     @model_validator(mode="after")
     def _name_known(self) -> DatasetConfig:
@@ -236,11 +254,21 @@ class ExperimentConfig(_Strict):
 
     @model_validator(mode="after")
     def _clients_fit(self) -> ExperimentConfig:
-        if self.clients_per_round > self.dataset.num_clients:
+        ds = self.dataset
+        if self.clients_per_round > ds.num_clients:
             raise ValueError(
                 f"clients_per_round={self.clients_per_round} exceeds "
-                f"dataset.num_clients={self.dataset.num_clients}; "
-                f"allowed: 1..{self.dataset.num_clients}"
+                f"dataset.num_clients={ds.num_clients}; allowed: 1..{ds.num_clients}"
+            )
+        spare = ds.num_clients - self.clients_per_round  # clients a holdout may take
+        if ds.holdout_clients > 0 and not 1 <= ds.held_out_count() <= spare:
+            allowed = (f"{0.5 / ds.num_clients:.3g}..{spare / ds.num_clients:.3g} or 0"
+                       if spare else "0 (clients_per_round takes every client)")
+            raise ValueError(
+                f"dataset.holdout_clients={ds.holdout_clients:g} holds out "
+                f"{ds.held_out_count()} of dataset.num_clients={ds.num_clients}; it must hold "
+                f"out at least one and leave clients_per_round={self.clients_per_round} to "
+                f"train; allowed: {allowed}"
             )
         return self
 

@@ -91,8 +91,8 @@ def _validate_method(cfg: ExperimentConfig) -> None:
 
     method = cfg.method
     method.compression = resolve_compression(dict(method.compression))
-    method.sampler = resolve_sampler(method.sampler, cfg.dataset.num_clients,
-                                     cfg.clients_per_round)
+    training = cfg.dataset.num_clients - cfg.dataset.held_out_count()  # those it may draw
+    method.sampler = resolve_sampler(method.sampler, training, cfg.clients_per_round)
     method.stages = resolve_stages(method.stages)
     for field_name, registry in AXES:
         if field_name == "compression":

@@ -34,6 +34,7 @@ def _pattern(name: str) -> re.Pattern[str]:
 # "sweep" / "study" / "claims" (the parent run of that command), "system" (MLflow's monitor).
 SIM = "fedcore/simulation.py"
 METRICS = "fedcore/metrics.py"
+EVAL = "fedcore/callbacks/evaluation.py"
 _M = MetricDoc
 
 CATALOGUE: tuple[MetricDoc, ...] = (
@@ -64,6 +65,15 @@ CATALOGUE: tuple[MetricDoc, ...] = (
     _M("clients/accuracy_best10", METRICS, "round", "mean accuracy of the best 10 % of clients"),
     _M("clients/jain_index", METRICS, "round",
        "Jain's fairness index of the client accuracies, (sum a)^2 / (n sum a^2); 1 = all equal"),
+    _M("unseen/accuracy", EVAL, "round",
+       "with dataset.holdout_clients: mean over the held-out clients (never sampled for "
+       "training) of the global model's accuracy on each one's local test split; clients/* "
+       "then cover the training clients only"),
+    _M("unseen/accuracy_worst10", EVAL, "round",
+       "mean accuracy of the worst 10 % of held-out clients (at least one client)"),
+    _M("unseen/participation_gap", EVAL, "round",
+       "clients/accuracy_mean (training clients) minus unseen/accuracy: how much better the "
+       "global model does on clients that could train than on clients that never did"),
     _M("personal/accuracy_mean", METRICS, "round",
        "personalised methods (Ditto): mean accuracy of the clients' personal models"),
     _M("personal/accuracy_std", METRICS, "round", "personal models: std of the accuracies"),
@@ -84,6 +94,11 @@ CATALOGUE: tuple[MetricDoc, ...] = (
     _M("final/accuracy_std", SIM, "summary", "clients/accuracy_std at the last evaluation"),
     _M("final/accuracy_mean_clients", SIM, "summary",
        "clients/accuracy_mean at the last evaluation"),
+    _M("final/unseen_accuracy", SIM, "summary", "unseen/accuracy at the last evaluation"),
+    _M("final/unseen_accuracy_worst10", SIM, "summary",
+       "unseen/accuracy_worst10 at the last evaluation"),
+    _M("final/participation_gap", SIM, "summary",
+       "unseen/participation_gap at the last evaluation"),
     _M("final/personal_accuracy_mean", SIM, "summary",
        "personalised methods: personal/accuracy_mean at the last evaluation"),
     _M("final/personal_accuracy_worst10", SIM, "summary",

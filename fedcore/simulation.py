@@ -25,6 +25,7 @@ from fedcore.client_table import ClientTable
 from fedcore.clients import ClientData, ClientUpdate, Commit, LocalSchedule
 from fedcore.config import ConfigError, ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
+from fedcore.data.holdout import held_out_clients, training_clients
 from fedcore.data.own import config_with_data
 from fedcore.device_check import check_device_present
 from fedcore.engines import sequential
@@ -124,6 +125,9 @@ class Simulation:
         self.builtins = callback_chain.builtins(cfg.target_accuracy, builtins, cfg.last_k)
         self.device = resolve_device(device or cfg.device)
         self.data = data or build_federated_data(cfg.dataset, cfg.seed, self.device, cfg.clients)
+        # clients never sampled for training (dataset.holdout_clients), and those that may be
+        self.held_out = held_out_clients(cfg.dataset, cfg.seed, self.data.num_clients)
+        self.training = training_clients(self.data.num_clients, self.held_out)
         parts = compose.build(cfg, self.data, self.device, model)
         self.byzantine = parts.byzantine
         self.client_algo = parts.client_algo
@@ -161,16 +165,18 @@ class Simulation:
         return x, y, owner
 
     def sample_clients(self, round: int) -> np.ndarray:
-        """The round's clients, sorted, from the sampler (``method.sampler``)."""
+        """The round's clients, sorted, from the sampler (``method.sampler``). The sampler sees
+        the training population only, numbered 0..n-1 (all clients when none is held out)."""
+        ids = self.training
         pop = Population(
             seed=self.cfg.seed,
             round=round,
-            num_clients=self.data.num_clients,
+            num_clients=len(ids),
             per_round=self.cfg.clients_per_round,
-            sizes=np.array([c.num_train for c in self.data.clients]),
-            local_loss=self.local_loss,
+            sizes=np.array([self.data.clients[k].num_train for k in ids]),
+            local_loss=lambda chosen: self.local_loss([int(ids[k]) for k in chosen]),
         )
-        return np.sort(np.asarray(self.sampler.sample(pop)))
+        return np.sort(ids[np.asarray(self.sampler.sample(pop), dtype=np.int64)])
 
     def local_loss(self, client_ids: list[int]) -> np.ndarray:
         """The global model's mean loss on each client's training split (eval mode)."""

@@ -1,5 +1,7 @@
 """The built-in evaluation: the global model on the global test set and on every client's
-local test split, every ``eval_every`` rounds and at the last round."""
+local test split, every ``eval_every`` rounds and at the last round. With clients held out of
+training (``dataset.holdout_clients``), ``clients/*`` cover the training clients and
+``unseen/*`` the held-out ones."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from fedcore.callbacks.base import Callback, RoundRecord, RoundVerdict
 from fedcore.client_table import ClientTable
 from fedcore.layout import load_flat_params
 from fedcore.metrics import (
+    decile_mean,
     eval_with_embeddings,
     fairness_summary,
     label_mix_accuracy,
@@ -69,7 +72,10 @@ def evaluate(
         acc, cl = (t.cpu() for t in label_mix_accuracy(correct, loss, data.y_test, mix))
         has_test = np.ones(n_clients, dtype=bool)
     acc_np = acc.numpy()
-    metrics.update(fairness_summary(acc_np[has_test]))
+    held = np.isin(np.arange(n_clients), sim.held_out)
+    metrics.update(fairness_summary(acc_np[has_test & ~held]))
+    if held.any():
+        metrics.update(unseen_metrics(acc_np[has_test & held], metrics["clients/accuracy_mean"]))
     if params is not sim.params:
         load_flat_params(model, sim.params)
     table = ClientTable(
@@ -82,14 +88,31 @@ def evaluate(
         extra={
             "noisy": np.isin(np.arange(n_clients), data.noisy_clients),
             "byzantine": np.isin(np.arange(n_clients), sorted(sim.byzantine)),
+            **({"held_out": held} if held.any() else {}),
             **(client_values or {}),
         },
     )
     return metrics, table
 
 
+def unseen_metrics(acc: np.ndarray, participating: float) -> dict[str, float]:
+    """``unseen/*`` from the held-out clients' accuracies ``acc`` (one per client with a local
+    test split; empty: none measured): their mean, their worst-10 % mean, and the participation
+    gap, ``participating`` (the mean over training clients) minus that mean."""
+    if not len(acc):
+        return {}
+    mean = float(acc.mean())
+    return {
+        "unseen/accuracy": mean,
+        "unseen/accuracy_worst10": decile_mean(acc, worst=True),
+        "unseen/participation_gap": participating - mean,
+    }
+
+
 def tested_clients(sim: Simulation) -> np.ndarray:
-    """Which clients the per-client summaries cover: those with a local test split, or all of
-    them when no client has one (then the table holds the label-mix accuracies)."""
+    """Which clients the per-client summaries cover: the training clients (none held out) with
+    a local test split, or all training clients when no client has one (then the table holds
+    the label-mix accuracies)."""
     has_test = np.array([len(c.y_test) > 0 for c in sim.data.clients])
-    return has_test if has_test.any() else np.ones(len(has_test), dtype=bool)
+    tested = has_test if has_test.any() else np.ones(len(has_test), dtype=bool)
+    return tested & ~np.isin(np.arange(len(has_test)), sim.held_out)

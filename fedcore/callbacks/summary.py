@@ -21,6 +21,9 @@ FINAL = {
     "final/accuracy_worst10": "clients/accuracy_worst10",
     "final/accuracy_std": "clients/accuracy_std",
     "final/accuracy_mean_clients": "clients/accuracy_mean",
+    "final/unseen_accuracy": "unseen/accuracy",
+    "final/unseen_accuracy_worst10": "unseen/accuracy_worst10",
+    "final/participation_gap": "unseen/participation_gap",
 }
 
 

@@ -169,7 +169,7 @@ def hand_made_record(data: FederatedData) -> DatasetConfig:
 def config_with_data(cfg: ExperimentConfig, data: FederatedData) -> ExperimentConfig:
     """``cfg`` recording ``data``: unchanged for data fedcore built from this very config (a
     sweep's shared data), else the data's record (or, for a hand-made ``FederatedData``, its
-    content digest) as the ``dataset`` block."""
+    content digest) as the ``dataset`` block, with ``cfg``'s ``holdout_clients``."""
     if data.record is None and data.built_from == built_key(cfg.dataset, cfg.seed, cfg.clients):
         return cfg
     if cfg.clients.noisy_fraction > 0:
@@ -179,7 +179,9 @@ def config_with_data(cfg: ExperimentConfig, data: FederatedData) -> ExperimentCo
         )
     record = data.record if data.record is not None else hand_made_record(data)
     tree = cfg.resolved()
-    tree["dataset"] = record.model_dump(mode="json")
+    # the clients held out of training are the run's choice, not the data's: kept from cfg
+    tree["dataset"] = {**record.model_dump(mode="json"),
+                       "holdout_clients": cfg.dataset.holdout_clients or record.holdout_clients}
     try:
         return ExperimentConfig.model_validate(tree)
     except ValidationError as exc:

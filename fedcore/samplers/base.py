@@ -25,7 +25,9 @@ DEFAULT = "uniform"
 
 @dataclass(frozen=True)
 class Population:
-    """What a sampler may read in one round."""
+    """What a sampler may read in one round: the training population, numbered 0..n-1.
+    Clients held out of training (``dataset.holdout_clients``) are not in it; the simulation
+    maps the ids a sampler returns back to client ids, so no sampler can pick one."""
 
     seed: int
     round: int
