@@ -182,7 +182,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise LookupError(f"--last-k: expected an integer >= 1 (got {args.last_k})")
         report = build_report(spec, out, parent_run_id=sweep_parent_run(spec),
                               any_code=args.any_code, reference=args.reference,
-                              last_k=args.last_k)
+                              last_k=args.last_k, latex=args.latex)
     except LookupError as exc:
         print(f"fedcore: error: {exc}", file=sys.stderr)
         return 1
@@ -339,6 +339,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--last-k", type=int, default=None, metavar="K",
         help="recompute the primary endpoint as the mean test accuracy of the last K "
         "evaluations (default: each run's final/accuracy_last_k, its config's last_k)",
+    )
+    p_report.add_argument(
+        "--latex", action="store_true",
+        help="also write families.tex (a booktabs table per family; bold only where its test "
+        "says better) and statistics.md (the paper checklist's statistics paragraph)",
     )
     p_report.set_defaults(func=cmd_report)
     p_tune = sub.add_parser(

@@ -151,9 +151,9 @@ def statistics_statement(
         f"{correction} over the comparisons of each family ({fams}); a family is one table. "
         f"*Better* or *worse*: the adjusted test rejects equality at the {1 - confidence:.0%} "
         "level, in that "
-        f"direction. *Equivalent*: the interval of the difference lies within "
-        f"±{equivalence_margin:g} (on the endpoint's scale). *Undecided*: neither; more seeds "
-        "may decide it.",
+        f"direction. *Equivalent*: two one-sided tests (TOST) at the same adjusted level put "
+        f"the difference inside ±{equivalence_margin:g} (on the endpoint's scale). *Undecided*: "
+        "neither; more seeds may decide it, but only at looks fixed before the first result.",
         "",
         "**Assumptions.** The t-based intervals and the paired test assume that the per-seed "
         f"differences are roughly normal. {small} Accuracy is discrete: on a test set of N "

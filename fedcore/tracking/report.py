@@ -24,7 +24,7 @@ from fedcore.pipeline.families import (
     secondary_outcomes,
 )
 from fedcore.pipeline.hparams import regime
-from fedcore.pipeline.rows import is_tuned
+from fedcore.pipeline.rows import TUNABLE, is_tuned
 from fedcore.pipeline.stats import detectable_difference, paired_seeds
 from fedcore.pipeline.sweep import SweepSpec
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
@@ -54,13 +54,17 @@ COLUMNS = [
     ("auc", "auc/accuracy", "mean accuracy over evaluations"),
     ("rounds_to_target", "rounds_to_target", "rounds to target"),
     ("gb_sent", "comm/bytes_up_total", "GB sent"),
+    # with dataset.holdout_clients: the global model on clients that never trained
+    ("unseen_accuracy", "final/unseen_accuracy", "unseen-client accuracy"),
+    ("participation_gap", "final/participation_gap", "participation gap"),
     # personalised methods (Ditto): their personal models; blank for every other method
     ("personal_accuracy", "final/personal_accuracy_mean", "personal accuracy"),
     ("personal_worst10", "final/personal_accuracy_worst10", "personal worst-10 %"),
     ("personal_std", "final/personal_accuracy_std", "personal std"),
     ("personal_jain", "final/personal_jain", "personal Jain"),
 ]
-PERSONAL = {key for key, metric, _ in COLUMNS if metric.startswith("final/personal_")}
+PERSONAL = {key for key, metric, _ in COLUMNS if metric.startswith("final/personal_")} | {
+    "unseen_accuracy", "participation_gap"}  # blank where a run does not have them
 DISCRETE = ("accuracy", "worst10", "rounds_to_target")  # steps of 1/|test set|, clients, rounds
 
 
@@ -431,6 +435,7 @@ def build_report(
     any_code: bool = False,
     reference: str = DEFAULT_REFERENCE,
     last_k: int | None = None,
+    latex: bool = False,
 ) -> Report:
     """Write table.{md,html,csv}, runs.csv and the plots to ``out_dir``; log them to the parent.
 
@@ -439,7 +444,9 @@ def build_report(
     every row (means and intervals, no verdicts). Rows are runs made by this code; ``any_code``
     tables each cell's newest run of any code. ``reference``: the row the exploratory table's
     detectable differences are computed against. ``last_k``: recompute the primary endpoint
-    as the mean of the last ``last_k`` evaluations from the runs' histories.
+    as the mean of the last ``last_k`` evaluations from the runs' histories. ``latex``: also
+    write ``families.tex`` (a booktabs table per family) and ``statistics.md`` (the paper
+    checklist's statistics paragraph).
     """
     from fedcore.tracking.comparison_plots import convergence_png, family_forest_png
 
@@ -481,6 +488,8 @@ def build_report(
             "exploratory (no verdicts).*\n\n")
     body += ("## Every row (exploratory: means and intervals, no verdicts)\n\n"
              + markdown_table(pretty) + "\n\n" + explanation(reference, spec) + "\n")
+    across, across_files = across_settings(runs, reference, out)
+    body += across
     write_text_atomic(files[0], header + body)
     write_text_atomic(files[1], html_page(_html_body(header + body, pretty),
                                           f"Sweep {spec.name}"))
@@ -493,7 +502,10 @@ def build_report(
     with tempfile.TemporaryDirectory() as tmp:
         finals = {r: _final_client_accuracy(client, r, Path(tmp) / r) for r in ids}
     client_accuracy_png(finished, finals, out / "client_accuracy.png")
-    files += [out / "convergence.png", out / "forest.png", out / "client_accuracy.png"]
+    files += [out / "convergence.png", out / "forest.png", out / "client_accuracy.png",
+              *across_files]
+    if latex:
+        files += write_latex(outcomes, table, runs, plan, out)
     compressed = finished["compressor"] != "none"
     if compressed.any():
         baselines = finished["method"].isin(["fedavg"]) & finished["alpha"].isin(
@@ -507,6 +519,77 @@ def build_report(
             client.log_artifact(parent_run_id, str(f), "report")
         set_description(client, parent_run_id, description(header, outcomes))
     return Report(runs, table, files, outcomes, secondary)
+
+
+def across_settings(runs: pd.DataFrame, reference: str, out: Path) -> tuple[str, list[Path]]:
+    """The "Across settings" section (:func:`fedcore.pipeline.aggregate.aggregate_section`) over
+    the rows that ran in two or more settings and the settings they all share (none: "")."""
+    from fedcore.pipeline.aggregate import aggregate_section
+
+    done = runs[runs["status"] == "FINISHED"]
+    columns = ["dataset", "alpha"] + [c for c in done.columns if c.startswith("grid:")
+                                      and not c.removeprefix("grid:").startswith(TUNABLE)]
+    settings = done.assign(_s=done[columns].astype(str).agg("|".join, axis=1))
+    spans = settings.groupby("row")["_s"].agg(lambda x: frozenset(x))
+    multi = spans[spans.map(len) >= 2]
+    if multi.empty or reference not in multi.index:
+        return "", []
+    shared = frozenset.intersection(*multi.tolist())
+    if len(shared) < 2:
+        return "", []
+    chosen = settings[settings["row"].isin(multi.index) & settings["_s"].isin(shared)]
+    text, files = aggregate_section(chosen.drop(columns="_s"), reference, out, columns=columns)
+    return "\n" + text + "\n", files
+
+
+def write_latex(outcomes: list[FamilyOutcome], table: pd.DataFrame, runs: pd.DataFrame,
+                plan: SeedPlan, out: Path) -> list[Path]:
+    """``families.tex``: one booktabs table per family and setting (bold only where the family's
+    test says a row is better: a baseline better than the reference, or the reference better
+    than every baseline); ``statistics.md``: the checklist paragraph."""
+    from fedcore.pipeline.latex import family_latex, statistics_statement
+
+    flip = {"better": "worse", "worse": "better"}
+    by_row = {(r["dataset"], r["alpha"], r["row"]): r for _, r in table.iterrows()}
+    parts = []
+    for o in outcomes:
+        col = ENDPOINTS[o.endpoint][0]
+        lines = []
+        ref_best = best_marks(o).get(o.family.reference) == "best"
+        for row in o.family.rows:
+            r = by_row.get((*o.setting, row))
+            if r is None:
+                continue
+            d = next((x for x in o.decisions if x.baseline == row), None)
+            verdict = ("better" if ref_best else "") if d is None else flip.get(
+                d.verdict, d.verdict if d.verdict in ("equivalent", "undecided") else "")
+            lines.append({"row": row, "is_reference": d is None and not ref_best,
+                          "mean": r[f"{col}_mean"], "low": r[f"{col}_low"],
+                          "high": r[f"{col}_high"], "n": int(r[f"{col}_n"]),
+                          "verdict": verdict})
+        parts.append(family_latex(
+            pd.DataFrame(lines), family=f"{o.family.paper} ({o.family.name}), {o.setting[0]}, "
+            f"Dirichlet {o.setting[1]:g}", endpoint=ENDPOINTS[o.endpoint][2].split(" (")[0],
+            interval="95 % Student-t interval over seeds",
+            test="two-sided paired t-test on per-seed differences (exact sign-flip test for "
+            "equal differences) and TOST equivalence",
+            correction=f"Holm at 5 % / {len(plan.looks)} look(s)"))
+    tex = out / "families.tex"
+    write_text_atomic(tex, "\n".join(parts) or "% no comparison family in this sweep\n")
+    stats_md = out / "statistics.md"
+    margins = {o.family.margin for o in outcomes} or {0.01}
+    write_text_atomic(stats_md, statistics_statement(
+        seeds=int(runs["seed"].nunique()),
+        endpoint="; ".join(endpoint_text(runs, e) for e in dict.fromkeys(
+            o.endpoint for o in outcomes)) or endpoint_text(runs, DEFAULT_ENDPOINT),
+        interval="95 % Student-t interval of the mean over seeds (per row); for a comparison, "
+        "the t-interval of the paired differences at the family's Holm-adjusted level",
+        test="two-sided paired t-test on per-seed differences, TOST for equivalence",
+        correction=f"Holm within each family, at 5 % / {len(plan.looks)} look(s) "
+        f"(looks at {', '.join(map(str, plan.looks))} seeds)",
+        families=[o.family.name for o in outcomes] or ["none (exploratory)"],
+        equivalence_margin=max(margins)) + "\n")
+    return [tex, stats_md]
 
 
 def write_text_atomic(path: Path, text: str) -> None:
