@@ -9,12 +9,14 @@ import yaml
 
 from fedcore.config import ConfigError, config_dir
 from fedcore.pipeline.claims import (
+    evaluate,
     experiments,
-    judge,
     load_claims,
     markdown,
     measure,
+    record_claims,
     run_claims,
+    training_state,
     verdict,
 )
 from fedcore.simulation import Result
@@ -47,24 +49,30 @@ def test_shipped_claims_cover_the_five_papers_in_their_regimes():
     spec = load_claims(config_dir() / "claims.yaml")
     assert len(spec.seeds) >= 5
     assert {c.paper for c in spec.claims} == PAPERS
-    assert len(spec.claims) == 11
+    assert len(spec.claims) == 12 and all(c.fixed for c in spec.claims)
+    assert spec.record is not None  # claims.record.yaml: every claim as fixed
     # a baseline shares its paper's recipe, so FedAvg runs once per recipe, alpha and seed
-    assert len(experiments(spec)) == 14 * len(spec.seeds)
+    assert len(experiments(spec)) == 15 * len(spec.seeds)
     by_id = {c.id: c for c in spec.claims}
     for c in spec.claims:  # every claim runs its paper's local recipe on both sides
         assert c.recipe is not None
         run, base = spec.configs(c, 0)
         assert base is None or base.local == run.local
-    assert by_id["craft_conflict"].kind == "implementation check"
-    assert by_id["crf_reliability"].kind == "robustness check"
-    crf_run, crf_base = spec.configs(by_id["crf_accuracy"], 0)
+    assert by_id["craft_conflict_layerwise"].kind == "implementation check"
+    assert by_id["crf_reliability_recipe"].kind == "robustness check"
+    # CRAFT's worst-10 % claim is against FedLF (its paper's comparison), FedAvg second
+    lf_run, lf_base = spec.configs(by_id["craft_worst10_vs_fedlf"], 0)
+    assert lf_base is not None and lf_base.method.name == "fedlf" and lf_run.rounds == 300
+    assert "craft_worst10" not in by_id  # re-specified after its result: replaced, not moved
+    crf_run, crf_base = spec.configs(by_id["crf_accuracy_clean"], 0)
     assert crf_run.clients.noisy_fraction == 0 and crf_base is not None
     assert crf_base.clients.noisy_fraction == 0
     fedquad = [spec.configs(c, 0)[0] for c in spec.claims if c.paper == "FedQuad"]
     assert sorted({cfg.dataset.alpha for cfg in fedquad}) == [0.3, 0.5]
-    fedoui, _ = spec.configs(by_id["fedoui_auc"], 0)
-    assert fedoui.dataset.test_fraction == 0 and by_id["fedoui_auc"].metric.endswith("trapz")
-    sapef, _ = spec.configs(by_id["sapef_rounds"], 0)
+    fedoui, _ = spec.configs(by_id["fedoui_auc_scenario_a"], 0)
+    assert fedoui.dataset.test_fraction == 0
+    assert by_id["fedoui_auc_scenario_a"].metric.endswith("trapz")
+    sapef, _ = spec.configs(by_id["sapef_rounds_recipe"], 0)
     assert (sapef.local.steps, sapef.local.momentum, sapef.local.lr_schedule) == (
         5, 0.9, "warmup_cosine")
 
@@ -83,33 +91,70 @@ def test_bad_claims_are_one_line_errors(tmp_path, change, message):
         load_claims(_file(tmp_path, [FAILING]), {"seeds": []})
 
 
-def _verdict(test, values, baseline=None):
-    return verdict(test, values, judge(test, values, baseline))
+def test_a_claim_changed_after_it_was_fixed_is_refused(tmp_path):
+    claim = {**CONTRADICTED, "fixed": "2026-12-04"}
+    path = _file(tmp_path, [claim], seeds=[0, 1])
+    assert record_claims(path) == ["frozen_at_least_fedavg"]
+    assert record_claims(path) == []  # an entry is never rewritten
+    load_claims(path)
+    moved = {**claim, "baseline": {"method": "fedprox", "local.steps": 5}}  # a new baseline
+    _file(tmp_path, [moved], seeds=[0, 1])
+    with pytest.raises(ConfigError, match="claims.frozen_at_least_fedavg: its regime differs "
+                       "from the one fixed on 2026-12-04.*give it a new id"):
+        load_claims(path)
+    _file(tmp_path, [claim], seeds=[0, 1, 2])  # the file's seeds are part of every regime
+    with pytest.raises(ConfigError, match="its regime differs"):
+        load_claims(path)
+    renamed = {**moved, "id": "frozen_at_least_fedprox", "note": "replaces ..."}
+    _file(tmp_path, [renamed], seeds=[0, 1])
+    assert load_claims(path).claims[0].id == "frozen_at_least_fedprox"  # a new claim
+    with pytest.raises(ConfigError, match="fixed: missing"):
+        record_claims(_file(tmp_path, [{**CONTRADICTED, "id": "undated"}], seeds=[0, 1]))
 
 
-def test_claims_are_judged_by_the_paired_test():
+def test_a_quick_look_with_overrides_is_labelled_exploratory(tmp_path):
+    path = _file(tmp_path, [CONTRADICTED], seeds=[0, 1])
+    assert not load_claims(path).exploratory
+    assert load_claims(path, {"rounds": 3}).exploratory
+    assert load_claims(path, {"seeds": [0]}).exploratory
+
+
+def test_claims_are_judged_as_a_family_per_paper(tmp_path):
     base = [0.80, 0.82, 0.79, 0.85, 0.81]
     up = [b + d for b, d in zip(base, [0.05, 0.06, 0.04, 0.05, 0.07], strict=True)]
-    assert _verdict("at_least", up, base) == "holds"
-    assert _verdict("at_least", base, up) == "contradicted"
-    assert _verdict("lower", base, up) == "holds"
-    assert _verdict("at_least", base, base) == "inconclusive"  # same numbers: no difference
-    # a higher mean is not enough: +0.01 on average, with seed noise of +-0.05
     noisy = [b + d for b, d in zip(base, [0.06, -0.05, 0.04, -0.04, 0.04], strict=True)]
-    assert _verdict("at_least", noisy, base) == "inconclusive"
-    # seeds needed, found independently: the smallest n whose two-sided paired t-test at 5 %
-    # has 80 % power (non-central t) at the observed effect |mean| / sd of the differences
-    from scipy import stats as st
+    close = [b + d for b, d in zip(base, [0.001, -0.001, 0.0005, -0.0005, 0.0], strict=True)]
+    claims = [{**CONTRADICTED, "id": f"c{i}", "run": {"method": "fedavg", "local.lr": 0.01 * i},
+               "metric": "final/accuracy"} for i in range(1, 4)]
+    spec = load_claims(_file(tmp_path, claims, seeds=[0, 1, 2, 3, 4]))
+    results = {}
+    for claim, values in zip(spec.claims, (up, close, noisy), strict=True):
+        for seed in spec.seeds:
+            run, b = spec.configs(claim, seed)
+            results[run.config_hash()] = Result({"rounds": 3}, "h", [], [],
+                                                {"final/accuracy": values[seed]})
+            results[b.config_hash()] = Result({"rounds": 3}, "h", [], [],
+                                              {"final/accuracy": base[seed]})
+    rows = {r.id: r for r in evaluate(spec, results)}
+    assert rows["c1"].verdict == "holds" and rows["c1"].decided_at == 5
+    assert rows["c2"].verdict == "equivalent"  # within ±0.01 by two one-sided tests
+    assert rows["c3"].verdict == "inconclusive"  # +0.01 on average, seed noise ±0.05
+    assert rows["c1"].comparison is not None and rows["c1"].comparison.level == 0.05 / 3
+    assert "detects ±" in markdown(list(rows.values())).splitlines()[4]
 
-    diff = [a - b for a, b in zip(noisy, base, strict=True)]
-    effect = abs(sum(diff) / 5) / float(st.tstd(diff))
-    n = 2
-    while (1 - st.nct.cdf(st.t.ppf(0.975, n - 1), n - 1, effect * n**0.5)
-           + st.nct.cdf(-st.t.ppf(0.975, n - 1), n - 1, effect * n**0.5)) < 0.8:
-        n += 1
-    assert judge("at_least", noisy, base).seeds_needed == n == 206
-    assert _verdict("noisy_below_clean", [0.2, 0.25, 0.22]) == "holds"
-    assert _verdict("noisy_below_clean", [0.2, -0.1, 0.05]) == "inconclusive"
+
+def test_a_claim_still_climbing_at_its_horizon_says_early_training():
+    def run_of(acc):
+        return Result({}, "h", [{"round": i + 1, "test/accuracy": a} for i, a in enumerate(acc)],
+                      [], {})
+
+    flat = [run_of([0.5, 0.8, 0.90, 0.901, 0.899, 0.90, 0.902])]
+    climbing = [run_of([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])]
+    assert training_state(flat) == "trained"
+    assert training_state(climbing).startswith("early training (+0.400 over the last 5")
+
+
+def test_verdicts_of_claims():
     # implementation check (zero by construction when the code is right): exactly 0 passes,
     # anything else, a NaN or no value at all fails
     assert verdict("zero_every_round", [0.0, 0.0, 0.0], None) == "passes"
@@ -159,32 +204,33 @@ def test_tiny_run_of_the_shipped_claims_gives_the_whole_table():
     claims = {c.id: c for c in spec.claims}
     assert [r.id for r in rows] == [c.id for c in spec.claims]
     table = markdown(rows).splitlines()
-    assert table[0].startswith("| claim | kind | setting | regime | measured")
+    assert table[0].startswith("| claim | kind | setting | regime | at the horizon | measured")
     assert len(table) == 2 + len(rows)
     for line, row in zip(table[2:], rows, strict=True):
         cells = [c.strip() for c in line.strip("|").split("|")]
-        assert len(cells) == 6 and cells[5].strip("*").split(" ")[0] in (
-            "holds", "contradicted", "inconclusive", "passes", "fails")
+        assert len(cells) == 7 and cells[6].strip("*").split(" ")[0].rstrip(";") in (
+            "holds", "contradicted", "equivalent", "inconclusive", "passes", "fails")
         assert cells[2].startswith("digits mlp, Dir 0.")
         assert "6 clients (3/round), 2 rounds, 1 seeds; local: " in cells[2]
-        assert "(1 seed, no interval)" in cells[4]
-        # TINY's local.steps override every recipe: the local part is named as changed; noisy
+        assert "(1 seed, no interval)" in cells[5]
+        # TINY's local.steps override every recipe: the local part is named as set; noisy
         # clients take the data part out of the default (and of every paper but FedOUI's)
         noisy = any("noisy_fraction" in k for k in claims[row.id].run)
         data = "other" if noisy else "default"
-        assert cells[3].startswith(f"method paper · local tuned · data {data}")
+        assert cells[3].startswith("method paper") and f"local set · data {data}" in cells[3]
         assert all(math.isfinite(v) for v in row.values)
-    crf = next(r for r in rows if r.id == "crf_reliability")
+    crf = next(r for r in rows if r.id == "crf_reliability_recipe")
     assert "noisy" in crf.measured and "clean" in crf.measured
 
 
 def test_a_contradicted_claim_and_an_undecidable_one(tmp_path):
     spec = load_claims(_file(tmp_path, [FAILING, CONTRADICTED], seeds=[0, 1, 2]))
     rows = run_claims(spec)
+    # the same run on both sides: equal on every seed, and 3 seeds cannot show equivalence
     assert [r.verdict for r in rows] == ["inconclusive", "contradicted"]
     assert rows[0].values == rows[0].baseline_values  # measured, and shown: the same run
-    assert markdown(rows).splitlines()[2].endswith("| **inconclusive (no difference)** |")
-    assert rows[1].comparison is not None and rows[1].comparison.p_adjusted < 0.05
+    assert markdown(rows).splitlines()[2].endswith("| **inconclusive; early training** |")
+    assert rows[1].comparison is not None and rows[1].comparison.interval.high < 0
 
 
 def test_tracked_claims_are_one_parent_run_with_the_table(tracking, tmp_path, capsys):
@@ -206,7 +252,7 @@ def test_tracked_claims_are_one_parent_run_with_the_table(tracking, tmp_path, ca
     assert parent.data.tags["verdict/frozen_at_least_fedavg"] == "contradicted"
     note = parent.data.tags["mlflow.note.content"]
     assert note.startswith("Claims `tiny`: claims: 1 contradicted, 1 inconclusive")
-    assert "**contradicted**" in note
+    assert "**contradicted (3 seeds); early training**" in note
     assert [a.path for a in client.list_artifacts(parent.info.run_id, "claims")] == [
         "claims/table.md"]
     assert (tmp_path / "t.md").read_text().splitlines()[0].startswith("| claim | kind")
@@ -218,7 +264,7 @@ def test_prefect_flow_claims(tracking, tmp_path, prefect_harness):
     out = claims(str(_file(tmp_path, [CONTRADICTED], seeds=[0, 1, 2])))
     assert out["holds"] == {"frozen_at_least_fedavg": False}
     assert out["verdicts"] == {"frozen_at_least_fedavg": "contradicted"}
-    assert "| **contradicted** |" in out["table"]
+    assert "| **contradicted (3 seeds); early training** |" in out["table"]
 
 
 def test_the_shipped_claims_run_on_real_mnist_given_a_root(tmp_path):
@@ -232,14 +278,15 @@ def test_the_shipped_claims_run_on_real_mnist_given_a_root(tmp_path):
     repack_mnist_t10k(src, tmp_path, n_train=8000, seed=0)
     spec = load_claims(config_dir() / "claims.yaml", {
         "seeds": [0], **TINY, "dataset.name": "mnist", "dataset.root": str(tmp_path)})
-    crf = next(c for c in spec.claims if c.id == "crf_accuracy")
+    crf = next(c for c in spec.claims if c.id == "crf_accuracy_clean")
     rows = run_claims(spec.__class__(spec.name, spec.base, spec.fixed, spec.seeds, (crf,),
                                      spec.overrides))
     assert rows[0].setting.startswith("mnist mlp, Dir 0.1")
     # MNIST at Dirichlet 0.1 is the CRF paper's own data setting (not FedAvg's); TINY's
     # local.steps override the recipe, so the local part is named as changed
-    assert rows[0].regime == ("method paper · local tuned · data paper; "
-                              "baseline: method paper · local tuned · data other")
+    # CRF's recipe horizon is not TINY's 2 rounds of 6 clients: "horizon other"
+    assert rows[0].regime == ("method paper (horizon other) · local set · data paper; "
+                              "baseline: method paper · local set · data other")
     assert all(math.isfinite(v) for v in rows[0].values)
 
 
@@ -249,5 +296,6 @@ def test_a_diverged_run_leaves_its_claim_unjudged_and_the_others_judged(tmp_path
     spec = load_claims(_file(tmp_path, [exploding, CONTRADICTED], seeds=[0, 1, 2]))
     rows = run_claims(spec)
     assert rows[0].verdict == "inconclusive" and "fedavg seed 0 diverged" in rows[0].measured
+    assert rows[0].measured.startswith("not judged: seed 0: fedavg seed 0 diverged")
     assert "**inconclusive (a run diverged)**" in markdown(rows).splitlines()[2]
     assert rows[1].verdict == "contradicted"  # judged on its own runs

@@ -55,19 +55,29 @@ def test_a_study_can_maximise_personal_accuracy_of_ditto_only(tmp_path):
         load_study(_study(tmp_path, "fedavg", "final/personal_jain"))
 
 
-def test_shipped_method_is_paper_and_any_change_is_tuned():
+def test_shipped_method_is_paper_and_a_change_by_hand_is_set():
     paper = load_config(None, ["method=craft", "model.name=mlp"]).resolved()["method"]
     assert hparams_label(paper) == "paper" and hparams_changes(paper) == {}
     assert hparams_tags(paper) == {"hparams": "paper"}
     tuned = load_config(
         None, ["method=craft", "model.name=mlp", "method.aggregator.server_lr=0.7"]
     ).resolved()["method"]
-    assert hparams_label(tuned) == "tuned"
+    assert hparams_label(tuned) == "set"  # by hand: "tuned" means a study chose it
     assert hparams_changes(tuned) == {"aggregator.server_lr": 0.7}
-    assert hparams_tags(tuned) == {"hparams": "tuned",
+    assert hparams_tags(tuned) == {"hparams": "set",
                                    "hparams_changed": "aggregator.server_lr=0.7"}
     unknown = {**paper, "name": "my_craft"}
-    assert hparams_label(unknown) == "tuned"
+    assert hparams_label(unknown) == "set"
+
+
+def test_paper_hyperparameters_at_another_horizon_say_so():
+    main = build_config({}, {"method": "craft", "model.name": "mlp", "rounds": 20})
+    r = regime(main.resolved())
+    assert r.horizon == "other" and r.label.startswith("method paper (horizon other) · ")
+    recipe = load_config(config_dir() / "experiments" / "craft.yaml", []).resolved()
+    assert regime(recipe).horizon == "paper" and regime(recipe).label == "paper"
+    fedavg = build_config({}, {"method": "fedavg", "model.name": "mlp"})
+    assert regime(fedavg.resolved()).horizon == "none"  # no recipe: no horizon claimed
 
 
 def test_a_tune_best_method_file_is_tuned(tmp_path, monkeypatch):
@@ -102,10 +112,10 @@ def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(track
     ids = [run_tracked(cell.config)[0] for cell in spec.cells]
     client = mlflow_client(load_settings())
     tags = [client.get_run(i).data.tags for i in ids]
-    assert [t["hparams_method"] for t in tags] == ["paper", "paper", "tuned"]
-    assert {t["hparams_local"] for t in tags} == {"tuned"}  # local.epochs/steps set by hand
+    assert [t["hparams_method"] for t in tags] == ["paper", "paper", "set"]
+    assert {t["hparams_local"] for t in tags} == {"set"}  # local.epochs/steps set by hand
     assert {t["hparams_data"] for t in tags} == {"default"}
-    assert tags[0]["hparams"] == "method paper · local tuned · data default"
+    assert tags[0]["hparams"] == "method paper · local set · data default"
     assert tags[2]["hparams_changed"] == "aggregator.server_lr=0.7"
     report = build_report(spec, tmp_path / "out")
     table = report.table.set_index("method")
@@ -120,8 +130,8 @@ def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(track
     fedavg = [c.strip() for c in next(r for r in md if r.startswith("| fedavg")).split("|")]
     row = dict(zip(header, fedavg, strict=True))
     assert row["regime"] == tags[0]["hparams"] and row["personal accuracy"] == ""
-    # the row says what the cell sets beyond method and seed
-    assert "| craft (tuned) server_lr=0.7 | method tuned · local tuned" in "\n".join(md)
+    # the row says what the cell sets beyond method and seed; no study named: set, not tuned
+    assert "| craft server_lr=0.7 | method set (horizon other) · local set" in "\n".join(md)
 
 
 def test_main_job_runs_every_method_at_paper_but_two_tuned_rows_from_equal_studies():
@@ -137,11 +147,13 @@ def test_main_job_runs_every_method_at_paper_but_two_tuned_rows_from_equal_studi
         regime_ = regime(cell.config.resolved())
         labels.setdefault(method["name"], set()).add((regime_.method, regime_.local))
         seeds.setdefault(method["name"], set()).add(cell.config.seed)
-    tuned = {name for name, seen in labels.items() if any("tuned" in s for s in seen)}
+    tuned = {c.config.method.name for c in spec.cells if "(tuned)" in c.row}
     assert tuned == {"craft", "fedavg"} == set(spec.tuning)
     assert ("paper", "default") in labels["craft"]  # the paper row stays beside the tuned one
     assert all(seen == {("paper", "default")} for name, seen in labels.items()
                if name not in tuned)
+    # a run alone cannot know a study chose its values: "set"; the sweep's row says "(tuned)"
+    assert labels["fedavg"] == {("paper", "default"), ("set", "set")}
     assert all(len(s) >= 3 for s in seeds.values())  # every row has an interval
     # the tuned rows' studies have one budget and tune on seeds the job never evaluates on
     names = read_yaml(config_dir() / "sweeps" / "main.yaml")["studies"]

@@ -390,6 +390,18 @@ def regime_text(spec: ClaimsSpec, claim: Claim) -> str:
     return text
 
 
+def experiments(spec: ClaimsSpec) -> dict[str, ExperimentConfig]:
+    """Every distinct experiment of the claims at every seed of the plan, by config hash, in
+    claim order."""
+    out: dict[str, ExperimentConfig] = {}
+    for c in spec.claims:
+        for seed in spec.seeds:
+            for cfg in spec.configs(c, seed):
+                if cfg is not None:
+                    out.setdefault(cfg.config_hash(), cfg)
+    return out
+
+
 def evaluate(spec: ClaimsSpec, results: dict[str, Result],
              diverged: dict[str, str] | None = None) -> list[ClaimRow]:
     """Judge every claim on ``results`` (by config hash; see :func:`experiments`), replaying the
@@ -403,6 +415,7 @@ def evaluate(spec: ClaimsSpec, results: dict[str, Result],
     measured: dict[str, str] = {}
     runs_of: dict[str, list[Result]] = {}
     raw_values: dict[str, list[float]] = {}
+    base_of: dict[str, list[float]] = {}
     for c in spec.claims:
         values: dict[int, float] = {}
         own, base_values, runs = [], [], []
@@ -435,6 +448,7 @@ def evaluate(spec: ClaimsSpec, results: dict[str, Result],
                 values[seed] = v
         per_claim[c.id] = {s: v for s, v in values.items() if not math.isnan(v)}
         raw_values[c.id] = own
+        base_of[c.id] = base_values
         runs_of[c.id] = runs
         how = "" if c.reduce == "final" else f"{c.reduce} over rounds of "
         measured[c.id] = (f"{how}{c.metric}: {_stats(own)}" if c.test != "noisy_below_clean"
@@ -466,7 +480,8 @@ def evaluate(spec: ClaimsSpec, results: dict[str, Result],
         rows.append(ClaimRow(
             id=c.id, claim=f"{c.paper}: {c.claim}", setting=setting(spec, c), measured=text,
             verdict=verdict(c.test, raw_values[c.id], comparison), values=tuple(raw_values[c.id]),
-            baseline_values=None, kind=c.kind, regime=regime_text(spec, c),
+            baseline_values=tuple(base_of[c.id]) if c.baseline is not None else None,
+            kind=c.kind, regime=regime_text(spec, c),
             comparison=comparison, training=state,
             decided_at=None if d is None else d.decided_at,
         ))
