@@ -25,7 +25,7 @@ from fedcore.pipeline.families import (
 )
 from fedcore.pipeline.hparams import regime
 from fedcore.pipeline.rows import TUNABLE, is_tuned
-from fedcore.pipeline.stats import detectable_difference, paired_seeds
+from fedcore.pipeline.stats import detectable_difference, paired_seeds, seeds_for
 from fedcore.pipeline.sweep import SweepSpec
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
 from fedcore.tracking.parents import html_page, set_description
@@ -308,8 +308,29 @@ def family_markdown(outcomes: list[FamilyOutcome], secondary: list[FamilyOutcome
                 sec_lines.append(f"| {b} | " + " | ".join(cells) + " |")
             sec_text = ("\n\nSecondary endpoints (each tested once on the first look's seeds, "
                         "Holm over the family at 5 %):\n\n" + "\n".join(sec_lines))
-        parts.append(f"{head}{status}\n\n{words}\n\n" + "\n".join(lines) + sec_text)
+        parts.append(f"{head}{status}\n\n{words}\n\n" + "\n".join(lines) + sec_text
+                     + plan_line(o, plan))
     return "\n\n".join(parts)
+
+
+PLANNED_DIFFERENCE = 0.02  # the difference the seed-planning line sizes a family for
+
+
+def plan_line(outcome: FamilyOutcome, plan: SeedPlan) -> str:
+    """For planning the next experiment, not this one: the seeds a paired t-test at this
+    family's first Holm level would need to detect a PLANNED_DIFFERENCE with 80 % power, from
+    the median spread of the family's paired differences (a pilot's estimate)."""
+    sds = [float(np.std(d.comparison.differences, ddof=1)) for d in outcome.decisions
+           if d.comparison is not None and d.comparison.n >= 2]
+    if not sds:
+        return ""
+    sd = float(np.median(sds))
+    level = plan.level_per_look / max(1, len(outcome.decisions))
+    n = seeds_for(PLANNED_DIFFERENCE, sd, level)
+    return ("" if n is None else
+            f"\n\n*Planning a new experiment (not this one): with the median paired sd of this "
+            f"family ({sd:.3f}) a {PLANNED_DIFFERENCE:g} difference needs about {n} seeds at its "
+            f"first Holm level ({level:.2g}) for 80 % power; fix them as looks before it runs.*")
 
 
 def _tuning_note(reference: str, baseline: str) -> str:
