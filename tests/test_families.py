@@ -182,3 +182,37 @@ def test_the_main_job_asks_the_five_papers_questions():
     assert all(all("(tuned)" in r for r in f.rows) for f in tuned)  # tuned against tuned
     assert spec.seed_plan.looks == (3, 5)
     assert np.isclose(next(f.alpha for f in spec.families if f.name == "fedquad") or 0, 0.3)
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_with_looks_resumes_without_rerunning_finished_seeds(
+        tracking, tmp_path, prefect_harness):
+    from flows.sweep import parent_run, sweep
+
+    from fedcore.tracking.runner import run_tracked, runs_with_hash
+
+    path = _sweep(tmp_path, "looks", {"seeds": {"looks": [2, 3]}, "families": [
+        {"name": "f", "reference": "fedavg", "baselines": ["krum"]}]})
+    spec = load_sweep(path)
+    first = spec.cells_for_look(0)
+    parent = parent_run(spec)
+    for cell in first:  # the sweep was killed after its first look had finished
+        run_tracked(cell.config, parent_run_id=parent, tags={"sweep": spec.name})
+    rows = sweep(str(path), max_workers=1)
+    assert isinstance(rows, list)
+    status = {r["cell"]: r["status"] for r in rows}
+    assert all(status[c.label] == "skipped" for c in first)  # read back, not rerun
+    for cell in spec.cells:
+        finished = runs_with_hash(cell.config.config_hash(), "= 'FINISHED'", 10)
+        assert len(finished) <= 1, cell.label  # no seed ran twice
+    # the second look ran only what the open comparison needed (or nothing, if decided)
+    later = [c for c in spec.cells if c not in first]
+    assert {status.get(c.label, "not run") for c in later} <= {"finished", "not run"}
+
+
+def test_a_comparison_where_only_one_side_was_tuned_says_so():
+    from fedcore.tracking.report import _tuning_note
+
+    assert _tuning_note("craft (tuned)", "fedavg (tuned)") == ""
+    assert "only the reference was tuned" in _tuning_note("craft (tuned)", "fedavg")
+    assert "only the baseline was tuned" in _tuning_note("craft", "fedavg (tuned)")
