@@ -22,10 +22,10 @@ SEEDS = (0, 1, 2, 3, 4)
 COMMON = ["dataset.name=digits", "model.name=mlp", "device=cpu", "dataset.num_clients=20",
           "clients_per_round=5", "dataset.holdout_clients=0.2", "rounds=30", "eval_every=5",
           "local.epochs=1"]
-VERDICT = {"better": "better", "worse": "worse", "indistinguishable": "undecided", "no test": ""}
+FLIP = {"better": "worse", "worse": "better"}  # the family's verdicts are reference - row
 INTERVAL = "95 % Student-t interval of the mean over seeds"
-TEST = "paired t-test on the per-seed differences to the reference"
-CORRECTION = "Holm's step-down correction"
+TEST = "paired t-test on the per-seed differences to the reference (TOST for equivalence)"
+CORRECTION = "Holm's step-down correction within the family"
 ENDPOINT = "test accuracy at the last round"
 
 
@@ -51,18 +51,21 @@ def runs_frame() -> pd.DataFrame:
 
 
 def family_rows(runs: pd.DataFrame, alpha: float, reference: str) -> pd.DataFrame:
-    """The family table's rows at one alpha: mean with its t-interval, n, Holm verdict."""
-    from fedcore.pipeline.stats import compare, holm, mean_interval
+    """The family table's rows at one alpha: mean with its t-interval, n, the family's verdict
+    (from the row's side: "better" when the row beats the reference)."""
+    from fedcore.pipeline.families import Family, SeedPlan, decide
+    from fedcore.pipeline.stats import mean_interval
 
     at = runs[runs["alpha"] == alpha]
     by = {m: dict(zip(g["seed"], g["accuracy"], strict=True)) for m, g in at.groupby("method")}
     others = [m for m in METHODS if m != reference]
-    ref = [by[reference][s] for s in SEEDS]
-    tests = holm([compare([by[m][s] for s in SEEDS], ref) for m in others])
+    fam = Family("server rules", "example", reference, tuple(others), "accuracy")
+    outcome = decide(fam, SeedPlan(SEEDS, (len(SEEDS),)), by)
+    verdicts = {d.baseline: FLIP.get(d.verdict, d.verdict) for d in outcome.decisions}
     rows = []
     for m in METHODS:
         iv = mean_interval([by[m][s] for s in SEEDS])
-        verdict = "" if m == reference else VERDICT[tests[others.index(m)].verdict]
+        verdict = "" if m == reference else verdicts[m]
         rows.append({"row": m, "is_reference": m == reference, "mean": iv.mean, "low": iv.low,
                      "high": iv.high, "n": iv.n, "verdict": verdict})
     return pd.DataFrame(rows)
