@@ -25,7 +25,7 @@ COMMON = ["dataset.name=digits", "model.name=mlp", "device=cpu", "dataset.num_cl
 FLIP = {"better": "worse", "worse": "better"}  # the family's verdicts are reference - row
 INTERVAL = "95 % Student-t interval of the mean over seeds"
 TEST = "paired t-test on the per-seed differences to the reference (TOST for equivalence)"
-CORRECTION = "Holm's step-down correction within the family"
+CORRECTION = "Holm's step-down correction"
 ENDPOINT = "test accuracy at the last round"
 
 
