@@ -31,8 +31,10 @@ from fedcore.errors import ConfigError as ConfigError
 from fedcore.registry import StrictNumbers
 
 DATASETS = (
-    "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
+    "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet",
+    "synthetic_cifar10",
 )
+SYNTHETIC_DATASETS = ("synthetic_cifar10",)  # generated from the seed (fedcore.data.synthetic)
 NATURAL_DATASETS = ("femnist",)  # datasets with per-sample owner ids (partition=natural)
 MODELS = ("mlp", "cnn", "smallcnn", "resnet20", "resnet56", "resnet110")
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # package.module:Name
@@ -85,7 +87,8 @@ class DatasetConfig(_Recorded):
     """A built-in dataset by ``name``, or own data passed from Python (``digest`` set: see
     ``fedcore.data.own``), whose name, source and partition settings fedcore records here."""
 
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("source", "digest", "partition_seed")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("source", "digest", "partition_seed",
+                                           "synthetic_samples")
     name: str = "digits"
     root: PathSetting = "data"
     download: bool = False
@@ -100,6 +103,10 @@ class DatasetConfig(_Recorded):
     source: str | None = None  # own data: where it came from
     digest: str | None = None  # own data: content digest (samples, labels, clients)
     partition_seed: int | None = Field(None, ge=0)  # own data: the seed of its partition
+    synthetic_samples: int | None = Field(
+        None, ge=10, description="synthetic datasets only: the number of train images (the "
+        "global test set gets a fifth of it); unset: the real dataset's sizes (50,000 and "
+        "10,000 for `synthetic_cifar10`)")
 
     @model_validator(mode="after")
     def _name_known(self) -> DatasetConfig:
@@ -111,6 +118,11 @@ class DatasetConfig(_Recorded):
         if self.digest is not None and self.name in DATASETS:
             raise ValueError(
                 f"dataset.name: {self.name!r} is a built-in dataset; give own data another name"
+            )
+        if self.synthetic_samples is not None and self.name not in SYNTHETIC_DATASETS:
+            raise ValueError(
+                f"dataset.synthetic_samples: only for a synthetic dataset "
+                f"({', '.join(SYNTHETIC_DATASETS)}), not dataset.name={self.name!r}"
             )
         if self.partition == "given" and self.digest is None:
             raise ValueError(
