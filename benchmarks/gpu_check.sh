@@ -1,16 +1,62 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one call for a lent GPU machine (under 10 minutes):
-# the CUDA tests (tests/test_cuda.py, skipped elsewhere), then the vectorised-engine benchmark.
-# Output also goes to $OUT/gpu_check.txt and $OUT/vectorised_gpu.txt when $OUT is set.
+# Everything that needs a GPU, in one device call of under 9 minutes on a bare lent machine
+# (docs/how-to/gpu.md): install the carried wheels the image lacks (scripts/device_wheels.txt,
+# downloaded here by scripts/device_wheels.sh into .whl/) into a temporary folder, run
+# tests/test_cuda.py, then time the paper recipes on synthetic CIFAR-10 with each engine,
+# untracked and tracked (benchmarks/gpu_recipes.py). Writes $OUT/gpu_check.txt (the log) and
+# $OUT/gpu_table.md (the table; $OUT/gpu_table.json the raw times).
 #
-#     bash benchmarks/gpu_check.sh
+#     bash benchmarks/gpu_check.sh                            # on the GPU machine
+#     bash benchmarks/gpu_check.sh --device cpu --rounds 1    # dry run here: tiny sizes
+#
+# Options: --device cuda|cpu (default cuda), --rounds N timed rounds per run (default 10),
+# --wheels DIR (default .whl), --budget S: no recipe run starts after S seconds (default 280).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-.venv/bin/python}
-[ -x "$PY" ] || PY=python3
-LOG="${OUT:-/tmp}/gpu_check.txt"
+DEVICE=cuda ROUNDS=10 WHEELS=.whl BUDGET=280
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) DEVICE=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --wheels) WHEELS=$2; shift 2 ;;
+    --budget) BUDGET=$2; shift 2 ;;
+    *) echo "gpu_check: unknown option $1; allowed: --device, --rounds, --wheels, --budget" >&2
+       exit 2 ;;
+  esac
+done
+case "$DEVICE" in cuda|cpu) ;; *) echo "gpu_check: --device $DEVICE; allowed: cuda, cpu" >&2; exit 2 ;; esac
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+LOG="$OUT/gpu_check.txt"
+PY=${PYTHON:-python3}
+SITE=${SITE:-/tmp/site}
+export PYTHONUNBUFFERED=1
 {
-  timeout 240 "$PY" -m pytest -q -m cuda tests/test_cuda.py -p no:cacheprovider
+  echo "== $(date -u +%FT%TZ) gpu_check --device $DEVICE --rounds $ROUNDS"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  # 1. wheels: the list must be well formed; the folder, when there, exactly the list
+  "$PY" benchmarks/wheel_list.py verify || exit 1
+  if [ -d "$WHEELS" ]; then
+    "$PY" benchmarks/wheel_list.py check "$WHEELS" || exit 1
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$SITE" "$WHEELS"/*.whl || exit 1
+    export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    echo "installed $(ls "$WHEELS"/*.whl | wc -l) wheels into $SITE"
+  elif [ "$DEVICE" = cuda ]; then
+    echo "gpu_check: no $WHEELS folder: run scripts/device_wheels.sh here and carry .whl" >&2
+    exit 2
+  else
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    echo "dry run: no $WHEELS folder, install skipped (wheel list verified)"
+  fi
+  "$PY" -c "import torch, pydantic; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'pydantic', pydantic.VERSION)"
+  # 2. the CUDA tests (all skipped without CUDA)
+  timeout 120 "$PY" -m pytest -q -n 0 -m cuda tests/test_cuda.py -p no:cacheprovider
   echo "cuda tests exit: $?"
+  # 3. the recipes, each engine, untracked and tracked
+  TINY=(); [ "$DEVICE" = cpu ] && TINY=(--tiny --warmup 1)
+  timeout 360 "$PY" -m benchmarks.gpu_recipes --device "$DEVICE" --rounds "$ROUNDS" \
+    --budget "$BUDGET" --out "$OUT/gpu_table.md" "${TINY[@]}"
+  echo "recipes exit: $?"
 } 2>&1 | tee "$LOG"
-bash benchmarks/gpu_vectorised.sh 2>&1 | tee -a "$LOG"
+exit "${PIPESTATUS[0]}"

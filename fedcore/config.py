@@ -32,8 +32,10 @@ from fedcore.errors import ConfigError as ConfigError
 from fedcore.registry import StrictNumbers
 
 DATASETS = (
-    "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
+    "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet",
+    "synthetic_cifar10",
 )
+SYNTHETIC_DATASETS = ("synthetic_cifar10",)  # generated from the seed (fedcore.data.synthetic)
 NATURAL_DATASETS = ("femnist",)  # datasets with per-sample owner ids (partition=natural)
 MODELS = ("mlp", "cnn", "smallcnn", "resnet20", "resnet56", "resnet110")
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # package.module:Name
@@ -92,7 +94,8 @@ class DatasetConfig(_Recorded):
     """A built-in dataset by ``name``, or own data passed from Python (``digest`` set: see
     ``fedcore.data.own``), whose name, source and partition settings fedcore records here."""
 
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("source", "digest", "partition_seed")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("source", "digest", "partition_seed",
+                                           "synthetic_samples")
     ZERO_OMITTED: ClassVar[tuple[str, ...]] = ("holdout_clients",)
     name: str = "digits"
     root: PathSetting = "data"
@@ -119,6 +122,11 @@ class DatasetConfig(_Recorded):
         n = self.num_clients if num_clients is None else num_clients
         return math.floor(self.holdout_clients * n + 0.5)
 
+    synthetic_samples: int | None = Field(
+        None, ge=10, description="synthetic datasets only: the number of train images (the "
+        "global test set gets a fifth of it); unset: the real dataset's sizes (50,000 and "
+        "10,000 for `synthetic_cifar10`)")
+
     @model_validator(mode="after")
     def _name_known(self) -> DatasetConfig:
         if self.digest is None and self.name not in DATASETS:
@@ -129,6 +137,11 @@ class DatasetConfig(_Recorded):
         if self.digest is not None and self.name in DATASETS:
             raise ValueError(
                 f"dataset.name: {self.name!r} is a built-in dataset; give own data another name"
+            )
+        if self.synthetic_samples is not None and self.name not in SYNTHETIC_DATASETS:
+            raise ValueError(
+                f"dataset.synthetic_samples: only for a synthetic dataset "
+                f"({', '.join(SYNTHETIC_DATASETS)}), not dataset.name={self.name!r}"
             )
         if self.partition == "given" and self.digest is None:
             raise ValueError(

@@ -20,7 +20,7 @@ from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
 from fedcore.clients.plan import Batch, Finished, FollowUp, LocalPlan, Loss
 from fedcore.clients.records import ClientUpdate, FrozenParams, LocalContext, LocalSchedule
 from fedcore.clients.sgd import sgd_step
-from fedcore.layout import flat_params, load_flat_params
+from fedcore.layout import flat_params, load_flat_params, to_device
 from fedcore.seeding import derive_seed
 
 if TYPE_CHECKING:
@@ -182,8 +182,7 @@ def run_pass(ctx: LocalContext, run: Pass) -> tuple[torch.Tensor, int]:
     }
     view = model_view(model)
     try:
-        for idx in run.batches:
-            idx = idx.to(device)
+        for idx in batches_on(run.batches, device):
             x, y = data.x_train[idx], data.y_train[idx]
             for p in params:
                 p.grad = None
@@ -197,6 +196,15 @@ def run_pass(ctx: LocalContext, run: Pass) -> tuple[torch.Tensor, int]:
     finally:
         ctx.frozen = {}
     return loss_sum / max(seen, 1), steps
+
+
+def batches_on(batches: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """A pass's index batches on ``device``: CPU batches travel in one copy that does not
+    block the host (:func:`fedcore.layout.to_device`), not one synchronising copy per step."""
+    if not batches or any(b.device.type != "cpu" for b in batches) or device.type == "cpu":
+        return [b.to(device) for b in batches]
+    sizes = [len(b) for b in batches]
+    return list(torch.split(to_device(torch.cat(batches), device), sizes))
 
 
 def float_buffers(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -4,7 +4,8 @@
 always available; MNIST, Fashion-MNIST and CIFAR go through torchvision's own dataset classes and
 read their on-disk files (``download=True`` fetches them when there is network access); ``femnist``
 reads LEAF's JSON files (:mod:`fedcore.data.leaf`) and ``tiny_imagenet`` the ``tiny-imagenet-200``
-folder (:mod:`fedcore.data.tiny_imagenet`).
+folder (:mod:`fedcore.data.tiny_imagenet`). ``synthetic_cifar10`` is generated from the seed on
+the simulation device (:mod:`fedcore.data.synthetic`), for timing runs at CIFAR-10's shapes.
 Missing or corrupt files raise :class:`DatasetUnavailableError` with a one-line hint saying where
 to put which files.
 """
@@ -21,6 +22,7 @@ import torch
 
 from fedcore.data.cifar import read_cifar_batches
 from fedcore.data.idx import DataFileError, read_mnist_split
+from fedcore.data.synthetic import SYNTHETIC, synthetic_arrays
 
 if TYPE_CHECKING:
     from torchvision.datasets import CIFAR10, MNIST
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
     TorchvisionClass: TypeAlias = type[MNIST] | type[CIFAR10]
 
 DATASET_NAMES = (
-    "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet"
+    "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet",
+    "synthetic_cifar10",
 )
 
 
@@ -105,14 +108,20 @@ def load_dataset(
     verify: bool = True,
     seed: int = 0,
     global_test_fraction: float = 0.2,
+    device: torch.device | str = "cpu",
+    synthetic_samples: int | None = None,
 ) -> DatasetArrays:
     """Load ``name`` (one of :data:`DATASET_NAMES`) as normalised tensors.
 
     ``seed`` and ``global_test_fraction`` only matter where there is no official test split
     (``digits``, FEMNIST's ``all_data`` files); ``verify=False`` skips the md5 checks of CIFAR's
     files, so repacked files load. Files are read by fedcore's own checked readers (IDX, and CIFAR
-    pickles through a restricted unpickler); torchvision only downloads.
+    pickles through a restricted unpickler); torchvision only downloads. A synthetic dataset is
+    generated from ``seed`` with its images on ``device`` (``synthetic_samples`` train images,
+    unset: the full size); every other dataset loads on the CPU.
     """
+    if name in SYNTHETIC:
+        return DatasetArrays(*synthetic_arrays(name, seed, device, synthetic_samples), name)
     if name == "digits":
         return _load_digits(seed, global_test_fraction)
     if name == "femnist":
@@ -187,7 +196,7 @@ def check_files_present(name: str, root: str | Path = "data", download: bool = F
 
     Sweeps and studies call it for every cell before Prefect starts.
     """
-    if name == "digits" or download:
+    if name == "digits" or name in SYNTHETIC or download:
         return
     root = Path(root).expanduser().resolve()
     if name == "femnist":

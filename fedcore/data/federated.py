@@ -162,8 +162,11 @@ def build_federated_data(
         verify=cfg.verify,
         seed=seed,
         global_test_fraction=cfg.global_test_fraction,
+        device=device,
+        synthetic_samples=cfg.synthetic_samples,
     )
-    # indexed on the CPU, then moved: samples of owners not chosen never reach the device
+    # indexed where loaded (the CPU; a synthetic dataset: the device), then moved: samples of
+    # owners not chosen never reach the device
     x, y, x_test, y_test = arrays.x_train, arrays.y_train, arrays.x_test, arrays.y_test
     if cfg.partition == "natural" and arrays.owner_test is not None:
         trains, tests = natural_split(arrays, cfg, seed)

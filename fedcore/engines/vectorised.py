@@ -34,7 +34,7 @@ from fedcore.clients.sgd import sgd_step
 from fedcore.clients.template import Pass, Prepared, client_seed, local_context
 from fedcore.engines import sequential
 from fedcore.engines.sequential import rng_devices, seed_global_rng
-from fedcore.layout import ParamLayout, load_flat_params
+from fedcore.layout import ParamLayout, load_flat_params, to_device
 from fedcore.models import FedModel
 from fedcore.round_context import RoundContext
 from fedcore.seeding import GLOBAL_RNG_LOCK
@@ -385,7 +385,8 @@ class VectorisedEngine:
                             noise[k][t, i, rows] = F.dropout(ones, d.p, training=True)
         x = torch.cat([c.ctx.data.x_train for c in chunk])
         y = torch.cat([c.ctx.data.y_train for c in chunk])
-        return (x, y, index.to(device), image_mask.to(device), tuplet_mask.to(device), noise)
+        return (x, y, to_device(index, device), to_device(image_mask, device),
+                to_device(tuplet_mask, device), noise)
 
     def _train_chunk(
         self, rc: RoundContext, chunk: list[_Client]
@@ -433,7 +434,8 @@ class VectorisedEngine:
         params = torch.stack([c.run.start for c in chunk]).to(device)
         buf: torch.Tensor | None = None  # momentum, rows = clients still training
         loss_sum = torch.zeros(m, device=device)
-        seen = torch.zeros(m, device=device)
+        rows = image_mask.sum(2)  # steps x m: real rows of each client's batch (exact counts)
+        seen = rows.sum(0)
         for t in range(int(index.shape[0])):
             k = sum(n > t for n in counts)  # clients still training: a prefix (sorted)
             p, idx = params[:k], index[t, :k]
@@ -448,9 +450,7 @@ class VectorisedEngine:
             shifts = None if shift is None else [shift[:k]]
             sgd_step([p], [g], bufs, sched, mu, anchors, shifts)  # p: view, params[:k] updated
             buf = bufs[0] if buf is None else buf
-            n = image_mask[t, :k].sum(1)
-            loss_sum[:k] += loss * n
-            seen[:k] += n
+            loss_sum[:k] += loss * rows[t, :k]
         feed.masks = ()
         for v in views.values():
             v.params = {}
