@@ -37,6 +37,7 @@ from fedcore.round_context import RoundContext
 from fedcore.samplers import Population
 from fedcore.schedules import local_lr
 from fedcore.stages import Message
+from fedcore.stages.base import rejections
 from fedcore.store import ClientStore
 
 if TYPE_CHECKING:
@@ -246,7 +247,7 @@ class Simulation:
         # uplink: what goes on the wire, and its bytes
         msgs = self.chain.send(ups, rc)
         # server stages: what arrived, accepted or not
-        self.chain.receive(msgs, rc)
+        verdicts = self.chain.receive(msgs, rc)
         kept = [m.update for m in msgs if m.accepted]
         # rule
         batch = self.update_batch(rc, msgs)
@@ -282,10 +283,14 @@ class Simulation:
             "comm/bytes_down_total": float(self.bytes_down_total),
         }
         metrics.update(result.metrics)
+        metrics.update(verdicts)
         metrics.update(closing.metrics)
         metrics.update(opening)
         metrics.update(client_stat_metrics([u.stats for u in ups]))
-        return RoundOutcome(metrics, self._per_client(kept, result.client_values))
+        values = self._per_client(kept, result.client_values)
+        for name, rejected in rejections(msgs).items():
+            values[f"rejected_by/{name}"] = np.isin(np.arange(self.data.num_clients), rejected)
+        return RoundOutcome(metrics, values)
 
     def _note_fallback(self) -> None:
         """``engine_name``/``engine_reason`` say what trained: a vectorised engine that fell back

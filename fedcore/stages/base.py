@@ -4,9 +4,14 @@
 A stage sees a round through a few small hooks, every one optional: ``begin_round`` (metrics
 at the round's start), ``start_point`` (where a client's local training starts),
 ``on_update`` (client side, on the trained update before it is sent), ``on_send`` (the uplink:
-what goes on the wire and its bytes), ``on_receive`` (server side, on what arrived) and
+what goes on the wire and its bytes), ``on_receive`` (server side, on each message that arrived),
+``receive_round`` (server side, once over all the round's messages, returning metrics) and
 ``end_round`` (an extra server step and metrics). The round driver calls each hook on every
 stage in chain order; stages named in ``method.stages`` come from :data:`REGISTRY`.
+
+Server-side verdicts compose: a message is accepted only if no stage rejected it, a stage
+cannot undo another's rejection, and each message records which stages rejected it
+(``Message.rejected_by``; the round's ``stages/<stage>/rejected`` metric counts them).
 """
 
 from __future__ import annotations
@@ -40,13 +45,45 @@ class RoundEnd:
 @dataclass
 class Message:
     """One client's uplink as it travels through the chain: its update, the named vectors as
-    they go on the wire (in ``client_algo.uplink`` order), their bytes, and whether the server
-    accepts them."""
+    they go on the wire (in ``client_algo.uplink`` order), their bytes, and the stages that
+    rejected it (in chain order; none: the server accepts it)."""
 
     update: ClientUpdate
     sent: dict[str, torch.Tensor]
     nbytes: int = 0
-    accepted: bool = True
+    rejected_by: list[str] = field(default_factory=list)
+    judge: str = field(default="server", repr=False, compare=False)  # the stage now called
+
+    @property
+    def accepted(self) -> bool:
+        """True unless a stage rejected this message (the AND of every stage's verdict)."""
+        return not self.rejected_by
+
+    @accepted.setter
+    def accepted(self, verdict: bool) -> None:
+        """``False`` rejects on behalf of the stage being called; ``True`` changes nothing (a
+        stage cannot undo another's rejection)."""
+        if not verdict:
+            self.reject(self.judge)
+
+    def reject(self, by: str) -> None:
+        """Record that stage ``by`` rejects this message."""
+        if by not in self.rejected_by:
+            self.rejected_by.append(by)
+
+
+def stage_name(stage: Stage) -> str:
+    """The stage's registered name (its class name when it has none)."""
+    return str(getattr(stage, "name", type(stage).__name__))
+
+
+def rejections(msgs: list[Message]) -> dict[str, list[int]]:
+    """The clients each stage rejected (stages that rejected none are left out)."""
+    out: dict[str, list[int]] = {}
+    for msg in msgs:
+        for name in msg.rejected_by:
+            out.setdefault(name, []).append(msg.update.client_id)
+    return out
 
 
 def uplink_vectors(
@@ -93,7 +130,13 @@ class Stage:
         """Uplink: replace ``msg.sent`` by what goes on the wire and add its bytes."""
 
     def on_receive(self, msg: Message, rc: RoundContext) -> None:
-        """Server side: inspect what arrived; may set ``msg.accepted`` False."""
+        """Server side: inspect what arrived; may set ``msg.accepted`` False (a rejection)."""
+
+    def receive_round(self, msgs: list[Message], rc: RoundContext) -> dict[str, float]:
+        """Server side, once per round, after this stage's ``on_receive`` of each message: all
+        the round's messages (``msg.accepted`` False: an earlier stage rejected it); may reject
+        any of them (``msg.reject(self.name)``) and returns metrics."""
+        return {}
 
     def end_round(self, rc: RoundContext, sampled: list[int]) -> RoundEnd:
         """Close the round: an extra server step or None, and metrics."""
@@ -149,10 +192,21 @@ class Chain:
                 s.on_send(msg, rc)
         return msgs
 
-    def receive(self, msgs: list[Message], rc: RoundContext) -> None:
-        for msg in msgs:
-            for s in self.stages:
+    def receive(self, msgs: list[Message], rc: RoundContext) -> dict[str, float]:
+        """Each stage in order judges every message, then the whole round; the metrics the
+        stages return, and ``stages/<stage>/rejected`` for each stage that rejected a message
+        this round."""
+        metrics: dict[str, float] = {}
+        for s in self.stages:
+            for msg in msgs:
+                msg.judge = stage_name(s)
                 s.on_receive(msg, rc)
+            metrics.update(s.receive_round(msgs, rc))
+        for msg in msgs:
+            msg.judge = "server"
+        for name, ids in rejections(msgs).items():
+            metrics[f"stages/{name}/rejected"] = float(len(ids))
+        return metrics
 
     def end_round(self, rc: RoundContext, sampled: list[int]) -> RoundEnd:
         """Every stage's closing; their steps add up, their metrics merge."""

@@ -21,7 +21,8 @@ class NonFinite(Stage):
     """Client side: a client whose scalar for the server (``aggregator.needs``: ``loss_before``,
     ...) is NaN or Inf gets a NaN delta, so that it is rejected like a non-finite update (its
     error-feedback residual kept). Server side: an uplink with a non-finite vector is not
-    accepted (counted in ``agg/rejected_clients``)."""
+    accepted (counted in ``agg/rejected_clients`` and ``stages/non_finite/rejected``); its
+    verdict adds to the other stages', never undoes one."""
 
     name = "non_finite"
 
@@ -33,7 +34,7 @@ class NonFinite(Stage):
             update.delta = torch.full_like(update.delta, math.nan)
 
     def on_receive(self, msg: Message, rc: RoundContext) -> None:
-        msg.accepted = all(bool(torch.isfinite(v).all()) for v in msg.sent.values())
-        if not msg.accepted:
+        if not all(bool(torch.isfinite(v).all()) for v in msg.sent.values()):
+            msg.reject(self.name)
             log.warning("round %d: NaN or Inf in the update of client %d; excluded",
                         rc.round, msg.update.client_id)
