@@ -126,6 +126,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if result.stopped is not None:
         print(f"stopped early: {result.stopped} (run it again to continue)")
+    if result.converged is not None:
+        print(f"finished early: {result.converged}")
     print_table([{"metric": k, "value": v} for k, v in result.summary.items()], ["metric", "value"])
     return 0
 

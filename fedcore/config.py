@@ -71,12 +71,16 @@ class _Recorded(_Strict):
     they were."""
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ()
+    ZERO: ClassVar[tuple[str, ...]] = ()  # keys left out while 0 (their default)
 
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
         for key in self.OPTIONAL:
             if data.get(key) in (None, {}):
+                data.pop(key, None)
+        for key in self.ZERO:
+            if data.get(key) == 0:
                 data.pop(key, None)
         return data
 
@@ -86,6 +90,7 @@ class DatasetConfig(_Recorded):
     ``fedcore.data.own``), whose name, source and partition settings fedcore records here."""
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("source", "digest", "partition_seed")
+    ZERO: ClassVar[tuple[str, ...]] = ("val_fraction",)
     name: str = "digits"
     root: PathSetting = "data"
     download: bool = False
@@ -97,6 +102,9 @@ class DatasetConfig(_Recorded):
     shards_per_client: int = Field(2, ge=1)
     test_fraction: float = Field(0.2, ge=0, lt=1)
     global_test_fraction: float = Field(0.2, gt=0, lt=1)
+    val_fraction: float = Field(
+        0.0, ge=0, lt=1, description="share of the global test split held out of it as a "
+        "validation set (val/* metrics, early stopping); 0: none")
     source: str | None = None  # own data: where it came from
     digest: str | None = None  # own data: content digest (samples, labels, clients)
     partition_seed: int | None = Field(None, ge=0)  # own data: the seed of its partition
@@ -214,7 +222,9 @@ class EngineConfig(_Strict):
     max_clients_per_chunk: int | None = Field(None, ge=1)  # None: from free device memory
 
 
-class ExperimentConfig(_Strict):
+class ExperimentConfig(_Recorded):
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("callbacks",)
+
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     method: MethodConfig = Field(default_factory=MethodConfig)
@@ -227,6 +237,8 @@ class ExperimentConfig(_Strict):
     eval_every: int = Field(1, ge=1)
     target_accuracy: float | None = Field(None, gt=0, le=1)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    callbacks: Any = Field(None, description="callbacks of the run, in order: "
+                           "`[{callback: NAME, **hparams}]`")
     # resumable runs (docs/how-to/checkpoints.md); not part of config_hash()
     checkpoint_every: int = Field(0, ge=0)
     checkpoint_dir: PathSetting = ".fedcore/checkpoints"

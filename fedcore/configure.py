@@ -61,6 +61,9 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     _validate_method(cfg)
+    from fedcore.callbacks.configured import resolve_callbacks
+
+    cfg.callbacks = resolve_callbacks(cfg.callbacks)
     check_requirements(cfg)
     from fedcore.models.external import record_code
 
@@ -132,15 +135,30 @@ def check_requirements(cfg: ExperimentConfig) -> None:
         cls = registry.get(spec[registry.key])
         for need in cls.requirements(registry.hparams(spec)):
             _check(need, tree, cfg)
+    from fedcore.callbacks.configured import REGISTRY as CALLBACKS
+
+    for spec in cfg.callbacks or []:
+        callback = CALLBACKS.get(spec[CALLBACKS.key])
+        for need in callback.requirements(CALLBACKS.hparams(spec)):
+            _check(need, tree, cfg)
 
 
-def _value(tree: dict[str, Any], key: str) -> Any:
+def _value(tree: dict[str, Any], key: str, cfg: ExperimentConfig) -> Any:
+    """The value of dotted ``key`` in the resolved ``tree`` (a key left out of it while at
+    its default, e.g. ``dataset.val_fraction``, read from ``cfg``)."""
     node: Any = tree
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
-            raise ValueError(f"a component declares a requirement on {key!r}, not a config key")
+            break
         node = node[part]
-    return node
+    else:
+        return node
+    obj: Any = cfg
+    for part in key.split("."):
+        if not hasattr(obj, part) or isinstance(obj, dict):
+            raise ValueError(f"a component declares a requirement on {key!r}, not a config key")
+        obj = getattr(obj, part)
+    return obj
 
 
 def _check(need: Need, tree: dict[str, Any], cfg: ExperimentConfig) -> None:
@@ -150,7 +168,7 @@ def _check(need: Need, tree: dict[str, Any], cfg: ExperimentConfig) -> None:
             raise ConfigError(reason)
         return
     assert isinstance(need, Requirement)
-    values = [_value(tree, key) for key in need.keys]
+    values = [_value(tree, key, cfg) for key in need.keys]
     if need.holds(*values):
         return
     if need.warn_only:

@@ -56,6 +56,11 @@ CATALOGUE: tuple[MetricDoc, ...] = (
     # evaluated rounds (every eval_every rounds and the last)
     _M("test/accuracy", SIM, "round", "accuracy of the global model on the global test set"),
     _M("test/loss", SIM, "round", "mean cross-entropy of the global model on the global test set"),
+    _M("val/accuracy", "fedcore/callbacks/evaluation.py", "round",
+       "accuracy of the global model on the validation set (dataset.val_fraction of the global "
+       "test split, held out of it; only when val_fraction > 0)"),
+    _M("val/loss", "fedcore/callbacks/evaluation.py", "round",
+       "mean cross-entropy of the global model on the validation set"),
     _M("clients/accuracy_mean", METRICS, "round",
        "mean over clients of the global model's accuracy on each client's local test split"),
     _M("clients/accuracy_std", METRICS, "round", "standard deviation of those client accuracies"),

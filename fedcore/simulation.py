@@ -19,6 +19,7 @@ from fedcore.aggregators import Aggregate, UpdateBatch
 from fedcore.bn_statistics import average_bn_statistics
 from fedcore.callbacks import Callback, RoundRecord
 from fedcore.callbacks import chain as callback_chain
+from fedcore.callbacks.configured import build_callbacks
 from fedcore.callbacks.evaluation import evaluate
 from fedcore.callbacks.signals import SignalStop
 from fedcore.client_table import ClientTable
@@ -63,7 +64,8 @@ class Result:
     client_tables: list[ClientTable] = field(default_factory=list)
     summary: dict[str, float] = field(default_factory=dict)
     skipped_metrics: dict[str, str] = field(default_factory=dict)  # pattern -> why not measured
-    stopped: str | None = None  # why a callback ended the run early (None: all rounds played)
+    stopped: str | None = None  # why a callback paused the run (None: not paused)
+    converged: str | None = None  # why a callback finished the run early (None: it did not)
 
     def rounds_frame(self) -> pd.DataFrame:
         """One row per round, one column per metric (pandas)."""
@@ -123,6 +125,7 @@ class Simulation:
         self.cfg = cfg
         self.callbacks = list(callbacks)
         self.builtins = callback_chain.builtins(cfg.target_accuracy, builtins)
+        self.configured = build_callbacks(cfg.callbacks)  # the config's; checkpointed
         self.device = resolve_device(device or cfg.device)
         self.data = data or build_federated_data(cfg.dataset, cfg.seed, self.device, cfg.clients)
         parts = compose.build(cfg, self.data, self.device, model)
@@ -383,7 +386,9 @@ class Simulation:
         """Run all remaining rounds; rounds are numbered 1..R (the MLflow step).
 
         Each round: sample, play, then the callbacks (:mod:`fedcore.callbacks.chain`). A
-        callback's stop ends the run after that round: the round is recorded and checkpointed
+        callback's ``finish`` (converged) ends the run after that round as finished, with
+        ``result.converged`` saying why. A callback's stop pauses the run after that round:
+        the round is recorded and checkpointed
         (with ``checkpoint_every`` set; the checkpoint is kept for a resume), ``result.stopped``
         says why, and ``on_run_end`` gets the summary of the rounds played. A requested stop
         (:mod:`fedcore.stopping`, e.g. SIGTERM) ends it the same way but then raises
@@ -391,7 +396,7 @@ class Simulation:
         signal = SignalStop()
         components = callback_chain.contributed(
             [self.client_algo, self.aggregator, self.compressor]
-        )
+        ) + list(self.configured)
         self.run_callbacks = callback_chain.chain(
             self.builtins, components, self.callbacks, signal
         )
@@ -417,6 +422,10 @@ class Simulation:
             if record.stop is not None and r < total:
                 result.stopped = record.stop
                 break
+            if record.converged is not None:
+                result.converged = record.converged
+                log.info("%s", record.converged)
+                break
         if signal.reason is not None and result.stopped is not None:
             raise stopping.StopRequested(signal.reason)
         callback_chain.end_run(self.run_callbacks, result)
@@ -439,6 +448,7 @@ class Simulation:
             "client_tables": [vars(t) for t in self.client_tables],
             "rng": checkpoint.rng_state(),
             "stages": self.chain.state_dict(),
+            "callbacks": [cb.state_dict() for cb in self.configured],
         }
 
     def load_state_dict(self, state: dict[str, Any], rng: bool = True) -> None:
@@ -469,6 +479,13 @@ class Simulation:
             or not all(isinstance(st, dict) for st in stages)
         ):
             raise checkpoint.unusable(state, "its stage states do not match this run's stages")
+        callbacks = state.get("callbacks")  # absent in checkpoints written before them
+        if callbacks is not None and (
+            not isinstance(callbacks, list) or len(callbacks) != len(self.configured)
+            or not all(isinstance(st, dict) for st in callbacks)
+        ):
+            raise checkpoint.unusable(
+                state, "its callback states do not match this run's callbacks")
         self.round = int(state["round"])
         self.bytes_up_total = int(state["bytes_up_total"])
         self.bytes_down_total = int(state["bytes_down_total"])
@@ -477,6 +494,9 @@ class Simulation:
         self.aggregator.load_state_dict(state["aggregator"])
         self.store.load_state_dict(state["store"])
         self.chain.load_state_dict(stages or [{} for _ in self.chain.stages])
+        for cb, cb_state in zip(self.configured, callbacks or [{}] * len(self.configured),
+                                strict=True):
+            cb.load_state_dict(cb_state)
         self.history[:] = [dict(h) for h in state["history"]]
         self.client_tables[:] = [ClientTable(**t) for t in state["client_tables"]]
         if rng:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -26,7 +26,8 @@ class RoundRecord:
     metrics into it, so a callback sees those of the callbacks before it. ``clients`` is the
     round's per-client table once a callback produced one (evaluation rounds). ``sim`` is the
     simulation, for reading only. ``stop`` is the reason an earlier callback asked to stop
-    (None: none did); a callback after it (the checkpoint) may act on it.
+    (None: none did); a callback after it (the checkpoint) may act on it. ``converged`` is
+    the reason an earlier callback declared the run done (None: none did).
     """
 
     round: int
@@ -36,6 +37,7 @@ class RoundRecord:
     client_values: dict[str, np.ndarray] = field(default_factory=dict)  # the rule's, per client
     clients: ClientTable | None = None
     stop: str | None = None
+    converged: str | None = None
 
     @property
     def last(self) -> bool:
@@ -47,12 +49,16 @@ class RoundRecord:
 class RoundVerdict:
     """What a callback returns from ``on_round_end`` (None means an empty verdict).
 
-    ``stop``: True or a reason ends the run after this round (recorded and checkpointed);
-    ``metrics``: added to the round's metrics (history, MLflow); ``clients``: the round's
-    per-client table (the evaluation's); ``columns``: extra per-client columns for that table.
+    Two kinds of stop: ``stop`` (True or a reason) pauses the run after this round: it is
+    recorded and checkpointed, ends KILLED and the same command resumes it; ``finish`` (True or
+    a reason) declares it converged: it ends FINISHED after this round with the reason recorded
+    (``Result.converged``), and nothing resumes it. ``metrics``: added to the round's metrics
+    (history, MLflow); ``clients``: the round's per-client table (the evaluation's);
+    ``columns``: extra per-client columns for that table.
     """
 
     stop: bool | str = False
+    finish: bool | str = False
     metrics: Mapping[str, float] = field(default_factory=dict)
     clients: ClientTable | None = None
     columns: Mapping[str, np.ndarray] = field(default_factory=dict)
@@ -78,3 +84,10 @@ class Callback:
         """After the last round played; may return summary metrics to add to
         ``result.summary`` (callbacks after it see them)."""
         return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs of this callback (a configured callback's is checkpointed)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""

@@ -41,8 +41,9 @@ def evaluate(
     sampled: np.ndarray,
     client_values: dict[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, float], ClientTable]:
-    """The rule's evaluation point on the global test set and on every client's local test
-    split (none, ``test_fraction`` 0: the global per-class accuracy weighted by each client's
+    """The rule's evaluation point on the global test set, on the validation set (when
+    ``dataset.val_fraction`` holds one out) and on every client's local test split (none,
+    ``test_fraction`` 0: the global per-class accuracy weighted by each client's
     label mix). The model holds the global parameters afterwards."""
     model, data = sim.model, sim.data
     params = sim.aggregator.eval_params(sim.params)
@@ -54,6 +55,10 @@ def evaluate(
     else:
         correct, loss, z = eval_with_embeddings(model, data.x_test, data.y_test)
     metrics = {"test/accuracy": float(correct.float().mean()), "test/loss": float(loss.mean())}
+    if data.x_val is not None and data.y_val is not None:  # dataset.val_fraction > 0
+        v_correct, v_loss = per_sample_eval(model, data.x_val, data.y_val)
+        metrics.update({"val/accuracy": float(v_correct.float().mean()),
+                        "val/loss": float(v_loss.mean())})
     if REPR_METRICS not in sim.skipped_metrics:
         metrics.update(representation_stats(z, data.y_test))
     n_clients = data.num_clients

@@ -52,6 +52,7 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 STOPPED_TAG = "fedcore.stopped"  # why a callback ended the run early (the run is KILLED)
+CONVERGED_TAG = "fedcore.converged"  # why a callback finished the run early (it is FINISHED)
 class _Writers:
     """The process's two background MLflow writers, started on first use.
 
@@ -310,9 +311,10 @@ class MLflowTracker(Callback):
             raise
 
     def _finish(self, result: Result) -> None:
-        """Summary metrics, the per-client table and the figures; then FINISHED, or KILLED
-        with the reason as the tag ``fedcore.stopped`` when a callback stopped the run early
-        (running it again resumes it from its checkpoint)."""
+        """Summary metrics, the per-client table and the figures; then FINISHED (with the
+        reason as the tag ``fedcore.converged`` when a callback finished it early), or KILLED
+        with the reason as the tag ``fedcore.stopped`` when a callback paused it (running it
+        again resumes it from its checkpoint)."""
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
             figures = None
@@ -336,7 +338,8 @@ class MLflowTracker(Callback):
                     figures.join()
             self.store.log_artifacts(self.active_run_id, str(out))
         if result.stopped is None:
-            self.store.terminate(self.active_run_id, "FINISHED")
+            tags = {} if result.converged is None else {CONVERGED_TAG: result.converged}
+            self.store.terminate(self.active_run_id, "FINISHED", tags)
         else:
             self.store.terminate(self.active_run_id, "KILLED", {STOPPED_TAG: result.stopped})
 
