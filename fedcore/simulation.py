@@ -8,8 +8,8 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,13 +17,13 @@ import torch
 from fedcore import checkpoint, code_digest, compose, stopping
 from fedcore.aggregators import Aggregate, UpdateBatch
 from fedcore.bn_statistics import average_bn_statistics
-from fedcore.callbacks import Callback, RoundRecord
+from fedcore.callbacks import Callback
 from fedcore.callbacks import chain as callback_chain
 from fedcore.callbacks.configured import build_callbacks
-from fedcore.callbacks.evaluation import evaluate
+from fedcore.callbacks.evaluation import evaluate_run
 from fedcore.callbacks.signals import SignalStop
 from fedcore.client_table import ClientTable
-from fedcore.clients import ClientData, ClientUpdate, Commit, LocalSchedule
+from fedcore.clients import ClientUpdate, Commit, LocalSchedule
 from fedcore.config import ConfigError, ExperimentConfig
 from fedcore.data.federated import FederatedData, build_federated_data
 from fedcore.data.own import config_with_data
@@ -34,16 +34,12 @@ from fedcore.limits import shown
 from fedcore.metrics import client_stat_metrics, conflict_fraction, per_sample_eval
 from fedcore.models.external import ModelArg, config_with_model
 from fedcore.models.protocol import REPR_METRICS, has_embedding
+from fedcore.records import Message, Result, RoundRecord, RunView
 from fedcore.round_context import RoundContext
 from fedcore.samplers import Population
 from fedcore.schedules import local_lr
-from fedcore.stages import Message
 from fedcore.stages.base import rejections
 from fedcore.store import ClientStore
-
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 __all__ = ["Callback", "ClientStore", "ClientTable", "Result", "Simulation", "run"]
 
@@ -54,30 +50,6 @@ STATE_KEYS = (
     "config_hash", "round", "bytes_up_total", "bytes_down_total", "params", "buffers",
     "aggregator", "store", "history", "client_tables", "rng",
 )
-
-
-@dataclass
-class Result:
-    config: dict[str, Any]
-    config_hash: str
-    history: list[dict[str, float]] = field(default_factory=list)
-    client_tables: list[ClientTable] = field(default_factory=list)
-    summary: dict[str, float] = field(default_factory=dict)
-    skipped_metrics: dict[str, str] = field(default_factory=dict)  # pattern -> why not measured
-    stopped: str | None = None  # why a callback paused the run (None: not paused)
-    converged: str | None = None  # why a callback finished the run early (None: it did not)
-
-    def rounds_frame(self) -> pd.DataFrame:
-        """One row per round, one column per metric (pandas)."""
-        from fedcore.frames import rounds_frame
-
-        return rounds_frame(self.history)
-
-    def clients_frame(self) -> pd.DataFrame:
-        """One row per (evaluated round, client): accuracy, loss, samples, sampled (pandas)."""
-        from fedcore.frames import clients_frame
-
-        return clients_frame(self.client_tables)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -149,20 +121,29 @@ class Simulation:
         self.bytes_down_total = 0
         self.history: list[dict[str, float]] = []  # the Result's, kept here to be checkpointed
         self.client_tables: list[ClientTable] = []
-        self._eval_x, self._eval_y, self._eval_owner = self._stack_client_tests(self.data.clients)
         self.skipped_metrics: dict[str, str] = {}  # metric pattern -> why it is not measured
         if not has_embedding(self.model):
             self.skipped_metrics[REPR_METRICS] = "the model has no embedding(x)/head(z)"
             log.warning("%s metrics skipped: %s", REPR_METRICS, self.skipped_metrics[REPR_METRICS])
+        self.view = RunView(self)  # what callbacks see of the run
 
-    @staticmethod
-    def _stack_client_tests(
-        cs: list[ClientData],
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        x = torch.cat([c.x_test for c in cs])
-        y = torch.cat([c.y_test for c in cs])
-        owner = torch.cat([torch.full((len(c.y_test),), c.client_id, dtype=torch.long) for c in cs])
-        return x, y, owner
+    def eval_params(self) -> torch.Tensor:
+        """The parameters the rule evaluates (``Aggregator.eval_params``)."""
+        return self.aggregator.eval_params(self.params)
+
+    def personal_params(
+        self, client_id: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]] | None:
+        """Client ``client_id``'s personal model, if the objective keeps one."""
+        return self.client_algo.personal_params(self.store[client_id])
+
+    @property
+    def personalized(self) -> bool:
+        return bool(self.client_algo.personalized)
+
+    @property
+    def projection_dim(self) -> int | None:
+        return self.client_algo.projection_dim
 
     def sample_clients(self, round: int) -> np.ndarray:
         """The round's clients, sorted, from the sampler (``method.sampler``)."""
@@ -210,13 +191,13 @@ class Simulation:
             layout=self.layout,
             store=self.store,
             client_algo=self.client_algo,
-            aggregator=self.aggregator,
-            compressor=self.compressor,
             byzantine=self.byzantine,
             round=round,
             params=self.params,
             buffers=self.buffers,
             schedule=self.schedule(round),
+            uplink=tuple(self.client_algo.uplink),
+            needs=frozenset(self.aggregator.needs),
             downlink=self.aggregator.broadcast(),
             needs_num_steps=self.chain.needs_num_steps,
         )
@@ -379,8 +360,8 @@ class Simulation:
         client_values: dict[str, np.ndarray] | None = None,
     ) -> tuple[dict[str, float], ClientTable]:
         """The built-in evaluation of the current global model
-        (:func:`fedcore.callbacks.evaluation.evaluate`)."""
-        return evaluate(self, round, sampled, client_values)
+        (:func:`fedcore.callbacks.evaluation.evaluate_run`)."""
+        return evaluate_run(self.view, round, sampled, client_values)
 
     def run(self, order_fn: Callable[[list[int]], list[int]] | None = None) -> Result:
         """Run all remaining rounds; rounds are numbered 1..R (the MLflow step).
@@ -405,7 +386,7 @@ class Simulation:
             skipped_metrics=dict(self.skipped_metrics),
         )
         for cb in self.run_callbacks:
-            cb.on_run_start(self)
+            cb.on_run_start(self.view)
         stopping.check(self.round)  # no round starts once a stop was requested
         total = self.cfg.rounds
         while self.round < total:
@@ -414,11 +395,13 @@ class Simulation:
             order = order_fn(list(map(int, sampled))) if order_fn else None
             outcome = self.play_round(r, sampled, order)
             self.round = r
-            record = RoundRecord(r, outcome.metrics, self, sampled, outcome.client_values)
+            record = RoundRecord(r, outcome.metrics, self.view, sampled, outcome.client_values)
             result.history.append({"round": r, **outcome.metrics})
             callback_chain.end_round(
                 self.run_callbacks, record, result.history[-1], result.client_tables
             )
+            if record.checkpoint:  # a callback's verdict (the built-in checkpoint's)
+                self.save_checkpoint()
             if record.stop is not None and r < total:
                 result.stopped = record.stop
                 break

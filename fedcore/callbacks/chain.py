@@ -19,7 +19,8 @@ from fedcore.callbacks.signals import SignalStop
 from fedcore.callbacks.summary import Summary
 
 if TYPE_CHECKING:
-    from fedcore.simulation import ClientTable, Result
+    from fedcore.client_table import ClientTable
+    from fedcore.records import Result
 
 # the built-ins that may be replaced or turned off (Simulation(..., builtins={name: cb | None}))
 BUILTINS = ("evaluation", "summary", "divergence", "checkpoint")
@@ -104,6 +105,7 @@ def end_round(
         if verdict.finish and record.converged is None and record.stop is None:
             record.converged = (verdict.finish if isinstance(verdict.finish, str)
                                 else f"converged: {type(cb).__name__} after round {record.round}")
+        record.checkpoint = record.checkpoint or verdict.checkpoint
         if verdict.stop and record.stop is None:
             record.stop = (verdict.stop if isinstance(verdict.stop, str)
                            else f"stopped by {type(cb).__name__} after round {record.round}")

@@ -1,8 +1,12 @@
-"""The built-in evaluation: the global model on the global test set and on every client's
-local test split, every ``eval_every`` rounds and at the last round."""
+"""The built-in evaluation: the global model on the global test set, the validation set and
+every client's local test split, every ``eval_every`` rounds and at the last round.
+
+:func:`evaluate` is a function of (model, parameters, data); :class:`Evaluation` is the callback
+that calls it on the run's view and builds the round's per-client table."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,51 +25,76 @@ from fedcore.metrics import (
 from fedcore.models.protocol import REPR_METRICS
 
 if TYPE_CHECKING:
-    from fedcore.simulation import ClientTable, Simulation
+    from collections.abc import Mapping
+
+    from fedcore.data.federated import FederatedData
+    from fedcore.models import FedModel
+    from fedcore.records import RunView
 
 
-class Evaluation(Callback):
-    """Evaluates on rounds ``eval_every``, 2 ``eval_every``, ... and the last one: its metrics
-    (``test/*``, ``clients/*``, ``repr/*``) and the round's per-client table."""
+@dataclass(frozen=True)
+class ClientTests:
+    """Every client's local test split stacked: samples, labels and the owning client."""
 
-    def on_round_end(self, record: RoundRecord) -> RoundVerdict | None:
-        if record.round % record.sim.cfg.eval_every and not record.last:
-            return None
-        metrics, table = evaluate(record.sim, record.round, record.sampled, record.client_values)
-        return RoundVerdict(metrics=metrics, clients=table)
+    x: torch.Tensor
+    y: torch.Tensor
+    owner: torch.Tensor
+
+
+def client_tests(data: FederatedData) -> ClientTests:
+    """The clients' local test splits of ``data`` as one stacked set."""
+    cs = data.clients
+    return ClientTests(
+        torch.cat([c.x_test for c in cs]),
+        torch.cat([c.y_test for c in cs]),
+        torch.cat([torch.full((len(c.y_test),), c.client_id, dtype=torch.long) for c in cs]),
+    )
+
+
+@dataclass
+class Evaluated:
+    """What :func:`evaluate` measured: the round's metrics and each client's accuracy and
+    loss (by client id), and which clients have a local test split."""
+
+    metrics: dict[str, float]
+    accuracy: np.ndarray
+    loss: np.ndarray
+    has_test: np.ndarray
 
 
 def evaluate(
-    sim: Simulation,
-    round: int,
-    sampled: np.ndarray,
-    client_values: dict[str, np.ndarray] | None = None,
-) -> tuple[dict[str, float], ClientTable]:
-    """The rule's evaluation point on the global test set, on the validation set (when
-    ``dataset.val_fraction`` holds one out) and on every client's local test split (none,
-    ``test_fraction`` 0: the global per-class accuracy weighted by each client's
-    label mix). The model holds the global parameters afterwards."""
-    model, data = sim.model, sim.data
-    params = sim.aggregator.eval_params(sim.params)
+    model: FedModel,
+    params: torch.Tensor,
+    data: FederatedData,
+    buffers: Mapping[str, torch.Tensor] | None = None,
+    tests: ClientTests | None = None,
+    representation: bool = True,
+) -> Evaluated:
+    """``params`` (and ``buffers``) loaded into ``model``, on the global test set, on the
+    validation set (when ``dataset.val_fraction`` holds one out) and on every client's local
+    test split (none, ``test_fraction`` 0: the global per-class accuracy weighted by each
+    client's label mix); ``representation``: also the ``repr/*`` statistics of the model's
+    embeddings. The model holds ``params`` afterwards."""
     load_flat_params(model, params)
-    if sim.buffers:
-        model.load_state_dict(sim.buffers, strict=False)
-    if REPR_METRICS in sim.skipped_metrics:
-        correct, loss = per_sample_eval(model, data.x_test, data.y_test)
-    else:
+    if buffers:
+        model.load_state_dict(dict(buffers), strict=False)
+    if representation:
         correct, loss, z = eval_with_embeddings(model, data.x_test, data.y_test)
+    else:
+        correct, loss = per_sample_eval(model, data.x_test, data.y_test)
     metrics = {"test/accuracy": float(correct.float().mean()), "test/loss": float(loss.mean())}
     if data.x_val is not None and data.y_val is not None:  # dataset.val_fraction > 0
         v_correct, v_loss = per_sample_eval(model, data.x_val, data.y_val)
         metrics.update({"val/accuracy": float(v_correct.float().mean()),
                         "val/loss": float(v_loss.mean())})
-    if REPR_METRICS not in sim.skipped_metrics:
+    if representation:
         metrics.update(representation_stats(z, data.y_test))
     n_clients = data.num_clients
     has_test = np.array([len(c.y_test) > 0 for c in data.clients])
     if has_test.any():
-        c_correct, c_loss = per_sample_eval(model, sim._eval_x, sim._eval_y)
-        owner = sim._eval_owner.to(c_correct.device)
+        tests = tests if tests is not None else client_tests(data)
+        c_correct, c_loss = per_sample_eval(model, tests.x, tests.y)
+        owner = tests.owner.to(c_correct.device)
         counts = torch.bincount(owner, minlength=n_clients).clamp_min(1).double()
         acc = (torch.bincount(owner, c_correct.double(), minlength=n_clients) / counts).cpu()
         cl = (torch.bincount(owner, c_loss.double(), minlength=n_clients) / counts).cpu()
@@ -75,26 +104,65 @@ def evaluate(
         has_test = np.ones(n_clients, dtype=bool)
     acc_np = acc.numpy()
     metrics.update(fairness_summary(acc_np[has_test]))
-    if params is not sim.params:
-        load_flat_params(model, sim.params)
+    return Evaluated(metrics, acc_np, cl.numpy(), has_test)
+
+
+def evaluate_run(
+    run: RunView,
+    round: int,
+    sampled: np.ndarray,
+    client_values: Mapping[str, np.ndarray] | None = None,
+    tests: ClientTests | None = None,
+) -> tuple[dict[str, float], ClientTable]:
+    """The rule's evaluation point (``run.eval_params()``) evaluated, and the round's
+    per-client table. The model holds the global parameters afterwards."""
+    params = run.eval_params()
+    data = run.data
+    out = evaluate(run.model, params, data, run.buffers, tests,
+                   representation=REPR_METRICS not in run.skipped_metrics)
+    if params is not run.params:
+        load_flat_params(run.model, run.params)
+    n_clients = data.num_clients
     table = ClientTable(
         round=round,
         client_id=np.arange(n_clients),
-        accuracy=acc_np,
-        loss=cl.numpy(),
+        accuracy=out.accuracy,
+        loss=out.loss,
         num_samples=np.array([c.num_train for c in data.clients]),
         sampled=np.isin(np.arange(n_clients), sampled),
         extra={
             "noisy": np.isin(np.arange(n_clients), data.noisy_clients),
-            "byzantine": np.isin(np.arange(n_clients), sorted(sim.byzantine)),
+            "byzantine": np.isin(np.arange(n_clients), sorted(run.byzantine)),
             **(client_values or {}),
         },
     )
-    return metrics, table
+    return out.metrics, table
 
 
-def tested_clients(sim: Simulation) -> np.ndarray:
+class Evaluation(Callback):
+    """Evaluates on rounds ``eval_every``, 2 ``eval_every``, ... and the last one: its metrics
+    (``test/*``, ``val/*``, ``clients/*``, ``repr/*``) and the round's per-client table."""
+
+    def __init__(self) -> None:
+        self._tests: tuple[FederatedData, ClientTests] | None = None
+
+    def tests(self, data: FederatedData) -> ClientTests:
+        """The stacked client test splits of ``data`` (made once per run's data)."""
+        if self._tests is None or self._tests[0] is not data:
+            self._tests = (data, client_tests(data))
+        return self._tests[1]
+
+    def on_round_end(self, record: RoundRecord) -> RoundVerdict | None:
+        run = record.run
+        if record.round % run.cfg.eval_every and not record.last:
+            return None
+        metrics, table = evaluate_run(run, record.round, record.sampled, record.client_values,
+                                      self.tests(run.data))
+        return RoundVerdict(metrics=metrics, clients=table)
+
+
+def tested_clients(data: FederatedData) -> np.ndarray:
     """Which clients the per-client summaries cover: those with a local test split, or all of
     them when no client has one (then the table holds the label-mix accuracies)."""
-    has_test = np.array([len(c.y_test) > 0 for c in sim.data.clients])
+    has_test = np.array([len(c.y_test) > 0 for c in data.clients])
     return has_test if has_test.any() else np.ones(len(has_test), dtype=bool)

@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from fedcore.clients.plan import Batch, Commit, Finished, FollowUp, LocalPlan
-from fedcore.clients.records import (
+from fedcore.data.client_data import ClientData
+from fedcore.records import (
     BatchMask,
-    ClientData,
     ClientUpdate,
     FrozenParams,
     LocalContext,

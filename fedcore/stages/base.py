@@ -16,60 +16,21 @@ cannot undo another's rejection, and each message records which stages rejected 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
+from fedcore.records import Message, RoundEnd, StageContext
 from fedcore.registry import HParams, Registry
 from fedcore.registry import HParams as AnyHParams
 
 if TYPE_CHECKING:
-    from fedcore.clients.base import ClientUpdate
-    from fedcore.round_context import RoundContext
+    import torch
+
+    from fedcore.records import ClientUpdate
 
 REGISTRY: Registry[Stage] = Registry(
     "stage", "stage", "fedcore.stages", "fedcore.stages.base:Stage"
 )
 register = REGISTRY.register
-
-
-@dataclass
-class RoundEnd:
-    """What closing a round gives back: an extra server step (None: none) and metrics."""
-
-    step: torch.Tensor | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class Message:
-    """One client's uplink as it travels through the chain: its update, the named vectors as
-    they go on the wire (in ``client_algo.uplink`` order), their bytes, and the stages that
-    rejected it (in chain order; none: the server accepts it)."""
-
-    update: ClientUpdate
-    sent: dict[str, torch.Tensor]
-    nbytes: int = 0
-    rejected_by: list[str] = field(default_factory=list)
-    judge: str = field(default="server", repr=False, compare=False)  # the stage now called
-
-    @property
-    def accepted(self) -> bool:
-        """True unless a stage rejected this message (the AND of every stage's verdict)."""
-        return not self.rejected_by
-
-    @accepted.setter
-    def accepted(self, verdict: bool) -> None:
-        """``False`` rejects on behalf of the stage being called; ``True`` changes nothing (a
-        stage cannot undo another's rejection)."""
-        if not verdict:
-            self.reject(self.judge)
-
-    def reject(self, by: str) -> None:
-        """Record that stage ``by`` rejects this message."""
-        if by not in self.rejected_by:
-            self.rejected_by.append(by)
 
 
 def stage_name(stage: Stage) -> str:
@@ -113,32 +74,32 @@ class Stage:
         """True when the server should moment-match BatchNorm variances."""
         return False
 
-    def begin_round(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
+    def begin_round(self, rc: StageContext, sampled: list[int]) -> dict[str, float]:
         """Metrics measured at the round's start, before any client trains."""
         return {}
 
     def start_point(
-        self, rc: RoundContext, client_id: int, num_steps: int | None
+        self, rc: StageContext, client_id: int, num_steps: int | None
     ) -> torch.Tensor | None:
         """Where the client's local training starts (None: this stage does not move it)."""
         return None
 
-    def on_update(self, update: ClientUpdate, rc: RoundContext) -> None:
+    def on_update(self, update: ClientUpdate, rc: StageContext) -> None:
         """Client side: change the trained update (its uplink vectors) in place."""
 
-    def on_send(self, msg: Message, rc: RoundContext) -> None:
+    def on_send(self, msg: Message, rc: StageContext) -> None:
         """Uplink: replace ``msg.sent`` by what goes on the wire and add its bytes."""
 
-    def on_receive(self, msg: Message, rc: RoundContext) -> None:
+    def on_receive(self, msg: Message, rc: StageContext) -> None:
         """Server side: inspect what arrived; may set ``msg.accepted`` False (a rejection)."""
 
-    def receive_round(self, msgs: list[Message], rc: RoundContext) -> dict[str, float]:
+    def receive_round(self, msgs: list[Message], rc: StageContext) -> dict[str, float]:
         """Server side, once per round, after this stage's ``on_receive`` of each message: all
         the round's messages (``msg.accepted`` False: an earlier stage rejected it); may reject
         any of them (``msg.reject(self.name)``) and returns metrics."""
         return {}
 
-    def end_round(self, rc: RoundContext, sampled: list[int]) -> RoundEnd:
+    def end_round(self, rc: StageContext, sampled: list[int]) -> RoundEnd:
         """Close the round: an extra server step or None, and metrics."""
         return RoundEnd()
 
@@ -164,14 +125,14 @@ class Chain:
     def moment_matched_bn(self) -> bool:
         return any(s.moment_matched_bn for s in self.stages)
 
-    def begin_round(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
+    def begin_round(self, rc: StageContext, sampled: list[int]) -> dict[str, float]:
         metrics: dict[str, float] = {}
         for s in self.stages:
             metrics.update(s.begin_round(rc, sampled))
         return metrics
 
     def start_point(
-        self, rc: RoundContext, client_id: int, num_steps: int | None
+        self, rc: StageContext, client_id: int, num_steps: int | None
     ) -> torch.Tensor | None:
         """The first start point a stage gives (None: the global model)."""
         for s in self.stages:
@@ -180,19 +141,19 @@ class Chain:
                 return point
         return None
 
-    def client_side(self, ups: list[ClientUpdate], rc: RoundContext) -> None:
+    def client_side(self, ups: list[ClientUpdate], rc: StageContext) -> None:
         for up in ups:
             for s in self.stages:
                 s.on_update(up, rc)
 
-    def send(self, ups: list[ClientUpdate], rc: RoundContext) -> list[Message]:
-        msgs = [Message(up, uplink_vectors(up, rc.client_algo.uplink)) for up in ups]
+    def send(self, ups: list[ClientUpdate], rc: StageContext) -> list[Message]:
+        msgs = [Message(up, uplink_vectors(up, rc.uplink)) for up in ups]
         for msg in msgs:
             for s in self.stages:
                 s.on_send(msg, rc)
         return msgs
 
-    def receive(self, msgs: list[Message], rc: RoundContext) -> dict[str, float]:
+    def receive(self, msgs: list[Message], rc: StageContext) -> dict[str, float]:
         """Each stage in order judges every message, then the whole round; the metrics the
         stages return, and ``stages/<stage>/rejected`` for each stage that rejected a message
         this round."""
@@ -208,7 +169,7 @@ class Chain:
             metrics[f"stages/{name}/rejected"] = float(len(ids))
         return metrics
 
-    def end_round(self, rc: RoundContext, sampled: list[int]) -> RoundEnd:
+    def end_round(self, rc: StageContext, sampled: list[int]) -> RoundEnd:
         """Every stage's closing; their steps add up, their metrics merge."""
         out = RoundEnd()
         for s in self.stages:

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from fedcore.stages.base import Message, Stage
+from fedcore.records import Message
+from fedcore.stages.base import Stage
 
 if TYPE_CHECKING:
-    from fedcore.clients.base import ClientUpdate
-    from fedcore.round_context import RoundContext
+    from fedcore.records import ClientUpdate, StageContext
 
 log = logging.getLogger("fedcore")
 
@@ -26,14 +26,14 @@ class NonFinite(Stage):
 
     name = "non_finite"
 
-    def on_update(self, update: ClientUpdate, rc: RoundContext) -> None:
-        needs = rc.aggregator.needs
+    def on_update(self, update: ClientUpdate, rc: StageContext) -> None:
+        needs = rc.needs
         bad = sorted(k for k in needs if k in update.stats and not math.isfinite(update.stats[k]))
         if bad:
             log.warning("round %d: client %d sent non-finite %s", rc.round, update.client_id, bad)
             update.delta = torch.full_like(update.delta, math.nan)
 
-    def on_receive(self, msg: Message, rc: RoundContext) -> None:
+    def on_receive(self, msg: Message, rc: StageContext) -> None:
         if not all(bool(torch.isfinite(v).all()) for v in msg.sent.values()):
             msg.reject(self.name)
             log.warning("round %d: NaN or Inf in the update of client %d; excluded",

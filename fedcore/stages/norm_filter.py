@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field
 
+from fedcore.records import Message
 from fedcore.registry import HParams
 from fedcore.registry import HParams as AnyHParams
-from fedcore.stages.base import Message, Stage, register
+from fedcore.stages.base import Stage, register
 
 if TYPE_CHECKING:
-    from fedcore.round_context import RoundContext
+    from fedcore.records import StageContext
 
 
 class MedianNormHParams(HParams):
@@ -29,7 +30,7 @@ class MedianNorm(Stage):
     HParams: ClassVar[type[AnyHParams]] = MedianNormHParams
     hp: MedianNormHParams
 
-    def receive_round(self, msgs: list[Message], rc: RoundContext) -> dict[str, float]:
+    def receive_round(self, msgs: list[Message], rc: StageContext) -> dict[str, float]:
         live = [m for m in msgs if m.accepted]
         norms = [math.sqrt(sum(float(v.double().square().sum()) for v in m.sent.values()))
                  for m in live]

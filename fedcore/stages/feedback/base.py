@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from fedcore.records import RoundEnd
 from fedcore.registry import HParams, Registry
 from fedcore.registry import HParams as AnyHParams
-from fedcore.stages.base import RoundEnd
 
 if TYPE_CHECKING:
-    from fedcore.clients.base import LocalSchedule
-    from fedcore.round_context import RoundContext
+    from fedcore.records import LocalSchedule, StageContext
     from fedcore.store import ClientStore
 
 REGISTRY: Registry[ErrorFeedback] = Registry(
@@ -47,7 +46,7 @@ class ErrorFeedback:
     def begin_round(self, round: int, schedule: LocalSchedule) -> None:
         self.round = round
 
-    def probe(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
+    def probe(self, rc: StageContext, sampled: list[int]) -> dict[str, float]:
         """Metrics measured at the round's start, before training."""
         return {}
 
