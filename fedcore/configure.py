@@ -26,6 +26,7 @@ from fedcore.config import (
     set_dotted,
 )
 from fedcore.errors import ConfigError
+from fedcore.registry import Registry
 from fedcore.requirements import Need, Requirement, SendsUpdate
 
 log = logging.getLogger("fedcore")
@@ -121,25 +122,39 @@ def _validate_method(cfg: ExperimentConfig) -> None:
         setattr(method, field_name, {registry.key: name, **hp.model_dump(mode="json")})
 
 
-def check_requirements(cfg: ExperimentConfig) -> None:
-    """Every component's declared requirements against ``cfg``: the first one broken is
-    raised as its one-line ConfigError (warnings are logged and do not stop the load)."""
-    tree = cfg.resolved()
+def component_specs(cfg: ExperimentConfig) -> list[tuple[Registry[Any], dict[str, Any]]]:
+    """Every component of a resolved ``cfg`` as (its kind's registry, its spec), in one list:
+    the client objective, the rule, the compressor and its error feedback, the sampler, the
+    stages and the callbacks."""
     from fedcore.axes import AXES
+    from fedcore.callbacks.configured import REGISTRY as CALLBACKS
+    from fedcore.samplers.base import DEFAULT
+    from fedcore.samplers.base import REGISTRY as SAMPLERS
+    from fedcore.stages.base import REGISTRY as STAGES
     from fedcore.stages.compression_spec import split
+    from fedcore.stages.feedback.base import REGISTRY as FEEDBACK
 
+    out: list[tuple[Registry[Any], dict[str, Any]]] = []
     for field_name, registry in AXES:
         spec = dict(getattr(cfg.method, field_name))
         if field_name == "compression":
-            spec = split(spec)[0]  # the compressor's own keys
+            spec, feedback = split(spec)  # the compressor's keys and its error feedback's
+            out.append((FEEDBACK, feedback))
+        out.append((registry, spec))
+    out.append((SAMPLERS, dict(cfg.method.sampler or {SAMPLERS.key: DEFAULT})))
+    out += [(STAGES, dict(spec)) for spec in cfg.method.stages or []]
+    out += [(CALLBACKS, dict(spec)) for spec in cfg.callbacks or []]
+    return out
+
+
+def check_requirements(cfg: ExperimentConfig) -> None:
+    """Every component's declared requirements against ``cfg``, all kinds in one loop: the
+    first one broken is raised as its one-line ConfigError (warnings are logged and do not stop
+    the load)."""
+    tree = cfg.resolved()
+    for registry, spec in component_specs(cfg):
         cls = registry.get(spec[registry.key])
         for need in cls.requirements(registry.hparams(spec)):
-            _check(need, tree, cfg)
-    from fedcore.callbacks.configured import REGISTRY as CALLBACKS
-
-    for spec in cfg.callbacks or []:
-        callback = CALLBACKS.get(spec[CALLBACKS.key])
-        for need in callback.requirements(CALLBACKS.hparams(spec)):
             _check(need, tree, cfg)
 
 

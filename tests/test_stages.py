@@ -3,10 +3,13 @@
 import numpy as np
 import pytest
 
+from fedcore.component import Component
 from fedcore.config import ConfigError
 from fedcore.configure import load_config
+from fedcore.requirements import setting
 from fedcore.samplers import Population, build
 from fedcore.seeding import numpy_rng
+from fedcore.stages import Stage
 
 
 def test_error_feedback_key_of_another_variant_is_one_line_error():
@@ -132,7 +135,6 @@ def _rule_rows(sim):
 
 def test_a_stage_rejecting_a_client_leaves_the_rule_m_minus_1_rows_and_records_who():
     from fedcore.simulation import Simulation
-    from fedcore.stages import Stage
 
     from .conftest import TINY
 
@@ -157,7 +159,6 @@ def test_non_finite_adds_its_verdict_to_another_stages_rejection():
     import math
 
     from fedcore.simulation import Simulation
-    from fedcore.stages import Stage
 
     from .conftest import TINY
 
@@ -184,7 +185,6 @@ def test_non_finite_adds_its_verdict_to_another_stages_rejection():
 
 def test_median_norm_filter_rejects_an_outsized_update_from_the_config():
     from fedcore.simulation import Simulation
-    from fedcore.stages import Stage
 
     from .conftest import TINY
 
@@ -210,3 +210,36 @@ def test_median_norm_filter_rejects_an_outsized_update_from_the_config():
     seen = _rule_rows(sim)
     outcome = sim.play_round(1, sampled=[0, 2, 4])
     assert seen == [[0, 2, 4]] and "stages/median_norm/rejected" not in outcome.metrics
+
+
+class NeedsPlainSgd(Stage):
+    """A stage declaring a requirement, named by import path in the test below."""
+
+    @classmethod
+    def requirements(cls, hp):
+        return [setting("local.momentum", (0.0,), "stage needs_plain_sgd", "needs plain SGD")]
+
+
+def test_every_component_kind_shares_the_base_and_is_checked_in_one_loop():
+    from fedcore.aggregators.base import Aggregator
+    from fedcore.callbacks.configured import ConfiguredCallback
+    from fedcore.clients.base import ClientAlgorithm
+    from fedcore.compression.base import Compressor
+    from fedcore.configure import component_specs
+    from fedcore.samplers.base import Sampler
+    from fedcore.stages.feedback.base import ErrorFeedback
+
+    kinds = (ClientAlgorithm, Aggregator, Compressor, ErrorFeedback, Sampler, Stage,
+             ConfiguredCallback)
+    assert all(issubclass(k, Component) for k in kinds)
+    cfg = load_config(None, ["method=sapef_topk", "dataset.val_fraction=0.1",
+                             "method.stages=[{stage: median_norm}]",
+                             "callbacks=[{callback: early_stopping}]"])
+    assert [r.kind for r, _ in component_specs(cfg)] == [
+        "client algorithm", "aggregator rule", "error feedback", "compressor", "sampler",
+        "stage", "callback"]
+    stage = f"{__name__}:NeedsPlainSgd"
+    load_config(None, [f"method.stages=[{{stage: '{stage}'}}]"])
+    with pytest.raises(ConfigError, match=r"^local.momentum: stage needs_plain_sgd needs plain "
+                       r"SGD, got 0.9"):
+        load_config(None, [f"method.stages=[{{stage: '{stage}'}}]", "local.momentum=0.9"])

@@ -7,14 +7,13 @@ config keys it needs (``requirements``) and a state the checkpoint holds (``stat
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from fedcore.callbacks.base import Callback
+from fedcore.component import Component
 from fedcore.errors import ConfigError
 from fedcore.limits import shown
-from fedcore.registry import HParams, Registry
-from fedcore.registry import HParams as AnyHParams
-from fedcore.requirements import Need
+from fedcore.registry import Registry
 
 REGISTRY: Registry[ConfiguredCallback] = Registry(
     "callback", "callback", "fedcore.callbacks", "fedcore.callbacks.configured:ConfiguredCallback"
@@ -22,20 +21,9 @@ REGISTRY: Registry[ConfiguredCallback] = Registry(
 register = REGISTRY.register
 
 
-class ConfiguredCallback(Callback):
-    """A callback a config can name; subclasses set ``HParams`` and override the hooks."""
-
-    name: ClassVar[str]
-    HParams: ClassVar[type[HParams]] = HParams
-    hp: Any
-
-    def __init__(self, hparams: AnyHParams | None = None) -> None:
-        self.hp = hparams if hparams is not None else self.HParams()
-
-    @classmethod
-    def requirements(cls, hp: Any) -> list[Need]:
-        """What this callback needs from the rest of the config (checked at load)."""
-        return []
+class ConfiguredCallback(Callback, Component):
+    """A callback a config can name: a component (``name``, ``HParams``, ``hp``,
+    ``requirements``, ``state_dict``) with the callback hooks; subclasses override both."""
 
 
 def resolve_callbacks(specs: Any) -> list[dict[str, Any]] | None:

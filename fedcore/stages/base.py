@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fedcore.component import Component
 from fedcore.records import Message, RoundEnd, StageContext
 from fedcore.registry import HParams, Registry
 from fedcore.registry import HParams as AnyHParams
@@ -54,15 +55,13 @@ def uplink_vectors(
     return {n: update.delta if n == "delta" else update.extras[n] for n in names}
 
 
-class Stage:
+class Stage(Component):
     """One link of the chain; every hook does nothing unless a subclass says otherwise."""
 
     name: ClassVar[str]
     HParams: ClassVar[type[HParams]] = HParams
     hp: AnyHParams
 
-    def __init__(self, hparams: AnyHParams | None = None) -> None:
-        self.hp = hparams if hparams is not None else self.HParams()
 
     @property
     def needs_num_steps(self) -> bool:
