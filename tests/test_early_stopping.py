@@ -112,3 +112,14 @@ def test_a_sweep_rerun_skips_the_early_stopped_cell(tracking, tmp_path):
     assert len(client.get_metric_history(run.info.run_id, "train/loss")) == 3
     again = _simulate_cell(cell.config.resolved(), parent, "early", tracking, 1, False, False, {})
     assert again["status"] == "skipped" and again["run_id"] == first["run_id"]
+
+
+def test_a_validation_split_of_own_data_is_refused():
+    from fedcore.data.federated import build_federated_data
+
+    cfg = load_config(None, [*TINY, "dataset.val_fraction=0.2"])
+    other = load_config(None, [*TINY, "seed=1"])
+    data = build_federated_data(other.dataset, 1, "cpu")
+    with pytest.raises(ConfigError, match=r"^dataset\.val_fraction: fedcore holds a validation "
+                       r"split out of a built-in dataset's test split, not out of own data"):
+        Simulation(cfg, data=data)
