@@ -96,6 +96,17 @@ class ClientUpdate:
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # extra uplink d-vectors
     pending: dict[str, torch.Tensor] = field(default_factory=dict)  # state to commit, not sent
 
+    def vector(self, name: str) -> torch.Tensor:
+        """The uplink vector ``name``: ``delta`` or one of the extras."""
+        return self.delta if name == "delta" else self.extras[name]
+
+    def set_vector(self, name: str, value: torch.Tensor) -> None:
+        """Replace the uplink vector ``name`` (``delta`` or one of the extras)."""
+        if name == "delta":
+            self.delta = value
+        else:
+            self.extras[name] = value
+
 
 # --- the stage chain -------------------------------------------------------------------------
 

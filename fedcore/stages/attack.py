@@ -31,7 +31,4 @@ def attack(rc: StageContext, update: ClientUpdate) -> None:
     seed = derive_seed(rc.cfg.seed, "attack", rc.round, update.client_id)
     generator = torch.Generator().manual_seed(seed)
     for name in rc.uplink:
-        if name == "delta":
-            update.delta = attack_update(update.delta, how, strength, generator)
-        else:
-            update.extras[name] = attack_update(update.extras[name], how, strength, generator)
+        update.set_vector(name, attack_update(update.vector(name), how, strength, generator))

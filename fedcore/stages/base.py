@@ -52,7 +52,7 @@ def uplink_vectors(
     update: ClientUpdate, names: tuple[str, ...] | list[str]
 ) -> dict[str, torch.Tensor]:
     """The named vectors a client sends, in uplink order (``delta`` or one of its extras)."""
-    return {n: update.delta if n == "delta" else update.extras[n] for n in names}
+    return {n: update.vector(n) for n in names}
 
 
 class Stage(Component):

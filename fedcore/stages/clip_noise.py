@@ -46,9 +46,5 @@ class ClipNoise(Stage):
         seed = derive_seed(rc.cfg.seed, "clip_noise", rc.round, update.client_id)
         gen = torch.Generator().manual_seed(seed)
         for name in rc.uplink:
-            if name == "delta":
-                update.delta = clip_and_noise(update.delta, self.hp.clip, self.hp.sigma, gen)
-            else:
-                update.extras[name] = clip_and_noise(
-                    update.extras[name], self.hp.clip, self.hp.sigma, gen
-                )
+            update.set_vector(name, clip_and_noise(update.vector(name), self.hp.clip,
+                                                   self.hp.sigma, gen))
