@@ -31,11 +31,13 @@ def bare(cfg: object, rounds: int) -> None:
     """The simulation's clients, batches and plain SGD steps on one model (no ``torch.optim``,
     whose first step imports ``torch._dynamo``), and one test-set pass (and one over the
     clients' test splits) per round."""
+    from fedcore.callbacks.evaluation import client_tests
     from fedcore.clients.base import minibatches
     from fedcore.seeding import derive_seed
     from fedcore.simulation import Simulation
 
     sim = Simulation(cfg)  # type: ignore[arg-type]
+    tests = client_tests(sim.data)
     model = sim.model
     params = list(model.parameters())
     lr = sim.cfg.local.lr
@@ -55,7 +57,7 @@ def bare(cfg: object, rounds: int) -> None:
             logits = model(sim.data.x_test)
             float((logits.argmax(1) == sim.data.y_test).float().mean())
             float(torch.nn.functional.cross_entropy(logits, sim.data.y_test))
-            float((model(sim._eval_x).argmax(1) == sim._eval_y).float().mean())
+            float((model(tests.x).argmax(1) == tests.y).float().mean())
 
 
 def main() -> None:

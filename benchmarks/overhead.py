@@ -39,6 +39,7 @@ import torch
 
 from benchmarks._common import ROOT, print_table
 from benchmarks.round_overhead import bare_round
+from fedcore.callbacks.evaluation import client_tests
 from fedcore.configure import load_config
 from fedcore.simulation import Simulation
 
@@ -53,6 +54,7 @@ def bare_loop(sim: Simulation, rounds: int, client_splits: bool = False) -> None
     model = sim.model
     opt = torch.optim.SGD(model.parameters(), lr=sim.cfg.local.lr)
     x_test, y_test = sim.data.x_test, sim.data.y_test
+    tests = client_tests(sim.data)
     for r in range(1, rounds + 1):
         bare_round(sim, r, model, opt)
         model.eval()
@@ -61,7 +63,7 @@ def bare_loop(sim: Simulation, rounds: int, client_splits: bool = False) -> None
             float((logits.argmax(1) == y_test).float().mean())
             float(torch.nn.functional.cross_entropy(logits, y_test))
             if client_splits:
-                float((model(sim._eval_x).argmax(1) == sim._eval_y).float().mean())
+                float((model(tests.x).argmax(1) == tests.y).float().mean())
 
 
 def process_seconds(

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedcore import stopping
-from fedcore.callbacks import Callback, RoundRecord, RoundVerdict
+from fedcore.callbacks import Callback, RoundRecord, RoundVerdict, RunView
 from fedcore.config import ConfigError, parse_overrides
 from fedcore.configure import load_config
 
 if TYPE_CHECKING:
-    from fedcore.simulation import Result, Simulation
+    from fedcore.simulation import Result
     from fedcore.tracking.store_setup import StoreHelper
 
 DEBUG_ENV = "FEDCORE_DEBUG"  # set to 1: failures show their traceback (as --debug)
@@ -40,16 +40,16 @@ def _split_args(items: list[str]) -> tuple[str | None, list[str]]:
 class ProgressBar(Callback):
     """A tqdm bar over rounds that shows the latest test accuracy."""
 
-    def on_run_start(self, sim: Simulation) -> None:
+    def on_run_start(self, run: RunView) -> None:
         from tqdm import tqdm
 
         self.bar = tqdm(
-            total=sim.cfg.rounds,
-            initial=sim.round,
+            total=run.cfg.rounds,
+            initial=run.round,
             unit="round",
             file=sys.stderr,
             dynamic_ncols=True,
-            desc=sim.cfg.method.name,
+            desc=run.cfg.method.name,
         )
 
     def on_round_end(self, record: RoundRecord) -> RoundVerdict | None:
@@ -126,6 +126,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if result.stopped is not None:
         print(f"stopped early: {result.stopped} (run it again to continue)")
+    if result.converged is not None:
+        print(f"finished early: {result.converged}")
     print_table([{"metric": k, "value": v} for k, v in result.summary.items()], ["metric", "value"])
     return 0
 

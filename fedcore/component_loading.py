@@ -16,6 +16,7 @@ GROUPS = {
     "error feedback": "fedcore.error_feedback",
     "stage": "fedcore.stages",
     "sampler": "fedcore.samplers",
+    "callback": "fedcore.callbacks",
 }
 
 

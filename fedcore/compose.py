@@ -1,5 +1,7 @@
 """The composition root: one experiment config (with its data, device and own model) turned
-into the objects the round driver owns (docs/explanation/round-protocol.md)."""
+into everything the round driver owns: the recorded config, device, data, model, rule,
+objective, compressor, stage chain, sampler, the config's callbacks and the engine (chosen
+once) (docs/explanation/round-protocol.md)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,15 @@ import torch
 from fedcore import aggregators, clients, compression, samplers
 from fedcore.adversaries import choose_clients
 from fedcore.aggregators.base import REGISTRY as RULES
+from fedcore.callbacks.configured import ConfiguredCallback, build_callbacks
+from fedcore.data.federated import FederatedData, build_federated_data
+from fedcore.data.own import config_with_data
+from fedcore.device_check import check_device_present
 from fedcore.engines.select import build_engine
+from fedcore.errors import ConfigError
 from fedcore.layout import ParamLayout
 from fedcore.model_check import check_model
-from fedcore.models.external import ModelArg, instantiate
+from fedcore.models.external import ModelArg, config_with_model, instantiate
 from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed
 from fedcore.stages.attack import Attack
 from fedcore.stages.base import REGISTRY as STAGES
@@ -28,7 +35,6 @@ if TYPE_CHECKING:
     from fedcore.clients.base import ClientAlgorithm
     from fedcore.compression.base import Compressor
     from fedcore.config import ExperimentConfig
-    from fedcore.data.federated import FederatedData
     from fedcore.engines.select import Engine
     from fedcore.models import FedModel
     from fedcore.samplers.base import Sampler
@@ -38,6 +44,10 @@ if TYPE_CHECKING:
 class Components:
     """What one simulation is built from."""
 
+    cfg: ExperimentConfig  # with own data or model: the config that records them
+    device: torch.device
+    data: FederatedData
+    callbacks: list[ConfiguredCallback]  # the config's, in order
     byzantine: frozenset[int]
     client_algo: ClientAlgorithm
     model: FedModel
@@ -59,10 +69,40 @@ def stage_chain(cfg: ExperimentConfig, compressor: Compressor) -> Chain:
     return Chain([Attack(), *own, Uplink(compressor, feedback), NonFinite()])
 
 
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when present, else cpu; a named device must exist here (ConfigError)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_device_present(name)
+    return torch.device(name)
+
+
+def assemble(
+    cfg: ExperimentConfig, data: FederatedData | None = None, device: str | None = None,
+    model: ModelArg | None = None,
+) -> Components:
+    """Everything a run of ``cfg`` needs. ``device`` (e.g. a pinned ``cuda:1``) overrides
+    ``cfg.device`` without changing the config or its hash; own ``data`` and ``model`` replace
+    the config's, and the returned config records them (so its hash is theirs)."""
+    if model is not None:
+        cfg = config_with_model(cfg, model)
+    if data is not None:
+        cfg = config_with_data(cfg, data)
+    elif cfg.dataset.digest is not None:
+        raise ConfigError(
+            f"dataset: {cfg.dataset.name!r} is own data (digest {cfg.dataset.digest}); "
+            "pass it as Simulation(cfg, data=...)"
+        )
+    dev = resolve_device(device or cfg.device)
+    data = data or build_federated_data(cfg.dataset, cfg.seed, dev, cfg.clients)
+    return build(cfg, data, dev, model)
+
+
 def build(
     cfg: ExperimentConfig, data: FederatedData, device: torch.device, model: ModelArg | None
 ) -> Components:
-    """Every component of ``cfg``; the model is initialised from the run's own ``init`` seed."""
+    """Every component of ``cfg`` on ``data`` and ``device``; the model is initialised from the
+    run's own ``init`` seed."""
     byzantine = frozenset(
         choose_clients(data.num_clients, cfg.clients.byzantine_fraction, cfg.seed, "byzantine")
         .tolist()
@@ -84,6 +124,10 @@ def build(
         cfg, fed_model, layout, tuple(data.in_shape), device
     )
     return Components(
+        cfg=cfg,
+        device=device,
+        data=data,
+        callbacks=build_callbacks(cfg.callbacks),
         byzantine=byzantine,
         client_algo=client_algo,
         model=fed_model,

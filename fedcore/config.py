@@ -96,7 +96,7 @@ class DatasetConfig(_Recorded):
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("source", "digest", "partition_seed",
                                            "synthetic_samples")
-    ZERO_OMITTED: ClassVar[tuple[str, ...]] = ("holdout_clients",)
+    ZERO_OMITTED: ClassVar[tuple[str, ...]] = ("holdout_clients", "val_fraction")
     name: str = "digits"
     root: PathSetting = "data"
     download: bool = False
@@ -108,6 +108,9 @@ class DatasetConfig(_Recorded):
     shards_per_client: int = Field(2, ge=1)
     test_fraction: float = Field(0.2, ge=0, lt=1)
     global_test_fraction: float = Field(0.2, gt=0, lt=1)
+    val_fraction: float = Field(
+        0.0, ge=0, lt=1, description="share of the global test split held out of it as a "
+        "validation set (val/* metrics, early stopping); 0: none")
     source: str | None = None  # own data: where it came from
     digest: str | None = None  # own data: content digest (samples, labels, clients)
     partition_seed: int | None = Field(None, ge=0)  # own data: the seed of its partition
@@ -245,7 +248,9 @@ class EngineConfig(_Strict):
     max_clients_per_chunk: int | None = Field(None, ge=1)  # None: from free device memory
 
 
-class ExperimentConfig(_Strict):
+class ExperimentConfig(_Recorded):
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("callbacks",)
+
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     method: MethodConfig = Field(default_factory=MethodConfig)
@@ -260,6 +265,8 @@ class ExperimentConfig(_Strict):
     last_k: int = Field(5, ge=1, description="evaluations averaged by final/accuracy_last_k, "
                         "the default primary endpoint of a comparison")
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    callbacks: Any = Field(None, description="callbacks of the run, in order: "
+                           "`[{callback: NAME, **hparams}]`")
     # resumable runs (docs/how-to/checkpoints.md); not part of config_hash()
     checkpoint_every: int = Field(0, ge=0)
     checkpoint_dir: PathSetting = ".fedcore/checkpoints"

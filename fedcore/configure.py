@@ -26,6 +26,7 @@ from fedcore.config import (
     set_dotted,
 )
 from fedcore.errors import ConfigError
+from fedcore.registry import Registry
 from fedcore.requirements import Need, Requirement, SendsUpdate
 
 log = logging.getLogger("fedcore")
@@ -61,6 +62,9 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     _validate_method(cfg)
+    from fedcore.callbacks.configured import resolve_callbacks
+
+    cfg.callbacks = resolve_callbacks(cfg.callbacks)
     check_requirements(cfg)
     from fedcore.models.external import record_code
 
@@ -118,29 +122,58 @@ def _validate_method(cfg: ExperimentConfig) -> None:
         setattr(method, field_name, {registry.key: name, **hp.model_dump(mode="json")})
 
 
-def check_requirements(cfg: ExperimentConfig) -> None:
-    """Every component's declared requirements against ``cfg``: the first one broken is
-    raised as its one-line ConfigError (warnings are logged and do not stop the load)."""
-    tree = cfg.resolved()
+def component_specs(cfg: ExperimentConfig) -> list[tuple[Registry[Any], dict[str, Any]]]:
+    """Every component of a resolved ``cfg`` as (its kind's registry, its spec), in one list:
+    the client objective, the rule, the compressor and its error feedback, the sampler, the
+    stages and the callbacks."""
     from fedcore.axes import AXES
+    from fedcore.callbacks.configured import REGISTRY as CALLBACKS
+    from fedcore.samplers.base import DEFAULT
+    from fedcore.samplers.base import REGISTRY as SAMPLERS
+    from fedcore.stages.base import REGISTRY as STAGES
     from fedcore.stages.compression_spec import split
+    from fedcore.stages.feedback.base import REGISTRY as FEEDBACK
 
+    out: list[tuple[Registry[Any], dict[str, Any]]] = []
     for field_name, registry in AXES:
         spec = dict(getattr(cfg.method, field_name))
         if field_name == "compression":
-            spec = split(spec)[0]  # the compressor's own keys
+            spec, feedback = split(spec)  # the compressor's keys and its error feedback's
+            out.append((FEEDBACK, feedback))
+        out.append((registry, spec))
+    out.append((SAMPLERS, dict(cfg.method.sampler or {SAMPLERS.key: DEFAULT})))
+    out += [(STAGES, dict(spec)) for spec in cfg.method.stages or []]
+    out += [(CALLBACKS, dict(spec)) for spec in cfg.callbacks or []]
+    return out
+
+
+def check_requirements(cfg: ExperimentConfig) -> None:
+    """Every component's declared requirements against ``cfg``, all kinds in one loop: the
+    first one broken is raised as its one-line ConfigError (warnings are logged and do not stop
+    the load)."""
+    tree = cfg.resolved()
+    for registry, spec in component_specs(cfg):
         cls = registry.get(spec[registry.key])
         for need in cls.requirements(registry.hparams(spec)):
             _check(need, tree, cfg)
 
 
-def _value(tree: dict[str, Any], key: str) -> Any:
+def _value(tree: dict[str, Any], key: str, cfg: ExperimentConfig) -> Any:
+    """The value of dotted ``key`` in the resolved ``tree`` (a key left out of it while at
+    its default, e.g. ``dataset.val_fraction``, read from ``cfg``)."""
     node: Any = tree
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
-            raise ValueError(f"a component declares a requirement on {key!r}, not a config key")
+            break
         node = node[part]
-    return node
+    else:
+        return node
+    obj: Any = cfg
+    for part in key.split("."):
+        if not hasattr(obj, part) or isinstance(obj, dict):
+            raise ValueError(f"a component declares a requirement on {key!r}, not a config key")
+        obj = getattr(obj, part)
+    return obj
 
 
 def _check(need: Need, tree: dict[str, Any], cfg: ExperimentConfig) -> None:
@@ -150,7 +183,7 @@ def _check(need: Need, tree: dict[str, Any], cfg: ExperimentConfig) -> None:
             raise ConfigError(reason)
         return
     assert isinstance(need, Requirement)
-    values = [_value(tree, key) for key in need.keys]
+    values = [_value(tree, key, cfg) for key in need.keys]
     if need.holds(*values):
         return
     if need.warn_only:

@@ -12,7 +12,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-    from fedcore.simulation import ClientTable
+    from fedcore.client_table import ClientTable
 
 
 def rounds_frame(history: list[dict[str, float]]) -> pd.DataFrame:

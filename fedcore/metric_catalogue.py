@@ -44,8 +44,8 @@ CATALOGUE: tuple[MetricDoc, ...] = (
     _M("agg/conflict_fraction", SIM, "round",
        "share of accepted client updates with a negative dot product with the server step"),
     _M("agg/rejected_clients", SIM, "round",
-       "sampled clients left out of the round because a sent vector or a scalar the rule "
-       "needs was NaN or Inf"),
+       "sampled clients left out of the round: a stage rejected them (a sent vector or a "
+       "scalar the rule needs was NaN or Inf, or a filter of method.stages)"),
     _M("agg/seconds", SIM, "round", "wall-clock seconds of the rule's aggregate call"),
     _M("comm/bytes_up", SIM, "round",
        "uplink bytes this round: compressed payloads, n_k (4 B) and BatchNorm statistics (fp16)"),
@@ -57,6 +57,11 @@ CATALOGUE: tuple[MetricDoc, ...] = (
     # evaluated rounds (every eval_every rounds and the last)
     _M("test/accuracy", SIM, "round", "accuracy of the global model on the global test set"),
     _M("test/loss", SIM, "round", "mean cross-entropy of the global model on the global test set"),
+    _M("val/accuracy", "fedcore/callbacks/evaluation.py", "round",
+       "accuracy of the global model on the validation set (dataset.val_fraction of the global "
+       "test split, held out of it; only when val_fraction > 0)"),
+    _M("val/loss", "fedcore/callbacks/evaluation.py", "round",
+       "mean cross-entropy of the global model on the validation set"),
     _M("clients/accuracy_mean", METRICS, "round",
        "mean over clients of the global model's accuracy on each client's local test split"),
     _M("clients/accuracy_std", METRICS, "round", "standard deviation of those client accuracies"),
@@ -197,6 +202,12 @@ CATALOGUE: tuple[MetricDoc, ...] = (
        "norm of the server control variate c"),
     _M("trimmed_mean/num_trimmed", "fedcore/aggregators/coordinate.py", "round",
        "values dropped per side and coordinate, floor(beta m)"),
+    # server stages (method.stages and the built-in ones)
+    _M("stages/<stage>/rejected", "fedcore/stages/base.py", "round",
+       "sampled clients whose update that stage rejected this round (only in rounds where it "
+       "rejected one; the round's per-client table marks them in rejected_by/<stage>)"),
+    _M("median_norm/median", "fedcore/stages/norm_filter.py", "round",
+       "median norm of the updates the median_norm filter judged this round"),
     # compression and error feedback
     _M("sapef/residual_norm_mean", "fedcore/stages/feedback/residual.py", "round",
        "mean norm of the sampled clients' error-feedback residuals (EF, SAEF, SA-PEF, CSER)"),

@@ -6,6 +6,7 @@ import torch
 
 from fedcore.adversaries import attack_update, choose_clients, flip_labels
 from fedcore.configure import load_config
+from fedcore.probes import train_client
 from fedcore.seeding import numpy_rng
 from fedcore.simulation import Simulation
 from fedcore.stages.attack import attack
@@ -56,7 +57,7 @@ def test_byzantine_client_sends_the_attacked_delta():
                                              "clients.attack_strength=3"]))
     rc = attacked.round_context(1)
     for k in range(6):
-        a, up = honest.train_client(k, 1).delta, attacked.train_client(k, 1)
+        a, up = train_client(honest, k, 1).delta, train_client(attacked, k, 1)
         if k in attacked.byzantine:
             attack(rc, up)
         b = up.delta

@@ -18,6 +18,7 @@ from fedcore.clients.extras import AFTER_TRAINING
 from fedcore.configure import load_config
 from fedcore.layout import ParamLayout, flat_params
 from fedcore.models import build_model
+from fedcore.probes import run_round
 from fedcore.simulation import Simulation
 
 from .conftest import TINY
@@ -303,7 +304,7 @@ def _hand_oui(h: np.ndarray) -> float:
 def test_simulation_oui_mean_is_the_mean_of_the_clients_hand_computed_ouis():
     cfg = load_config(None, [*TINY, "method=fedoui", "local.steps=2", "seed=7"])
     sim = Simulation(cfg)
-    metrics = sim.run_round(1)
+    metrics = run_round(sim, 1)
     ref = Simulation(cfg)
     theta, sampled = ref.params.clone(), list(map(int, ref.sample_clients(1)))
     updates = ref.engine.train_round(ref.round_context(1), sampled)
@@ -335,7 +336,7 @@ def test_probe_seed_follows_the_experiment_seed():
     for seed in (0, 3):
         over = [*TINY, "method=fedoui", "local.steps=1", f"seed={seed}"]
         sim = Simulation(load_config(None, over))
-        sim.run_round(1)
+        run_round(sim, 1)
         cid = int(sim.sample_clients(1)[0])
         n = sim.data.clients[cid].num_train
         assert torch.equal(sim.store[cid]["oui_probe"], oui_lib.probe_indices(n, cid, seed=seed))

@@ -18,6 +18,7 @@ import torch
 
 from fedcore.configure import load_config
 from fedcore.data.federated import build_federated_data
+from fedcore.probes import run_round, train_client
 from fedcore.simulation import Simulation
 
 METHODS = sorted(p.stem for p in Path("configs/methods").glob("*.yaml"))
@@ -56,9 +57,9 @@ def test_attack_changes_the_model_or_is_bounded_by_the_robust_rule(method, data)
     assert len(attacked.byzantine) == 1
     start = clean.params.clone()
     if method in ROBUST:  # the honest deltas of the round (stateless fedavg clients)
-        honest = torch.stack([clean.train_client(k, 1).delta for k in range(10)])
-    clean.run_round(1)
-    attacked.run_round(1)
+        honest = torch.stack([train_client(clean, k, 1).delta for k in range(10)])
+    run_round(clean, 1)
+    run_round(attacked, 1)
     moved = float((attacked.params - clean.params).norm())
     if method in ROBUST:
         radius = float(honest.abs().amax(dim=0).norm())
@@ -75,8 +76,8 @@ def test_scafcom_increment_is_attacked_and_committed_as_sent(data):
     clean = Simulation(load_config(None, over), data=data)
     attacked = Simulation(load_config(None, [*over, *ATTACK]), data=data)
     (bad,) = attacked.byzantine
-    clean.run_round(1)
-    attacked.run_round(1)
+    run_round(clean, 1)
+    run_round(attacked, 1)
     c_clean, c_bad = clean.store[bad]["scaffold_c"], attacked.store[bad]["scaffold_c"]
     assert torch.allclose(c_bad, -1e6 * c_clean, rtol=1e-5)
     assert control_gap(attacked) <= 1e-6
@@ -91,7 +92,7 @@ def test_scaffold_keeps_c_the_mean_of_the_client_controls_under_attack(uplink, d
             "clients.attack_strength=1", "clients_per_round=5"]
     sim = Simulation(load_config(None, over), data=data)
     for r in (1, 2, 3):
-        sim.run_round(r)
+        run_round(sim, r)
     assert control_gap(sim) <= 1e-6
 
 

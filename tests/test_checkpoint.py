@@ -17,6 +17,7 @@ from fedcore import checkpoint
 from fedcore.callbacks import Callback
 from fedcore.config import project_root
 from fedcore.configure import load_config
+from fedcore.probes import run_round
 from fedcore.simulation import Simulation
 from fedcore.tracking.runner import run_tracked
 
@@ -225,7 +226,7 @@ def _old_checkpoint(tmp_path, cfg) -> Path:
     """Round 1's checkpoint as fedcore wrote it before round protocol v2: no bytes_down_total,
     the aggregator's and compressor's last metrics beside their states."""
     sim = Simulation(cfg)
-    sim.run_round(1)
+    run_round(sim, 1)
     sim.round = 1
     state = sim.state_dict()
     del state["bytes_down_total"]

@@ -12,6 +12,7 @@ from fedcore.clients import ClientUpdate, LocalSchedule
 from fedcore.compose import stage_chain
 from fedcore.config import ConfigError
 from fedcore.configure import load_config
+from fedcore.round_phases import averaged_buffers
 from fedcore.schedules import local_lr
 from fedcore.simulation import Simulation
 from fedcore.stages.feedback import RESIDUAL, alpha_star, build_feedback
@@ -140,10 +141,8 @@ def _bn_update(n, mean, var):
 
 def _averaged_buffers(spec):
     chain = stage_chain(load_config(None, [f"method.compression={spec}"]), compression.build(spec))
-    fake = SimpleNamespace(device=torch.device("cpu"), buffers={}, chain=chain)
     ups = [_bn_update(1, [0.0, 1.0], [1.0, 0.0]), _bn_update(3, [2.0, 1.0], [1.0, 0.0])]
-    Simulation._average_buffers(fake, ups)
-    return fake.buffers
+    return averaged_buffers(ups, torch.device("cpu"), chain.moment_matched_bn)
 
 
 @pytest.mark.parametrize("variant", ["ef", "saef", "sapef", "cser"])

@@ -187,9 +187,8 @@ def test_the_main_job_asks_the_five_papers_questions():
 @pytest.mark.slow
 def test_a_killed_sweep_with_looks_resumes_without_rerunning_finished_seeds(
         tracking, tmp_path, prefect_harness):
-    from flows.sweep import parent_run, sweep
-
     from fedcore.tracking.runner import run_tracked, runs_with_hash
+    from flows.sweep import parent_run, sweep
 
     path = _sweep(tmp_path, "looks", {"seeds": {"looks": [2, 3]}, "families": [
         {"name": "f", "reference": "fedavg", "baselines": ["krum"]}]})

@@ -15,6 +15,7 @@ from fedcore.configure import build_config
 from fedcore.data.datasets import load_dataset
 from fedcore.data.federated import build_federated_data, partition_indices
 from fedcore.metrics import label_mix, label_mix_accuracy, per_sample_eval
+from fedcore.probes import evaluate
 from fedcore.simulation import Simulation, run
 
 
@@ -94,7 +95,7 @@ def test_label_mix_of_noisy_clients_is_of_their_clean_labels():
 
 def test_test_fraction_zero_client_accuracy_is_the_label_mix_of_global_class_accuracy():
     sim = Simulation(_cfg(**{"dataset.test_fraction": 0}))
-    metrics, table = sim.evaluate(0, np.arange(5))
+    metrics, table = evaluate(sim, 0, np.arange(5))
     correct, _ = per_sample_eval(sim.model, sim.data.x_test, sim.data.y_test)
     y = sim.data.y_test.cpu().numpy()
     ok = correct.cpu().numpy()

@@ -18,6 +18,7 @@ NAME = re.compile(r"[a-z][a-z0-9_]*/[A-Za-z0-9_]+")
 # Strings shaped like a metric name that are not metrics.
 NOT_METRICS = {
     "val/images": "a Tiny-ImageNet folder",
+    "rejected_by/<x>": "a per-client column: the clients a stage rejected",
     "verdict/<x>": "a tag of the claims run (its metric is holds/<claim id>)",
 }
 

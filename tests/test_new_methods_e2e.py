@@ -5,6 +5,7 @@ import torch
 
 from fedcore.clients.scaffold import CONTROL
 from fedcore.configure import load_config
+from fedcore.probes import run_round
 from fedcore.simulation import Simulation
 
 from .test_checkpoint import assert_resume_is_bit_identical
@@ -29,7 +30,7 @@ def test_server_control_is_the_mean_of_all_client_controls(method):
     sim = Simulation(load_config(None, [*SMALL, "rounds=3", f"method={method}"]))
     n = sim.data.num_clients
     for r in range(1, 4):
-        sim.run_round(r)
+        run_round(sim, r)
         mean = sum(sim.store[k].get(CONTROL, torch.zeros(sim.layout.dim)) for k in range(n)) / n
         torch.testing.assert_close(sim.aggregator.c, mean, atol=1e-6, rtol=1e-5)
     assert float(sim.aggregator.c.norm()) > 0
@@ -38,7 +39,7 @@ def test_server_control_is_the_mean_of_all_client_controls(method):
 def test_bytes_both_directions():
     def last(method, *extra):
         sim = Simulation(load_config(None, [*SMALL, "rounds=1", f"method={method}", *extra]))
-        return sim.run_round(1), sim.layout.dim
+        return run_round(sim, 1), sim.layout.dim
 
     fedavg, d = last("fedavg")
     scaffold, _ = last("scaffold")
@@ -75,7 +76,7 @@ def test_a_non_finite_extra_vector_rejects_the_client_and_skips_its_commit():
         return update
 
     sim.client_algo.local_update = local_update
-    metrics = sim.run_round(1)
+    metrics = run_round(sim, 1)
     assert metrics["agg/rejected_clients"] == 1.0
     assert CONTROL not in sim.store[bad]
     n = sim.data.num_clients

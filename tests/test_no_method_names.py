@@ -29,7 +29,7 @@ GENERIC = [
     "fedcore/callbacks/base.py",
     "fedcore/callbacks/chain.py",
     "fedcore/clients/template.py",
-    "fedcore/clients/records.py",
+    "fedcore/records.py",
     "fedcore/clients/plan.py",
 ]
 # names that are also plain words of the code (the ConFIG rule is "config", a robust rule is

@@ -15,6 +15,7 @@ from fedcore.configure import load_config
 from fedcore.layout import ParamLayout, flat_params, load_flat_params
 from fedcore.metrics import client_stat_metrics, representation_stats
 from fedcore.models import build_model
+from fedcore.probes import run_round, train_client
 from fedcore.simulation import Simulation
 
 from .conftest import TINY
@@ -194,7 +195,7 @@ def test_moon_uses_the_previous_local_model_of_the_same_client():
     )
     assert sim.model.head.in_features == 256 and "projection" in dict(sim.model.named_children())
     assert sim.layout.dim == flat_params(sim.model).numel()
-    sim.run_round(1)
+    run_round(sim, 1)
     prev = {k: sim.store[k]["moon_prev"].clone() for k in range(3)}
     assert not torch.equal(prev[0], prev[1])
     algo = sim.client_algo
@@ -209,7 +210,7 @@ def test_moon_uses_the_previous_local_model_of_the_same_client():
 
     algo.loss = spy
     sim.params = sim.params + 0.0
-    sim.train_client(1, 2)
+    train_client(sim, 1, 2)
     cid, used_prev, used_glob = seen[0]
     assert cid == 1
     torch.testing.assert_close(used_prev, prev[1])

@@ -11,6 +11,7 @@ from fedcore.aggregators import UpdateBatch
 from fedcore.aggregators.crf import CRF, crf_inference
 from fedcore.aggregators.krum import krum_scores
 from fedcore.configure import load_config
+from fedcore.probes import run_round
 from fedcore.simulation import Simulation
 
 
@@ -59,7 +60,7 @@ def test_probe_two_of_seven_scaling_by_1e30_aggregates_a_finite_step(method):
         "clients.attack_strength=1e30", "local.steps=1"]))
     assert len(sim.byzantine) == 2
     start = sim.params.clone()
-    sim.run_round(1)
+    run_round(sim, 1)
     assert torch.isfinite(sim.params).all()
     if method == "rfa":  # bounded: the attackers' 1e30 does not reach the model
         assert float((sim.params - start).abs().max()) < 1.0

@@ -12,6 +12,7 @@ from fedcore.clients.scaffold import CONTROL, ScaffoldClient
 from fedcore.config import ConfigError
 from fedcore.configure import load_config
 from fedcore.layout import ParamLayout, load_flat_params
+from fedcore.probes import run_round
 
 A = (1.0, 2.0, 4.0)
 B = ((1.0, 0.0), (0.0, 1.0), (-1.0, -1.0))
@@ -247,7 +248,7 @@ def test_option1_runs_in_train_mode_and_commits_the_full_gradient():
     start = sim.params.clone()
     modes: list[bool] = []
     sim.model.register_forward_hook(lambda mod, inp, out: modes.append(mod.training))
-    sim.run_round(1)
+    run_round(sim, 1)
     assert modes and all(modes)  # local steps and the full pass: train mode
     k = int(sim.sample_clients(1)[0])
     model = sim.model
@@ -257,7 +258,7 @@ def test_option1_runs_in_train_mode_and_commits_the_full_gradient():
     torch.nn.functional.cross_entropy(model(data.x_train), data.y_train).backward()
     want = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
     torch.testing.assert_close(sim.store[k]["scaffold_c"], want, rtol=1e-4, atol=1e-6)
-    sim.run_round(2)
+    run_round(sim, 2)
     controls = torch.stack([sim.store[j].get("scaffold_c", torch.zeros_like(start))
                             for j in range(4)])
     torch.testing.assert_close(sim.aggregator.c, controls.mean(dim=0), rtol=1e-5, atol=1e-7)

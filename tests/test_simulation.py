@@ -8,6 +8,7 @@ import torch
 
 from fedcore.clients import ClientAlgorithm, LocalContext
 from fedcore.configure import load_config
+from fedcore.probes import evaluate
 from fedcore.simulation import Simulation
 
 from .conftest import TINY
@@ -51,7 +52,7 @@ def test_round_metrics_and_summary():
 def test_per_client_metrics_match_a_direct_evaluation():
     sim = Simulation(load_config(None, TINY))
     sim.run()
-    table = sim.evaluate(sim.round, np.array([0]))[1]
+    table = evaluate(sim, sim.round, np.array([0]))[1]
     sim.model.eval()
     for c in sim.data.clients:
         with torch.no_grad():

@@ -3,10 +3,13 @@
 import numpy as np
 import pytest
 
+from fedcore.component import Component
 from fedcore.config import ConfigError
 from fedcore.configure import load_config
+from fedcore.requirements import setting
 from fedcore.samplers import Population, build
 from fedcore.seeding import numpy_rng
+from fedcore.stages import Stage
 
 
 def test_error_feedback_key_of_another_variant_is_one_line_error():
@@ -98,3 +101,145 @@ def test_checkpoint_without_stage_states_loads_and_a_mismatched_one_is_refused()
     sim.load_state_dict(old, rng=False)
     with pytest.raises(CheckpointError, match="stage states do not match"):
         sim.load_state_dict({**state, "stages": [{}]}, rng=False)
+
+
+class _RejectOne:
+    """A server stage that rejects one client (as a contributor writes one from the docs)."""
+
+    name = "reject_one"
+
+    def __init__(self, client_id):
+        self.client_id = client_id
+
+    def on_receive(self, msg, rc):
+        if msg.update.client_id == self.client_id:
+            msg.accepted = False
+
+
+def _with_stage(sim, stage, before_last=True):
+    """``stage`` (a Stage subclass instance) put into the chain before the non-finite filter."""
+    sim.chain.stages.insert(len(sim.chain.stages) - 1 if before_last else 0, stage)
+
+
+def _rule_rows(sim):
+    seen = []
+    aggregate = sim.aggregator.aggregate
+
+    def spy(batch):
+        seen.append(batch.client_ids.tolist())
+        return aggregate(batch)
+
+    sim.aggregator.aggregate = spy
+    return seen
+
+
+def test_a_stage_rejecting_a_client_leaves_the_rule_m_minus_1_rows_and_records_who():
+    from fedcore.simulation import Simulation
+
+    from .conftest import TINY
+
+    class RejectOne(_RejectOne, Stage):
+        pass
+
+    sim = Simulation(load_config(None, TINY))
+    ids = [0, 2, 4]
+    _with_stage(sim, RejectOne(2))
+    seen = _rule_rows(sim)
+    outcome = sim.play_round(1, sampled=ids)
+    # the non-finite filter runs after it and accepts client 2's finite update: no undo
+    assert seen == [[0, 4]]
+    assert outcome.metrics["agg/rejected_clients"] == 1.0
+    assert outcome.metrics["stages/reject_one/rejected"] == 1.0
+    assert "stages/non_finite/rejected" not in outcome.metrics
+    assert outcome.client_values["rejected_by/reject_one"].tolist() == [
+        k == 2 for k in range(6)]
+
+
+def test_non_finite_adds_its_verdict_to_another_stages_rejection():
+    import math
+
+    from fedcore.simulation import Simulation
+
+    from .conftest import TINY
+
+    class Poison(Stage):
+        name = "poison"
+
+        def on_update(self, update, rc):
+            if update.client_id == 4:
+                update.delta = update.delta * math.nan
+
+    class RejectOne(_RejectOne, Stage):
+        pass
+
+    sim = Simulation(load_config(None, TINY))
+    _with_stage(sim, Poison(), before_last=False)
+    _with_stage(sim, RejectOne(0))
+    seen = _rule_rows(sim)
+    outcome = sim.play_round(1, sampled=[0, 2, 4])
+    assert seen == [[2]]
+    assert outcome.metrics["agg/rejected_clients"] == 2.0
+    assert outcome.metrics["stages/reject_one/rejected"] == 1.0
+    assert outcome.metrics["stages/non_finite/rejected"] == 1.0
+
+
+def test_median_norm_filter_rejects_an_outsized_update_from_the_config():
+    from fedcore.simulation import Simulation
+
+    from .conftest import TINY
+
+    class Blow(Stage):
+        name = "blow"
+
+        def on_update(self, update, rc):
+            if update.client_id == 2:
+                update.delta = update.delta * 100.0
+
+    cfg = load_config(None, [*TINY, "method.stages=[{stage: median_norm, factor: 3}]"])
+    sim = Simulation(cfg)
+    assert [s.name for s in sim.chain.stages] == ["attack", "median_norm", "uplink", "non_finite"]
+    _with_stage(sim, Blow(), before_last=False)
+    seen = _rule_rows(sim)
+    outcome = sim.play_round(1, sampled=[0, 2, 4])
+    assert seen == [[0, 4]]
+    assert outcome.metrics["stages/median_norm/rejected"] == 1.0
+    assert outcome.metrics["median_norm/median"] > 0
+    assert outcome.client_values["rejected_by/median_norm"].sum() == 1
+    # without the outsized update the filter keeps everyone
+    sim = Simulation(cfg)
+    seen = _rule_rows(sim)
+    outcome = sim.play_round(1, sampled=[0, 2, 4])
+    assert seen == [[0, 2, 4]] and "stages/median_norm/rejected" not in outcome.metrics
+
+
+class NeedsPlainSgd(Stage):
+    """A stage declaring a requirement, named by import path in the test below."""
+
+    @classmethod
+    def requirements(cls, hp):
+        return [setting("local.momentum", (0.0,), "stage needs_plain_sgd", "needs plain SGD")]
+
+
+def test_every_component_kind_shares_the_base_and_is_checked_in_one_loop():
+    from fedcore.aggregators.base import Aggregator
+    from fedcore.callbacks.configured import ConfiguredCallback
+    from fedcore.clients.base import ClientAlgorithm
+    from fedcore.compression.base import Compressor
+    from fedcore.configure import component_specs
+    from fedcore.samplers.base import Sampler
+    from fedcore.stages.feedback.base import ErrorFeedback
+
+    kinds = (ClientAlgorithm, Aggregator, Compressor, ErrorFeedback, Sampler, Stage,
+             ConfiguredCallback)
+    assert all(issubclass(k, Component) for k in kinds)
+    cfg = load_config(None, ["method=sapef_topk", "dataset.val_fraction=0.1",
+                             "method.stages=[{stage: median_norm}]",
+                             "callbacks=[{callback: early_stopping}]"])
+    assert [r.kind for r, _ in component_specs(cfg)] == [
+        "client algorithm", "aggregator rule", "error feedback", "compressor", "sampler",
+        "stage", "callback"]
+    stage = f"{__name__}:NeedsPlainSgd"
+    load_config(None, [f"method.stages=[{{stage: '{stage}'}}]"])
+    with pytest.raises(ConfigError, match=r"^local.momentum: stage needs_plain_sgd needs plain "
+                       r"SGD, got 0.9"):
+        load_config(None, [f"method.stages=[{{stage: '{stage}'}}]", "local.momentum=0.9"])

@@ -13,6 +13,7 @@ from fedcore.configure import load_config
 from fedcore.engines import sequential
 from fedcore.engines.select import choose_engine
 from fedcore.engines.vectorised import VectorisedEngine
+from fedcore.probes import run_round
 from fedcore.simulation import Simulation
 from fedcore.tracking.runner import run_tracked
 
@@ -92,7 +93,7 @@ def test_vectorised_deltas_equal_sequential(case):
     sim = Simulation(load_config(None, [*SKEWED, *CASES[case]]))
     round = 1
     if case.startswith("sapef"):  # round 2 starts from w + alpha * residual per client
-        sim.run_round(1)
+        run_round(sim, 1)
         round = 2
     sampled, seq, vec, _ = _both(sim, round)
     steps = [seq[c].num_steps for c in sampled]
@@ -224,7 +225,7 @@ def test_a_runtime_fallback_is_what_the_engine_tag_says(tracking, monkeypatch, c
     cfg = load_config(None, [*TINY, "rounds=2", "engine=vectorised"])
     sim = Simulation(cfg)
     assert sim.engine_name == "vectorised"
-    sim.run_round(1)
+    run_round(sim, 1)
     assert sim.engine.last_path == "sequential" and sim.engine_name == "sequential"
     assert "fell back" in sim.engine_reason and "a forced fallback" in sim.engine_reason
     run_id, _ = run_tracked(cfg)
@@ -374,8 +375,8 @@ def test_control_variate_clients_vectorise_exactly(method):
                                             "local.steps=4", "dataset.num_clients=6"]))
         for c in sim.data.clients:
             c.x_train = c.x_train.double()
-        sim.run_round(1)
-        sim.run_round(2)
+        run_round(sim, 1)
+        run_round(sim, 2)
         sampled, seq, vec, engine = _both(sim, 3)
     finally:
         torch.set_default_dtype(default)
@@ -416,8 +417,8 @@ def test_moon_vectorises_exactly_over_rounds(model, caplog):
         groups = []
         with caplog.at_level("INFO", logger="fedcore"):
             for r in (1, 2, 3):
-                seq.run_round(r)
-                vec.run_round(r)
+                run_round(seq, r)
+                run_round(vec, r)
                 groups.append(len(vec.engine.last_chunks))
                 assert torch.allclose(vec.params, seq.params, rtol=0, atol=1e-12), r
     finally:
@@ -452,8 +453,8 @@ def test_ditto_vectorises_exactly_with_its_personal_models(model, inner, caplog)
         seq, vec = sims["sequential"], sims["vectorised"]
         with caplog.at_level("INFO", logger="fedcore"):
             for r in (1, 2, 3):
-                seq.run_round(r)
-                vec.run_round(r)
+                run_round(seq, r)
+                run_round(vec, r)
                 assert sum(vec.engine.last_chunks) == 8  # global models, then personal ones
                 assert torch.allclose(vec.params, seq.params, rtol=0, atol=1e-12), r
         personal = {name: PersonalEvaluation(s.client_algo).accuracy(s)

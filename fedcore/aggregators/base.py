@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from fedcore.component import Component
 from fedcore.layout import ParamLayout
 from fedcore.registry import HParams as BaseHParams
 from fedcore.registry import Registry
@@ -79,7 +80,7 @@ class Aggregate:
     client_deltas: torch.Tensor | None = None  # per-client model deltas when the batch has none
 
 
-class Aggregator:
+class Aggregator(Component):
     """Base class. Subclasses define ``HParams`` and ``aggregate``; server state is attributes."""
 
     name: ClassVar[str]
@@ -88,7 +89,7 @@ class Aggregator:
     needs: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, hparams: BaseHParams | None = None) -> None:
-        self.hp = hparams if hparams is not None else self.HParams()
+        super().__init__(hparams)
         self.num_clients = 0
         self.layout: ParamLayout | None = None
 

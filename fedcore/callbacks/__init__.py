@@ -5,6 +5,6 @@ Light on purpose (no torch import) so that the CLI's progress bar can subclass `
 start-up; the built-ins are imported from their modules.
 """
 
-from fedcore.callbacks.base import Callback, RoundRecord, RoundVerdict
+from fedcore.callbacks.base import Callback, RoundRecord, RoundVerdict, RunView
 
-__all__ = ["Callback", "RoundRecord", "RoundVerdict"]
+__all__ = ["Callback", "RoundRecord", "RoundVerdict", "RunView"]

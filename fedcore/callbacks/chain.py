@@ -1,7 +1,8 @@
 """The run's callbacks in order, and how the loop calls them and merges what they return.
 
 Order: the built-in evaluation and summary, the components' own callbacks (``callbacks()`` of
-the client objective, the rule, the compressor), the user's callbacks, then the divergence
+the client objective, the rule, the compressor) and the config's (``callbacks``), the user's
+callbacks, then the divergence
 guard, the stop request and the checkpoint (last, so that it holds the round's every metric).
 """
 
@@ -18,7 +19,8 @@ from fedcore.callbacks.signals import SignalStop
 from fedcore.callbacks.summary import Summary
 
 if TYPE_CHECKING:
-    from fedcore.simulation import ClientTable, Result
+    from fedcore.client_table import ClientTable
+    from fedcore.records import Result
 
 # the built-ins that may be replaced or turned off (Simulation(..., builtins={name: cb | None}))
 BUILTINS = ("evaluation", "summary", "divergence", "checkpoint")
@@ -101,6 +103,10 @@ def end_round(
             record.clients.extra.update(verdict.columns)
         record.metrics.update(verdict.metrics)
         entry.update(verdict.metrics)
+        if verdict.finish and record.converged is None and record.stop is None:
+            record.converged = (verdict.finish if isinstance(verdict.finish, str)
+                                else f"converged: {type(cb).__name__} after round {record.round}")
+        record.checkpoint = record.checkpoint or verdict.checkpoint
         if verdict.stop and record.stop is None:
             record.stop = (verdict.stop if isinstance(verdict.stop, str)
                            else f"stopped by {type(cb).__name__} after round {record.round}")

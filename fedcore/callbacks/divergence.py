@@ -12,7 +12,7 @@ class DivergenceGuard(Callback):
     after the user's callbacks, so the diverged round is reported first."""
 
     def on_round_end(self, record: RoundRecord) -> RoundVerdict | None:
-        reason = divergence(record.round, record.metrics, record.sim.cfg.clients_per_round)
+        reason = divergence(record.round, record.metrics, record.run.cfg.clients_per_round)
         if reason:
             raise FloatingPointError(reason)
         return None

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from fedcore.callbacks.base import Callback, RoundRecord, RoundVerdict
-from fedcore.callbacks.evaluation import tested_clients
+from fedcore.callbacks.evaluation import run_held_out, tested_clients
 from fedcore.layout import load_flat_params
 from fedcore.metrics import fairness_summary, per_sample_eval
 
 if TYPE_CHECKING:
     import torch
 
-    from fedcore.simulation import Result, Simulation
+    from fedcore.records import Result, RunView
 
 
 class Personalised(Protocol):
@@ -36,28 +36,29 @@ class PersonalEvaluation(Callback):
     def on_round_end(self, record: RoundRecord) -> RoundVerdict | None:
         if record.clients is None:
             return None
-        acc = self.accuracy(record.sim)
-        metrics = fairness_summary(acc[tested_clients(record.sim)], "personal")
+        acc = self.accuracy(record.run)
+        tested = tested_clients(record.run.data, run_held_out(record.run))
+        metrics = fairness_summary(acc[tested], "personal")
         return RoundVerdict(metrics=metrics, columns={"personal_accuracy": acc})
 
-    def accuracy(self, sim: Simulation) -> np.ndarray:
+    def accuracy(self, run: RunView) -> np.ndarray:
         """Each client's personal model on its local test split (the global model for a client
         that has not trained yet; NaN without a test split). The model holds the global
         parameters afterwards."""
-        acc = np.full(sim.data.num_clients, np.nan)
-        model = sim.model
-        for c in sim.data.clients:
-            own = self.objective.personal_params(sim.store[c.client_id])
-            params, buffers = own if own is not None else (sim.params, sim.buffers)
+        acc = np.full(run.data.num_clients, np.nan)
+        model = run.model
+        for c in run.data.clients:
+            own = self.objective.personal_params(run.store[c.client_id])
+            params, buffers = own if own is not None else (run.params, run.buffers)
             load_flat_params(model, params)
             if buffers:
-                model.load_state_dict(buffers, strict=False)
+                model.load_state_dict(dict(buffers), strict=False)
             if len(c.y_test):
                 correct = per_sample_eval(model, c.x_test, c.y_test)[0]
                 acc[c.client_id] = float(correct.double().mean())
-        load_flat_params(model, sim.params)
-        if sim.buffers:
-            model.load_state_dict(sim.buffers, strict=False)
+        load_flat_params(model, run.params)
+        if run.buffers:
+            model.load_state_dict(dict(run.buffers), strict=False)
         return acc
 
     def on_run_end(self, result: Result) -> Mapping[str, float] | None:

@@ -11,7 +11,7 @@ import numpy as np
 from fedcore.callbacks.base import Callback
 
 if TYPE_CHECKING:
-    from fedcore.simulation import Result
+    from fedcore.records import Result
 
 
 # summary metric -> the metric of the last evaluated round it is

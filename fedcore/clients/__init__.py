@@ -6,9 +6,9 @@ from typing import Any
 
 from fedcore.clients.base import REGISTRY, ClientAlgorithm
 from fedcore.clients.plan import Batch, Commit, Finished, FollowUp, LocalPlan
-from fedcore.clients.records import (
+from fedcore.data.client_data import ClientData
+from fedcore.records import (
     BatchMask,
-    ClientData,
     ClientUpdate,
     LocalContext,
     LocalSchedule,

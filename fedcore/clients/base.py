@@ -15,9 +15,10 @@ import torch
 from torch import nn
 
 from fedcore.clients.plan import Batch, Commit, Finished, FollowUp, LocalPlan
-from fedcore.clients.records import (
+from fedcore.component import Component
+from fedcore.data.client_data import ClientData
+from fedcore.records import (
     BatchMask,
-    ClientData,
     ClientUpdate,
     FrozenParams,
     LocalContext,
@@ -96,7 +97,7 @@ def minibatches(
                 return
 
 
-class ClientAlgorithm:
+class ClientAlgorithm(Component):
     """Base client: plain local SGD on cross-entropy. Objectives override ``loss`` or ``plan``."""
 
     name: ClassVar[str]
@@ -111,8 +112,6 @@ class ClientAlgorithm:
     # what the loss and ``prepare_model`` call beyond ``model(x)`` (fedcore.models.protocol)
     model_needs: tuple[str, ...] = ()
 
-    def __init__(self, hparams: BaseHParams | None = None) -> None:
-        self.hp = hparams if hparams is not None else self.HParams()
 
     def not_vectorised_reason(self) -> str | None:
         """Why this objective (with its hparams) trains sequentially; None: it vectorises."""

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from fedcore.clients.plan import LocalPlan
-from fedcore.clients.records import LocalContext
 from fedcore.oui import oui_from_preactivations, probe_indices
+from fedcore.records import LocalContext
 
 if TYPE_CHECKING:
     from fedcore.models import FedModel

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedcore.clients.records import (
+from fedcore.records import (
     BatchMask,
     ClientUpdate,
     FrozenParams,

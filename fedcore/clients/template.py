@@ -18,15 +18,15 @@ from torch import nn
 
 from fedcore.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
 from fedcore.clients.plan import Batch, Finished, FollowUp, LocalPlan, Loss
-from fedcore.clients.records import ClientUpdate, FrozenParams, LocalContext, LocalSchedule
 from fedcore.clients.sgd import sgd_step
 from fedcore.layout import flat_params, load_flat_params, to_device
+from fedcore.records import ClientUpdate, FrozenParams, LocalContext, LocalSchedule
 from fedcore.seeding import derive_seed
 
 if TYPE_CHECKING:
     from fedcore.clients.base import ClientAlgorithm
     from fedcore.models import ModelView
-    from fedcore.round_context import RoundContext
+    from fedcore.records import StageContext
 
 
 @dataclass
@@ -54,13 +54,14 @@ class Pass:
     mu: float = 0.0
 
 
-def client_seed(rc: RoundContext, client_id: int) -> int:
+def client_seed(rc: StageContext, client_id: int) -> int:
     """The seed of a client's batches, dropout and attack noise in one round."""
     return derive_seed(rc.cfg.seed, "client", rc.round, client_id)
 
 
-def local_context(rc: RoundContext, client_id: int) -> LocalContext:
-    """What client ``client_id`` sees in the round: data, state, generator, start, downlink."""
+def local_context(rc: StageContext, client_id: int, algo: ClientAlgorithm) -> LocalContext:
+    """What client ``client_id`` of objective ``algo`` sees in the round: data, state,
+    generator, start, downlink."""
     ctx = LocalContext(
         model=rc.model,
         global_params=rc.params,
@@ -71,11 +72,11 @@ def local_context(rc: RoundContext, client_id: int) -> LocalContext:
         state=rc.store[client_id],
         generator=torch.Generator().manual_seed(client_seed(rc, client_id)),
         round=rc.round,
-        needs=rc.aggregator.needs,
+        needs=rc.needs,
         server_payload=rc.downlink,
         seed=rc.cfg.seed,
     )
-    steps = planned_steps(rc.client_algo, ctx) if rc.needs_num_steps else None
+    steps = planned_steps(algo, ctx) if rc.needs_num_steps else None
     ctx.start_params = rc.start_point(client_id, steps)
     return ctx
 

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import torch
 
+from fedcore.component import Component
 from fedcore.registry import HParams, Registry
 from fedcore.requirements import Need
 
@@ -25,7 +26,7 @@ class CompressionHParams(HParams):
     """Hyper-parameters of a compressor's operator (none for a parameter-free one)."""
 
 
-class Compressor:
+class Compressor(Component):
     """An uplink operator ``apply``; ``randomized`` ones get a seeded generator per client."""
 
     name: ClassVar[str]
@@ -39,8 +40,6 @@ class Compressor:
         checked at load by :func:`fedcore.configure.build_config`; none by default."""
         return []
 
-    def __init__(self, hparams: CompressionHParams | None = None) -> None:
-        self.hp = hparams if hparams is not None else self.HParams()
 
     def apply(
         self, x: torch.Tensor, generator: torch.Generator | None = None

@@ -43,6 +43,9 @@ class FederatedData:
     record: DatasetConfig | None = None
     # data fedcore built from a config: ``built_key`` of that config (None: built elsewhere)
     built_from: str | None = None
+    # the validation set held out of the global test split (``dataset.val_fraction``; None: none)
+    x_val: torch.Tensor | None = None
+    y_val: torch.Tensor | None = None
 
     @property
     def num_clients(self) -> int:
@@ -187,6 +190,9 @@ def build_federated_data(
         tr, te = torch.as_tensor(train), torch.as_tensor(test)
         tensors = (x[tr], y[tr], x_local[te], y_local[te])
         clients.append(ClientData(k, *(t.to(device) for t in tensors)))
+    x_val = y_val = None
+    if cfg.val_fraction > 0:
+        x_val, y_val, x_test, y_test = validation_split(x_test, y_test, cfg.val_fraction, seed)
     mix = label_mix([c.y_train for c in clients], arrays.num_classes)  # before any label noise
     noisy = np.empty(0, dtype=np.int64)
     if behaviour is not None and behaviour.noisy_fraction > 0:
@@ -209,7 +215,22 @@ def build_federated_data(
         [(np.asarray(tr), np.asarray(te)) for tr, te in zip(trains, tests, strict=True)],
         mix,
         built_from=built_key(cfg, seed, behaviour),
+        x_val=None if x_val is None else x_val.to(device),
+        y_val=None if y_val is None else y_val.to(device),
     )
+
+
+def validation_split(
+    x: torch.Tensor, y: torch.Tensor, fraction: float, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x_val, y_val, x_test, y_test)``: a random ``fraction`` of the global test split (at
+    least one sample, at least one left) held out for validation, deterministic in ``seed``."""
+    n = len(y)
+    k = min(max(1, round(n * fraction)), n - 1)
+    order = numpy_rng(seed, "validation").permutation(n)
+    val = torch.as_tensor(np.sort(order[:k]))
+    test = torch.as_tensor(np.sort(order[k:]))
+    return x[val], y[val], x[test], y[test]
 
 
 _SHARED: OrderedDict[str, FederatedData] = OrderedDict()

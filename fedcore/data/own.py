@@ -177,6 +177,11 @@ def config_with_data(cfg: ExperimentConfig, data: FederatedData) -> ExperimentCo
             "clients.noisy_fraction: label noise is applied when fedcore builds a built-in "
             "dataset, not to own data; allowed: 0"
         )
+    if cfg.dataset.val_fraction > 0 and data.x_val is None:
+        raise ConfigError(
+            "dataset.val_fraction: fedcore holds a validation split out of a built-in dataset's "
+            "test split, not out of own data; allowed: 0"
+        )
     record = data.record if data.record is not None else hand_made_record(data)
     tree = cfg.resolved()
     # the clients held out of training are the run's choice, not the data's: kept from cfg

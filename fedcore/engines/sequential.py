@@ -42,7 +42,7 @@ def global_rng_guard(model: nn.Module) -> AbstractContextManager[object]:
 
 def train_client(rc: RoundContext, client_id: int) -> ClientUpdate:
     """One client's local training in the round (seeded by (seed, round, client))."""
-    ctx = local_context(rc, client_id)
+    ctx = local_context(rc, client_id, rc.client_algo)
     with global_rng_guard(rc.model), torch.random.fork_rng(devices=rng_devices(rc)):
         seed_global_rng(rc, client_seed(rc, client_id))
         return rc.client_algo.local_update(ctx)

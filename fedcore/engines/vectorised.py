@@ -298,7 +298,7 @@ class VectorisedEngine:
             return sequential.train_round(rc, sampled, order)
         self.last_path = NAME
         algo = rc.client_algo
-        preps = [tpl.prepare(algo, local_context(rc, int(cid))) for cid in sampled]
+        preps = [tpl.prepare(algo, local_context(rc, int(cid), algo)) for cid in sampled]
         clients = [_Client(p, tpl.main_pass(p)) for p in preps]
         groups: dict[tuple[int, tuple[str, ...]], list[_Client]] = {}
         for client in clients:

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from fedcore.component import Component
 from fedcore.registry import HParams, Registry
 from fedcore.registry import HParams as AnyHParams
 
@@ -38,13 +39,11 @@ class Population:
     local_loss: Callable[[list[int]], np.ndarray]
 
 
-class Sampler:
+class Sampler(Component):
     name: ClassVar[str]
     HParams: ClassVar[type[HParams]] = HParams
     hp: AnyHParams
 
-    def __init__(self, hparams: AnyHParams | None = None) -> None:
-        self.hp = hparams if hparams is not None else self.HParams()
 
     def check(self, num_clients: int, per_round: int) -> str | None:
         """Why this sampler cannot serve ``per_round`` of ``num_clients`` clients, or None."""

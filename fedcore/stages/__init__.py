@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from fedcore.stages.base import REGISTRY, Chain, Message, RoundEnd, Stage
+from fedcore.records import Message, RoundEnd, StageContext
+from fedcore.stages.base import REGISTRY, Chain, Stage
 
-__all__ = ["REGISTRY", "Chain", "Message", "RoundEnd", "Stage"]
+__all__ = ["REGISTRY", "Chain", "Message", "RoundEnd", "Stage", "StageContext"]

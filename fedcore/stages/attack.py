@@ -11,8 +11,7 @@ from fedcore.seeding import derive_seed
 from fedcore.stages.base import Stage
 
 if TYPE_CHECKING:
-    from fedcore.clients.base import ClientUpdate
-    from fedcore.round_context import RoundContext
+    from fedcore.records import ClientUpdate, StageContext
 
 
 class Attack(Stage):
@@ -21,18 +20,15 @@ class Attack(Stage):
 
     name = "attack"
 
-    def on_update(self, update: ClientUpdate, rc: RoundContext) -> None:
+    def on_update(self, update: ClientUpdate, rc: StageContext) -> None:
         if update.client_id in rc.byzantine:
             attack(rc, update)
 
 
-def attack(rc: RoundContext, update: ClientUpdate) -> None:
+def attack(rc: StageContext, update: ClientUpdate) -> None:
     """Replace ``update``'s uplink vectors by the configured attack on them."""
     how, strength = rc.cfg.clients.attack, rc.cfg.clients.attack_strength
     seed = derive_seed(rc.cfg.seed, "attack", rc.round, update.client_id)
     generator = torch.Generator().manual_seed(seed)
-    for name in rc.client_algo.uplink:
-        if name == "delta":
-            update.delta = attack_update(update.delta, how, strength, generator)
-        else:
-            update.extras[name] = attack_update(update.extras[name], how, strength, generator)
+    for name in rc.uplink:
+        update.set_vector(name, attack_update(update.vector(name), how, strength, generator))

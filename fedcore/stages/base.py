@@ -4,24 +4,29 @@
 A stage sees a round through a few small hooks, every one optional: ``begin_round`` (metrics
 at the round's start), ``start_point`` (where a client's local training starts),
 ``on_update`` (client side, on the trained update before it is sent), ``on_send`` (the uplink:
-what goes on the wire and its bytes), ``on_receive`` (server side, on what arrived) and
+what goes on the wire and its bytes), ``on_receive`` (server side, on each message that arrived),
+``receive_round`` (server side, once over all the round's messages, returning metrics) and
 ``end_round`` (an extra server step and metrics). The round driver calls each hook on every
 stage in chain order; stages named in ``method.stages`` come from :data:`REGISTRY`.
+
+Server-side verdicts compose: a message is accepted only if no stage rejected it, a stage
+cannot undo another's rejection, and each message records which stages rejected it
+(``Message.rejected_by``; the round's ``stages/<stage>/rejected`` metric counts them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
+from fedcore.component import Component
+from fedcore.records import Message, RoundEnd, StageContext
 from fedcore.registry import HParams, Registry
 from fedcore.registry import HParams as AnyHParams
 
 if TYPE_CHECKING:
-    from fedcore.clients.base import ClientUpdate
-    from fedcore.round_context import RoundContext
+    import torch
+
+    from fedcore.records import ClientUpdate
 
 REGISTRY: Registry[Stage] = Registry(
     "stage", "stage", "fedcore.stages", "fedcore.stages.base:Stage"
@@ -29,42 +34,34 @@ REGISTRY: Registry[Stage] = Registry(
 register = REGISTRY.register
 
 
-@dataclass
-class RoundEnd:
-    """What closing a round gives back: an extra server step (None: none) and metrics."""
-
-    step: torch.Tensor | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
+def stage_name(stage: Stage) -> str:
+    """The stage's registered name (its class name when it has none)."""
+    return str(getattr(stage, "name", type(stage).__name__))
 
 
-@dataclass
-class Message:
-    """One client's uplink as it travels through the chain: its update, the named vectors as
-    they go on the wire (in ``client_algo.uplink`` order), their bytes, and whether the server
-    accepts them."""
-
-    update: ClientUpdate
-    sent: dict[str, torch.Tensor]
-    nbytes: int = 0
-    accepted: bool = True
+def rejections(msgs: list[Message]) -> dict[str, list[int]]:
+    """The clients each stage rejected (stages that rejected none are left out)."""
+    out: dict[str, list[int]] = {}
+    for msg in msgs:
+        for name in msg.rejected_by:
+            out.setdefault(name, []).append(msg.update.client_id)
+    return out
 
 
 def uplink_vectors(
     update: ClientUpdate, names: tuple[str, ...] | list[str]
 ) -> dict[str, torch.Tensor]:
     """The named vectors a client sends, in uplink order (``delta`` or one of its extras)."""
-    return {n: update.delta if n == "delta" else update.extras[n] for n in names}
+    return {n: update.vector(n) for n in names}
 
 
-class Stage:
+class Stage(Component):
     """One link of the chain; every hook does nothing unless a subclass says otherwise."""
 
     name: ClassVar[str]
     HParams: ClassVar[type[HParams]] = HParams
     hp: AnyHParams
 
-    def __init__(self, hparams: AnyHParams | None = None) -> None:
-        self.hp = hparams if hparams is not None else self.HParams()
 
     @property
     def needs_num_steps(self) -> bool:
@@ -76,26 +73,32 @@ class Stage:
         """True when the server should moment-match BatchNorm variances."""
         return False
 
-    def begin_round(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
+    def begin_round(self, rc: StageContext, sampled: list[int]) -> dict[str, float]:
         """Metrics measured at the round's start, before any client trains."""
         return {}
 
     def start_point(
-        self, rc: RoundContext, client_id: int, num_steps: int | None
+        self, rc: StageContext, client_id: int, num_steps: int | None
     ) -> torch.Tensor | None:
         """Where the client's local training starts (None: this stage does not move it)."""
         return None
 
-    def on_update(self, update: ClientUpdate, rc: RoundContext) -> None:
+    def on_update(self, update: ClientUpdate, rc: StageContext) -> None:
         """Client side: change the trained update (its uplink vectors) in place."""
 
-    def on_send(self, msg: Message, rc: RoundContext) -> None:
+    def on_send(self, msg: Message, rc: StageContext) -> None:
         """Uplink: replace ``msg.sent`` by what goes on the wire and add its bytes."""
 
-    def on_receive(self, msg: Message, rc: RoundContext) -> None:
-        """Server side: inspect what arrived; may set ``msg.accepted`` False."""
+    def on_receive(self, msg: Message, rc: StageContext) -> None:
+        """Server side: inspect what arrived; may set ``msg.accepted`` False (a rejection)."""
 
-    def end_round(self, rc: RoundContext, sampled: list[int]) -> RoundEnd:
+    def receive_round(self, msgs: list[Message], rc: StageContext) -> dict[str, float]:
+        """Server side, once per round, after this stage's ``on_receive`` of each message: all
+        the round's messages (``msg.accepted`` False: an earlier stage rejected it); may reject
+        any of them (``msg.reject(self.name)``) and returns metrics."""
+        return {}
+
+    def end_round(self, rc: StageContext, sampled: list[int]) -> RoundEnd:
         """Close the round: an extra server step or None, and metrics."""
         return RoundEnd()
 
@@ -121,14 +124,14 @@ class Chain:
     def moment_matched_bn(self) -> bool:
         return any(s.moment_matched_bn for s in self.stages)
 
-    def begin_round(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
+    def begin_round(self, rc: StageContext, sampled: list[int]) -> dict[str, float]:
         metrics: dict[str, float] = {}
         for s in self.stages:
             metrics.update(s.begin_round(rc, sampled))
         return metrics
 
     def start_point(
-        self, rc: RoundContext, client_id: int, num_steps: int | None
+        self, rc: StageContext, client_id: int, num_steps: int | None
     ) -> torch.Tensor | None:
         """The first start point a stage gives (None: the global model)."""
         for s in self.stages:
@@ -137,24 +140,35 @@ class Chain:
                 return point
         return None
 
-    def client_side(self, ups: list[ClientUpdate], rc: RoundContext) -> None:
+    def client_side(self, ups: list[ClientUpdate], rc: StageContext) -> None:
         for up in ups:
             for s in self.stages:
                 s.on_update(up, rc)
 
-    def send(self, ups: list[ClientUpdate], rc: RoundContext) -> list[Message]:
-        msgs = [Message(up, uplink_vectors(up, rc.client_algo.uplink)) for up in ups]
+    def send(self, ups: list[ClientUpdate], rc: StageContext) -> list[Message]:
+        msgs = [Message(up, uplink_vectors(up, rc.uplink)) for up in ups]
         for msg in msgs:
             for s in self.stages:
                 s.on_send(msg, rc)
         return msgs
 
-    def receive(self, msgs: list[Message], rc: RoundContext) -> None:
-        for msg in msgs:
-            for s in self.stages:
+    def receive(self, msgs: list[Message], rc: StageContext) -> dict[str, float]:
+        """Each stage in order judges every message, then the whole round; the metrics the
+        stages return, and ``stages/<stage>/rejected`` for each stage that rejected a message
+        this round."""
+        metrics: dict[str, float] = {}
+        for s in self.stages:
+            for msg in msgs:
+                msg.judge = stage_name(s)
                 s.on_receive(msg, rc)
+            metrics.update(s.receive_round(msgs, rc))
+        for msg in msgs:
+            msg.judge = "server"
+        for name, ids in rejections(msgs).items():
+            metrics[f"stages/{name}/rejected"] = float(len(ids))
+        return metrics
 
-    def end_round(self, rc: RoundContext, sampled: list[int]) -> RoundEnd:
+    def end_round(self, rc: StageContext, sampled: list[int]) -> RoundEnd:
         """Every stage's closing; their steps add up, their metrics merge."""
         out = RoundEnd()
         for s in self.stages:

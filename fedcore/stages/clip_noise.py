@@ -17,8 +17,7 @@ from fedcore.seeding import derive_seed
 from fedcore.stages.base import Stage, register
 
 if TYPE_CHECKING:
-    from fedcore.clients.base import ClientUpdate
-    from fedcore.round_context import RoundContext
+    from fedcore.records import ClientUpdate, StageContext
 
 
 class ClipNoiseHParams(HParams):
@@ -43,13 +42,9 @@ class ClipNoise(Stage):
     HParams: ClassVar[type[AnyHParams]] = ClipNoiseHParams
     hp: ClipNoiseHParams
 
-    def on_update(self, update: ClientUpdate, rc: RoundContext) -> None:
+    def on_update(self, update: ClientUpdate, rc: StageContext) -> None:
         seed = derive_seed(rc.cfg.seed, "clip_noise", rc.round, update.client_id)
         gen = torch.Generator().manual_seed(seed)
-        for name in rc.client_algo.uplink:
-            if name == "delta":
-                update.delta = clip_and_noise(update.delta, self.hp.clip, self.hp.sigma, gen)
-            else:
-                update.extras[name] = clip_and_noise(
-                    update.extras[name], self.hp.clip, self.hp.sigma, gen
-                )
+        for name in rc.uplink:
+            update.set_vector(name, clip_and_noise(update.vector(name), self.hp.clip,
+                                                   self.hp.sigma, gen))

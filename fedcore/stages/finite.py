@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from fedcore.stages.base import Message, Stage
+from fedcore.records import Message
+from fedcore.stages.base import Stage
 
 if TYPE_CHECKING:
-    from fedcore.clients.base import ClientUpdate
-    from fedcore.round_context import RoundContext
+    from fedcore.records import ClientUpdate, StageContext
 
 log = logging.getLogger("fedcore")
 
@@ -21,19 +21,20 @@ class NonFinite(Stage):
     """Client side: a client whose scalar for the server (``aggregator.needs``: ``loss_before``,
     ...) is NaN or Inf gets a NaN delta, so that it is rejected like a non-finite update (its
     error-feedback residual kept). Server side: an uplink with a non-finite vector is not
-    accepted (counted in ``agg/rejected_clients``)."""
+    accepted (counted in ``agg/rejected_clients`` and ``stages/non_finite/rejected``); its
+    verdict adds to the other stages', never undoes one."""
 
     name = "non_finite"
 
-    def on_update(self, update: ClientUpdate, rc: RoundContext) -> None:
-        needs = rc.aggregator.needs
+    def on_update(self, update: ClientUpdate, rc: StageContext) -> None:
+        needs = rc.needs
         bad = sorted(k for k in needs if k in update.stats and not math.isfinite(update.stats[k]))
         if bad:
             log.warning("round %d: client %d sent non-finite %s", rc.round, update.client_id, bad)
             update.delta = torch.full_like(update.delta, math.nan)
 
-    def on_receive(self, msg: Message, rc: RoundContext) -> None:
-        msg.accepted = all(bool(torch.isfinite(v).all()) for v in msg.sent.values())
-        if not msg.accepted:
+    def on_receive(self, msg: Message, rc: StageContext) -> None:
+        if not all(bool(torch.isfinite(v).all()) for v in msg.sent.values()):
+            msg.reject(self.name)
             log.warning("round %d: NaN or Inf in the update of client %d; excluded",
                         rc.round, msg.update.client_id)

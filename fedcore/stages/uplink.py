@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from fedcore.compression.base import Compressor, side_bytes
+from fedcore.records import Message, RoundEnd
 from fedcore.seeding import derive_seed
-from fedcore.stages.base import Message, RoundEnd, Stage
+from fedcore.stages.base import Stage
 from fedcore.stages.feedback.base import ErrorFeedback
 
 if TYPE_CHECKING:
-    from fedcore.round_context import RoundContext
+    from fedcore.records import StageContext
 
 
 class Uplink(Stage):
@@ -34,16 +35,16 @@ class Uplink(Stage):
         """Error feedback with a residual moment-matches BatchNorm variances (sapef.md)."""
         return self.feedback.active
 
-    def begin_round(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
+    def begin_round(self, rc: StageContext, sampled: list[int]) -> dict[str, float]:
         self.feedback.begin_round(rc.round, rc.schedule)
         return self.feedback.probe(rc, sampled)
 
     def start_point(
-        self, rc: RoundContext, client_id: int, num_steps: int | None
+        self, rc: StageContext, client_id: int, num_steps: int | None
     ) -> torch.Tensor | None:
         return self.feedback.start_point(rc.params, rc.store[client_id], num_steps)
 
-    def on_send(self, msg: Message, rc: RoundContext) -> None:
+    def on_send(self, msg: Message, rc: StageContext) -> None:
         up = msg.update
         gen = None
         if self.compressor.randomized:
@@ -61,5 +62,5 @@ class Uplink(Stage):
             msg.nbytes += nbytes
         msg.nbytes += side_bytes(up.buffers)  # n_k and BatchNorm statistics
 
-    def end_round(self, rc: RoundContext, sampled: list[int]) -> RoundEnd:
+    def end_round(self, rc: StageContext, sampled: list[int]) -> RoundEnd:
         return self.feedback.end_round(sampled, rc.store)

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
     from fedcore.config import DatasetConfig
-    from fedcore.simulation import Simulation
+    from fedcore.records import RunView
 
 
 def dataset_source(cfg: DatasetConfig) -> str:
@@ -25,12 +25,12 @@ def dataset_source(cfg: DatasetConfig) -> str:
     return str(Path(cfg.root).resolve())
 
 
-def dataset_input(sim: Simulation) -> DatasetInput:
+def dataset_input(sim: RunView) -> DatasetInput:
     """``sim``'s dataset as an MLflow dataset input (:func:`dataset_description`)."""
     return as_dataset_input(dataset_description(sim))
 
 
-def dataset_description(sim: Simulation) -> dict[str, Any]:
+def dataset_description(sim: RunView) -> dict[str, Any]:
     """Name, source, partition settings and partition digest of ``sim``'s clients, as plain
     data (:func:`as_dataset_input` makes the MLflow record).
 

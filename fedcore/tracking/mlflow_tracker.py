@@ -27,7 +27,7 @@ from fedcore.tracking.settings import TrackingSettings, load_settings
 from fedcore.tracking.store_setup import store_lock as store_lock
 
 if TYPE_CHECKING:
-    from fedcore.simulation import Result, Simulation
+    from fedcore.records import Result, RunView
 
 log = logging.getLogger("fedcore")
 
@@ -52,6 +52,7 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 STOPPED_TAG = "fedcore.stopped"  # why a callback ended the run early (the run is KILLED)
+CONVERGED_TAG = "fedcore.converged"  # why a callback finished the run early (it is FINISHED)
 class _Writers:
     """The process's two background MLflow writers, started on first use.
 
@@ -162,7 +163,7 @@ class MLflowTracker(Callback):
         self.run_id: str | None = None
         self._logged: set[tuple[str, int]] = set()  # (metric, step) already in the run
         self._system_metrics = False  # sampling while the run trains
-        self._sim: Simulation | None = None  # the simulation, for its final models
+        self._run: RunView | None = None  # the run's view, for its engine and final models
         self._resumed = False
 
     def start(self, resolved: dict[str, Any], config_hash: str) -> str:
@@ -214,25 +215,25 @@ class MLflowTracker(Callback):
         self._resumed = True
         self._logged = set(logged)
 
-    def on_run_start(self, sim: Simulation) -> None:
+    def on_run_start(self, run: RunView) -> None:
         if self.run_id is None:
-            self.start(sim.cfg.resolved(), sim.cfg.config_hash())
+            self.start(run.cfg.resolved(), run.cfg.config_hash())
         from fedcore.tracking.inputs import dataset_description
 
-        tags = dict(device_tags(sim.device))
-        self._start_system_metrics(str(sim.device))
-        self._sim = sim
-        if getattr(sim, "engine_name", None):  # the client-training engine used, and why
-            tags.update(engine=sim.engine_name, engine_reason=sim.engine_reason[:5000])
-            self._engine_tagged = sim.engine_name
-        if sim.round:
-            tags["fedcore.resumed_from_round"] = str(sim.round)
-        if sim.skipped_metrics:  # metrics this model cannot give (fedcore.models.protocol)
+        tags = dict(device_tags(run.device))
+        self._start_system_metrics(str(run.device))
+        self._run = run
+        if getattr(run, "engine_name", None):  # the client-training engine used, and why
+            tags.update(engine=run.engine_name, engine_reason=run.engine_reason[:5000])
+            self._engine_tagged = run.engine_name
+        if run.round:
+            tags["fedcore.resumed_from_round"] = str(run.round)
+        if run.skipped_metrics:  # metrics this model cannot give (fedcore.models.protocol)
             tags["fedcore.skipped_metrics"] = "; ".join(
-                f"{k}: {v}" for k, v in sim.skipped_metrics.items()
+                f"{k}: {v}" for k, v in run.skipped_metrics.items()
             )
-        self._write(self._log_start, tags, dataset_description(sim))
-        for h in sim.history:  # rounds restored from a checkpoint, if the run lacks them
+        self._write(self._log_start, tags, dataset_description(run))
+        for h in run.history:  # rounds restored from a checkpoint, if the run lacks them
             self._write(self._log_metrics, {k: v for k, v in h.items() if k != "round"},
                         int(h["round"]))
 
@@ -257,11 +258,11 @@ class MLflowTracker(Callback):
         """Hand the round's metrics to the writer: those of every callback before this one
         (``run_tracked`` puts the tracker after the user's callbacks)."""
         self._write(self._log_metrics, dict(record.metrics), record.round)
-        sim = self._sim
-        name = getattr(sim, "engine_name", None)
-        if sim is not None and name and name != getattr(self, "_engine_tagged", name):
+        run = self._run
+        name = getattr(run, "engine_name", None)
+        if run is not None and name and name != getattr(self, "_engine_tagged", name):
             self._engine_tagged = name  # the engine fell back mid-run: the tags say so
-            tags = {"engine": name, "engine_reason": sim.engine_reason[:5000]}
+            tags = {"engine": name, "engine_reason": run.engine_reason[:5000]}
             self._write(self._log_tags, tags)
         return None
 
@@ -310,9 +311,10 @@ class MLflowTracker(Callback):
             raise
 
     def _finish(self, result: Result) -> None:
-        """Summary metrics, the per-client table and the figures; then FINISHED, or KILLED
-        with the reason as the tag ``fedcore.stopped`` when a callback stopped the run early
-        (running it again resumes it from its checkpoint)."""
+        """Summary metrics, the per-client table and the figures; then FINISHED (with the
+        reason as the tag ``fedcore.converged`` when a callback finished it early), or KILLED
+        with the reason as the tag ``fedcore.stopped`` when a callback paused it (running it
+        again resumes it from its checkpoint)."""
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
             figures = None
@@ -323,10 +325,10 @@ class MLflowTracker(Callback):
             try:
                 self._log_metrics(result.summary, int(result.history[-1]["round"]))
                 self._stop_system_metrics()
-                if self._sim is not None:
+                if self._run is not None:
                     from fedcore.tracking.models import model_package
 
-                    self.store.log_model(self.active_run_id, model_package(self._sim))
+                    self.store.log_model(self.active_run_id, model_package(self._run))
                 if result.client_tables:
                     self.store.write_client_tables(str(out), result.client_tables)
                 if figures is not None:
@@ -336,7 +338,8 @@ class MLflowTracker(Callback):
                     figures.join()
             self.store.log_artifacts(self.active_run_id, str(out))
         if result.stopped is None:
-            self.store.terminate(self.active_run_id, "FINISHED")
+            tags = {} if result.converged is None else {CONVERGED_TAG: result.converged}
+            self.store.terminate(self.active_run_id, "FINISHED", tags)
         else:
             self.store.terminate(self.active_run_id, "KILLED", {STOPPED_TAG: result.stopped})
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
     from fedcore.models import FedModel
-    from fedcore.simulation import Simulation
+    from fedcore.records import RunView
 
 MODEL_NAME = "model"  # runs:/<run_id>/model
 PERSONAL_FILE = "personal.pt"  # in the MLflow Model's extra_files/
@@ -46,7 +46,7 @@ GLOBAL_ARTIFACT = "model/global.pt"  # runs recorded before the MLflow Model
 PERSONAL_ARTIFACT = "model/personal.pt"
 
 
-def model_spec(sim: Simulation) -> dict[str, Any]:
+def model_spec(sim: RunView) -> dict[str, Any]:
     cfg = sim.cfg
     return {
         "model": cfg.model.name,
@@ -55,18 +55,18 @@ def model_spec(sim: Simulation) -> dict[str, Any]:
         "norm": cfg.model.norm,
         "in_shape": [int(v) for v in sim.data.in_shape],
         "num_classes": int(sim.data.num_classes),
-        "projection_dim": sim.client_algo.projection_dim,
+        "projection_dim": sim.projection_dim,
         "round": int(sim.round),
     }
 
 
-def personal_states(sim: Simulation) -> dict[int, dict[str, Any]]:
+def personal_states(sim: RunView) -> dict[int, dict[str, Any]]:
     """Each client's personal parameters (flat) and buffers; empty for global-only methods."""
-    if not sim.client_algo.personalized:
+    if not sim.personalized:
         return {}
     out = {}
     for c in sim.data.clients:
-        own = sim.client_algo.personal_params(sim.store[c.client_id])
+        own = sim.personal_params(c.client_id)
         if own is not None:
             params, buffers = own
             out[int(c.client_id)] = {
@@ -76,11 +76,11 @@ def personal_states(sim: Simulation) -> dict[int, dict[str, Any]]:
     return out
 
 
-def global_model(sim: Simulation) -> torch.nn.Module:
+def global_model(sim: RunView) -> torch.nn.Module:
     """A CPU copy of the final global model (parameters and buffers) in eval mode."""
     load_flat_params(sim.model, sim.params)
     if sim.buffers:
-        sim.model.load_state_dict(sim.buffers, strict=False)
+        sim.model.load_state_dict(dict(sim.buffers), strict=False)
     return copy.deepcopy(sim.model).to("cpu").eval()
 
 
@@ -141,7 +141,7 @@ class ModelPackage:
     round: int
 
 
-def model_package(sim: Simulation) -> ModelPackage:
+def model_package(sim: RunView) -> ModelPackage:
     """The final models of ``sim`` (copied: the package outlives later changes to ``sim``)."""
     return ModelPackage(
         model=global_model(sim),
@@ -150,7 +150,7 @@ def model_package(sim: Simulation) -> ModelPackage:
     )
 
 
-def log_models(client: MlflowClient, run_id: str, sim: Simulation) -> list[str]:
+def log_models(client: MlflowClient, run_id: str, sim: RunView) -> list[str]:
     """Log the final global model (with the personal models, if any) as the run's MLflow
     Model ``model``; returns its ``models:/`` URI."""
     return log_model_package(client, run_id, model_package(sim))

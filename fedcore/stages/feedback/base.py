@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from fedcore.component import Component
+from fedcore.records import RoundEnd
 from fedcore.registry import HParams, Registry
 from fedcore.registry import HParams as AnyHParams
-from fedcore.stages.base import RoundEnd
 
 if TYPE_CHECKING:
-    from fedcore.clients.base import LocalSchedule
-    from fedcore.round_context import RoundContext
+    from fedcore.records import LocalSchedule, StageContext
     from fedcore.store import ClientStore
 
 REGISTRY: Registry[ErrorFeedback] = Registry(
@@ -31,7 +31,7 @@ register = REGISTRY.register
 Operator = Callable[[torch.Tensor, torch.Generator | None], tuple[torch.Tensor, int]]
 
 
-class ErrorFeedback:
+class ErrorFeedback(Component):
     """No feedback: C is applied to the delta as it is; nothing is kept between rounds."""
 
     name: ClassVar[str]
@@ -41,13 +41,13 @@ class ErrorFeedback:
     per_client_alpha: bool = False  # start_point needs the client's planned local steps
 
     def __init__(self, hparams: AnyHParams | None = None) -> None:
-        self.hp = hparams if hparams is not None else self.HParams()
+        super().__init__(hparams)
         self.round = 0
 
     def begin_round(self, round: int, schedule: LocalSchedule) -> None:
         self.round = round
 
-    def probe(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
+    def probe(self, rc: StageContext, sampled: list[int]) -> dict[str, float]:
         """Metrics measured at the round's start, before training."""
         return {}
 

@@ -10,8 +10,8 @@ import torch
 from pydantic import Field
 
 from fedcore.compression.topk import num_kept
+from fedcore.records import RoundEnd
 from fedcore.registry import HParams
-from fedcore.stages.base import RoundEnd
 from fedcore.stages.feedback.base import register
 from fedcore.stages.feedback.residual import RESIDUAL, ResidualFeedback, ResidualHParams
 from fedcore.store import ClientStore

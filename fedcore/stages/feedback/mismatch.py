@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from fedcore.round_context import RoundContext
+    from fedcore.records import StageContext
 
 from fedcore.layout import flat_params, load_flat_params
 
@@ -55,7 +55,7 @@ def gradient_mismatch(
 
 
 def round_gradient_mismatch(
-    rc: RoundContext, sampled: list[int], residuals: list[torch.Tensor | None], alpha: float
+    rc: StageContext, sampled: list[int], residuals: list[torch.Tensor | None], alpha: float
 ) -> dict[str, float]:
     """``sapef/gradient_mismatch`` of a round's clients at the round's start.
 

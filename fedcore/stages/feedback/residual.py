@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from pydantic import Field
 
+from fedcore.records import RoundEnd
 from fedcore.registry import HParams
 from fedcore.registry import HParams as AnyHParams
-from fedcore.stages.base import RoundEnd
 from fedcore.stages.feedback.base import ErrorFeedback, Operator
 
 if TYPE_CHECKING:
-    from fedcore.clients.base import LocalSchedule
-    from fedcore.round_context import RoundContext
+    from fedcore.records import LocalSchedule, StageContext
     from fedcore.store import ClientStore
 
 RESIDUAL = "ef_residual"
@@ -68,7 +67,7 @@ class ResidualFeedback(ErrorFeedback):
     def client_alpha(self, state: dict[str, Any]) -> float:
         return state.get(ALPHA, self.alpha) if self.per_client_alpha else self.alpha
 
-    def probe(self, rc: RoundContext, sampled: list[int]) -> dict[str, float]:
+    def probe(self, rc: StageContext, sampled: list[int]) -> dict[str, float]:
         from fedcore.stages.feedback.mismatch import round_gradient_mismatch
 
         if self.round % rc.cfg.eval_every:

@@ -12,7 +12,7 @@ from fedcore.stages.feedback.base import register
 from fedcore.stages.feedback.residual import ResidualFeedback, ResidualHParams, alpha_star
 
 if TYPE_CHECKING:
-    from fedcore.clients.base import LocalSchedule
+    from fedcore.records import LocalSchedule
 
 
 class SAPEFHParams(ResidualHParams):

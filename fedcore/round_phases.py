@@ -1,0 +1,182 @@
+"""The phases of one round as functions of what they read: the local schedule, the sampler's
+local losses, the accepted uplinks stacked for the rule, the rule's timed step, the BatchNorm
+statistics, and the round's metrics and per-client columns (the driver,
+:mod:`fedcore.simulation`, calls them in order)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from fedcore.aggregators import Aggregate, UpdateBatch
+from fedcore.bn_statistics import average_bn_statistics
+from fedcore.layout import load_flat_params
+from fedcore.metrics import client_stat_metrics, conflict_fraction, per_sample_eval
+from fedcore.records import LocalSchedule
+from fedcore.schedules import local_lr
+from fedcore.stages.base import rejections
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from fedcore.aggregators.base import Aggregator
+    from fedcore.config import ExperimentConfig
+    from fedcore.data.federated import FederatedData
+    from fedcore.layout import ParamLayout
+    from fedcore.records import ClientUpdate, Message
+
+
+@dataclass
+class RoundOutcome:
+    """A played round: its metrics and its per-client columns (by client id)."""
+
+    metrics: dict[str, float]
+    client_values: dict[str, np.ndarray]
+
+
+def local_schedule(cfg: ExperimentConfig, round: int) -> LocalSchedule:
+    """How long and how fast clients train in ``round`` (the ``local`` block, its lr schedule)."""
+    loc = cfg.local
+    return LocalSchedule(
+        epochs=loc.epochs,
+        steps=loc.steps,
+        batch_size=loc.batch_size,
+        lr=local_lr(loc, round, cfg.rounds),
+        momentum=loc.momentum,
+        weight_decay=loc.weight_decay,
+    )
+
+
+def local_loss(
+    model: nn.Module, params: torch.Tensor, buffers: Mapping[str, torch.Tensor],
+    data: FederatedData, client_ids: list[int],
+) -> np.ndarray:
+    """The model at ``params`` (eval mode): its mean loss on each client's training split."""
+    load_flat_params(model, params)
+    if buffers:
+        model.load_state_dict(dict(buffers), strict=False)
+    out = []
+    with torch.no_grad():
+        for k in client_ids:
+            c = data.clients[k]
+            _, loss = per_sample_eval(model, c.x_train, c.y_train)
+            out.append(float(loss.double().mean()) if len(loss) else math.nan)
+    return np.array(out)
+
+
+def update_batch(
+    msgs: list[Message], uplink: tuple[str, ...], layout: ParamLayout, params: torch.Tensor,
+    round: int,
+    rule_sizes: Callable[[list[int]], Sequence[float]] | None = None,
+) -> UpdateBatch:
+    """The accepted clients' vectors stacked as m x d matrices (zeros when no delta is sent);
+    ``rule_sizes``: the sampler's weights for the rule (the sample counts by default)."""
+    received = [m for m in msgs if m.accepted]
+    kept = [m.update for m in received]
+    sizes = rule_sizes or list
+    if not kept:
+        deltas = params.new_zeros((0, layout.dim))
+    elif "delta" in uplink:
+        deltas = torch.stack([m.sent["delta"] for m in received])
+    else:
+        deltas = params.new_zeros((len(received), layout.dim))
+    extras = {
+        name: torch.stack([m.sent[name] for m in received])
+        for name in uplink
+        if name != "delta" and received
+    }
+    return UpdateBatch(
+        deltas=deltas,
+        num_samples=torch.tensor(sizes([u.num_samples for u in kept])),
+        layout=layout,
+        stats={k: torch.tensor([u.stats[k] for u in kept], dtype=torch.float64)
+               for k in kept[0].stats}
+        if kept
+        else {},
+        client_ids=torch.tensor([u.client_id for u in kept], dtype=torch.long),
+        round=round,
+        extras=extras,
+        num_steps=torch.tensor([u.num_steps for u in kept], dtype=torch.long),
+    )
+
+
+def aggregate(
+    aggregator: Aggregator, batch: UpdateBatch, params: torch.Tensor, device: torch.device
+) -> tuple[Aggregate, float]:
+    """The rule's step (zero when no update was accepted) and its wall seconds."""
+    if batch.m == 0:
+        return Aggregate(torch.zeros_like(params)), 0.0
+    t0 = time.perf_counter()
+    result = aggregator.aggregate(batch)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    if not torch.isfinite(result.step).all():
+        raise FloatingPointError(f"round {batch.round}: the {aggregator.name} step is not finite")
+    return result, seconds
+
+
+def averaged_buffers(
+    ups: list[ClientUpdate], device: torch.device, moment_matched: bool,
+    rule_sizes: Callable[[list[int]], Sequence[float]] | None = None,
+) -> dict[str, torch.Tensor]:
+    """BatchNorm running statistics of the kept clients, by the sampler's weights (sample counts
+    by default; not part of theta; moment-matched variances when a stage asks for them); empty
+    when they send none."""
+    if not ups or not ups[0].buffers:
+        return {}
+    sizes = (rule_sizes or list)([u.num_samples for u in ups])
+    w = torch.tensor(sizes, dtype=torch.float32, device=device)
+    return average_bn_statistics([u.buffers for u in ups], w / w.sum(), moment_matched)
+
+
+def client_columns(
+    msgs: list[Message], values: dict[str, torch.Tensor], num_clients: int
+) -> dict[str, np.ndarray]:
+    """Per-client columns of the round: the values the rule reported for the accepted clients
+    (NaN for the others) and, per stage that rejected a client, ``rejected_by/<stage>``."""
+    ids = [m.update.client_id for m in msgs if m.accepted]
+    out = {}
+    for name, column_values in values.items():
+        column = np.full(num_clients, np.nan)
+        column[ids] = torch.as_tensor(column_values).detach().cpu().double().numpy()
+        out[name] = column
+    for name, rejected in rejections(msgs).items():
+        out[f"rejected_by/{name}"] = np.isin(np.arange(num_clients), rejected)
+    return out
+
+
+def round_metrics(
+    msgs: list[Message], batch: UpdateBatch, result: Aggregate, seconds: float,
+    bytes_down: int, totals: tuple[int, int],
+) -> dict[str, float]:
+    """The driver's own metrics of a round (training loss, conflict, rejections, timing,
+    bytes; ``totals``: the uplink and downlink bytes since round 1) and the client
+    statistics."""
+    ups = [m.update for m in msgs]
+    kept = sum(m.accepted for m in msgs)
+    n = torch.tensor([float(u.num_samples) for u in ups], dtype=torch.float64)
+    losses = torch.stack([u.train_loss for u in ups]).cpu().double()
+    train_loss = float((losses * n).sum() / n.sum())
+    per_client = batch.deltas if result.client_deltas is None else result.client_deltas
+    return {
+        "train/loss": train_loss,
+        "agg/conflict_fraction": conflict_fraction(per_client, result.step) if kept else 0.0,
+        "agg/rejected_clients": float(len(ups) - kept),
+        "agg/seconds": seconds,
+        "comm/bytes_up": float(sum(m.nbytes for m in msgs)),
+        "comm/bytes_up_total": float(totals[0]),
+        "comm/bytes_down": float(bytes_down),
+        "comm/bytes_down_total": float(totals[1]),
+    }
+
+
+def stat_metrics(msgs: list[Message]) -> dict[str, float]:
+    """The clients' statistics summed or averaged over the round (:mod:`fedcore.metrics`)."""
+    return client_stat_metrics([m.update.stats for m in msgs])
