@@ -11,6 +11,7 @@ from fedcore.aggregators.afl import project_simplex
 from fedcore.config import ConfigError
 from fedcore.configure import load_config
 from fedcore.layout import ParamLayout
+from fedcore.probes import run_round
 
 
 def _afl(n=4, **hp):
@@ -164,5 +165,5 @@ def test_lambda_starts_uniform_whatever_the_sample_sizes():
     seen = []
     sim.aggregator.aggregate = lambda b, f=sim.aggregator.aggregate: seen.append(
         sim.aggregator.lam[b.client_ids].clone()) or f(b)
-    sim.run_round(1)
+    run_round(sim, 1)
     assert seen[0].tolist() == [1 / 6] * len(ids)

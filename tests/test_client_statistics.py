@@ -4,6 +4,7 @@ numbers about the clients (losses, learning rates, sample counts), not model ten
 import math
 
 from fedcore.configure import load_config
+from fedcore.probes import run_round
 from fedcore.simulation import Simulation
 
 from .conftest import TINY
@@ -24,7 +25,7 @@ def _round_one(method):
 
     sim.engine.train_round = trained
     sim.aggregator.aggregate = aggregated
-    metrics = sim.run_round(1)
+    metrics = run_round(sim, 1)
     return metrics, list(seen["updates"].values()), seen["batch"]
 
 

@@ -101,6 +101,6 @@ def test_driver_hands_the_rule_equal_weights(monkeypatch):
     seen = []
     monkeypatch.setattr(sim.aggregator, "aggregate",
                         lambda batch, f=sim.aggregator.aggregate: seen.append(batch) or f(batch))
-    sim.run_round(1)
+    run_round(sim, 1)
     assert len({c.num_train for c in sim.data.clients}) > 1  # sizes differ, weights do not
     assert seen[0].num_samples.tolist() == [1.0] * 3
