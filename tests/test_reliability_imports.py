@@ -111,3 +111,39 @@ def test_a_component_path_must_name_a_component_class(capsys, tracking, key):
     assert main(["run", *TINY, f"{key}=subprocess:getoutput"]) == 2
     err = capsys.readouterr().err.strip()
     assert "subprocess:getoutput" in err and "is not a valid" in err and "\n" not in err
+
+
+class _Payload:
+    """Unpickling this runs ``touch <marker>``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_load_model_never_unpickles_the_stored_model(tracking, tmp_path):
+    """A replaced ``data/model.pth`` in the run's artifacts ran a marker command on
+    ``load_model(run_id)``; a replaced ``global.pt`` is refused in one line."""
+
+    import torch
+
+    from fedcore.tracking import load_model
+    from fedcore.tracking.runner import run_tracked
+
+    run_id, _ = run_tracked(load_config(None, [*TINY, "rounds=1"]))
+    (model_pth,) = (tmp_path / "artifacts").rglob("model.pth")
+    marker = tmp_path / "ran"
+    torch.save(_Payload(marker), model_pth)
+    model = load_model(run_id)
+    assert not marker.exists()
+    assert isinstance(model, torch.nn.Module) and not model.training
+    (global_pt,) = (tmp_path / "artifacts").rglob("global.pt")
+    torch.save({"state_dict": _Payload(marker)}, global_pt)
+    with pytest.raises(LookupError, match=f"^run {run_id}: extra_files/global.pt is not a plain "
+                                          "weights file") as e:
+        load_model(run_id)
+    assert "\n" not in str(e.value) and not marker.exists()
