@@ -394,6 +394,7 @@ def _call(args: argparse.Namespace) -> int:
             from fedcore.pipeline.extras import require
 
             require(args.command)
+        _check_tracking_server(args.command)
         code: int = args.func(args)
         return code
     except ConfigError as exc:
@@ -412,6 +413,23 @@ def _call(args: argparse.Namespace) -> int:
         print(f"fedcore: error: {failure_line(exc)} (traceback: --debug or {DEBUG_ENV}=1)",
               file=sys.stderr)
         return 1
+
+
+TRACKED = ("run", "sweep", "tune", "report", "ui", "claims")  # commands that reach MLflow
+
+
+def _check_tracking_server(command: str) -> None:
+    """Before a command that uses MLflow does anything: its tracking server answers (one line
+    within seconds if not), and MLflow's HTTP retries are bounded (fedcore.tracking.reach)."""
+    from fedcore.pipeline.extras import missing
+
+    if command not in TRACKED or missing(("mlflow",)):
+        return
+    from fedcore.tracking.reach import bound_http_retries, check_server
+    from fedcore.tracking.settings import load_settings
+
+    bound_http_retries()
+    check_server(load_settings().tracking_uri)
 
 
 def failure_line(exc: BaseException) -> str:
