@@ -59,3 +59,23 @@ def test_mlflow_http_retries_are_bounded_unless_the_user_sets_them(monkeypatch):
 def test_a_local_store_is_not_probed():
     reach.check_server("sqlite:////nowhere/mlflow.db")
     reach.check_server("/some/folder")
+
+
+def test_no_password_in_mlflow_view_run_lines_or_failure_lines(monkeypatch, capsys):
+    from fedcore.cli import failure_line
+    from fedcore.tracking.run_store import mlflow_client
+    from fedcore.tracking.settings import load_settings
+
+    monkeypatch.setenv("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "x")
+    monkeypatch.delenv("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://alice:s3cret@127.0.0.1:9")
+    client = mlflow_client(load_settings())
+    store = client._tracking_client.store
+    run = type("Run", (), {"data": type("D", (), {"tags": {}})(), "info": type(
+        "I", (), {"experiment_id": "1", "run_name": "r"})()})()
+    monkeypatch.setattr(store, "get_run", lambda run_id: run)
+    client._tracking_client._log_url("abc")  # what MLflow prints when a run ends
+    assert "s3cret" not in capsys.readouterr().out
+    line = failure_line(RuntimeError("API request to http://alice:s3cret@127.0.0.1:9/api/2.0/x "
+                                     "failed"))
+    assert line == "RuntimeError: API request to http://127.0.0.1:9/api/2.0/x failed"

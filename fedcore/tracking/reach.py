@@ -35,6 +35,13 @@ def bound_http_retries() -> None:
         os.environ.setdefault(key, value)
 
 
+def hide_credentials(uri: str) -> None:
+    """A tracking URI with ``user:password@``: MLflow's own "View run ... at <url>" lines,
+    which print the URI with its password, are switched off (fedcore prints the run id)."""
+    if "@" in urlsplit(uri).netloc:
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+
+
 def check_server(uri: str) -> None:
     """Nothing for a local store; for ``http(s)://`` a TCP connection to its host and port,
     :data:`ATTEMPTS` tries of :data:`CONNECT_TIMEOUT` s, else :class:`ServerUnreachable` naming
