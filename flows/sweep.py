@@ -70,6 +70,7 @@ def simulate_cell(
     stop_event: str | None = None,
     plugin_paths: list[str] | None = None,
     identity: dict[str, str] | None = None,
+    code: str | None = None,
 ) -> dict[str, Any] | State[Any]:
     """Simulate one cell (its resolved config) as a child run of the sweep; ``identity``: its
     ``run_name`` and tags (``variant``, ``cell``; :func:`fedcore.tracking.names.cell_identities`).
@@ -83,24 +84,31 @@ def simulate_cell(
     Dask event ``stop_event`` being set stops the cell at its next round boundary, as a signal
     does here. ``plugin_paths`` (:func:`fedcore.plugins.import_roots`) are put on the worker's
     ``sys.path`` where they exist, so it imports the user's components as the flow does.
+    ``code``: the cell's code digest as the flow computed it before the first cell ran; a
+    worker that loaded other code (a plugin edited since) fails the cell in one line.
     """
     with watch_dask_event(stop_event):
         if stopping.requested():  # queued when the stop came: not started
             return stopped_state("cell")
         plugins.add_roots(plugin_paths or [])
         return _simulate_cell(resolved, parent_run_id, sweep, settings, cells_per_gpu,
-                              finish_in_background, reuse_other_code, identity or {})
+                              finish_in_background, reuse_other_code, identity or {}, code)
 
 
 def _simulate_cell(
     resolved: dict[str, Any], parent_run_id: str, sweep: str, settings: TrackingSettings | None,
     cells_per_gpu: int, finish_in_background: bool, reuse_other_code: bool,
-    identity: dict[str, str],
+    identity: dict[str, str], code: str | None = None,
 ) -> dict[str, Any] | State[Any]:
     try:
         cfg = build_config(resolved)
     except ConfigError as exc:  # e.g. a worker of another machine lacks the user's package
         raise ConfigError(f"{exc} (on {where()})") from None
+    here = code_digest.of_config(cfg)
+    if code is not None and here != code:
+        raise ConfigError(f"cell {cfg.config_hash()}: {where()} loaded other code (digest "
+                          f"{here}) than the sweep digested at its start ({code}): a plugin "
+                          "file changed meanwhile; run the sweep again")
     settings = settings or load_settings()
     try:  # one process at a time runs a config; the others then find it FINISHED
         claim = claim_cell(cfg.config_hash(), settings.tracking_uri, on_wait=lambda: print(
@@ -109,8 +117,7 @@ def _simulate_cell(
         return stopped_state("cell")
     run_id: str | None = None
     try:
-        done = finished_run(cfg.config_hash(), settings, any_code=reuse_other_code,
-                            code=code_digest.of_config(cfg))
+        done = finished_run(cfg.config_hash(), settings, any_code=reuse_other_code, code=here)
         if done is not None:
             return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
         with pinned_device(cfg.device, cells_per_gpu) as device:
@@ -249,6 +256,7 @@ def _run_cells(
     """Submit every cell to the task runner and collect one row per cell, in grid order."""
     rows: list[dict[str, Any]] = []
     identities = cell_identities(spec.cells)
+    codes = [code_digest.of_config(cell.config) for cell in spec.cells]  # before any cell runs
     with (make_task_runner(runner, max_workers, dask_address, api_url) as task_runner,
           relay_stop_to_dask(task_runner, stop_event)):
         futures = [
@@ -267,10 +275,11 @@ def _run_cells(
                         "stop_event": stop_event,
                         "plugin_paths": plugins.import_roots(cell.config.resolved()["method"]),
                         "identity": identity,
+                        "code": code,
                     },
                 ),
             )
-            for cell, identity in zip(spec.cells, identities, strict=True)
+            for cell, identity, code in zip(spec.cells, identities, codes, strict=True)
         ]
         for cell, future in futures:
             future.wait()
