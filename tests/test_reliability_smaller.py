@@ -30,3 +30,35 @@ def test_a_full_prefect_home_is_one_line_naming_it(capfd, tracking, tmp_path, mo
     assert err.startswith(f"fedcore: error: PREFECT_HOME {small_disk / 'prefect'}: ")
     assert "\n" not in err and err.endswith("free space there or set PREFECT_HOME to another "
                                             "folder"), err
+
+
+def test_a_report_on_a_full_disk_names_the_file_and_keeps_the_previous_report(
+    tracking, tmp_path, small_disk  # noqa: F811
+):
+    """``report`` on a full disk named no file and left half a report."""
+    import errno
+
+    from fedcore.pipeline.sweep import load_sweep
+    from fedcore.tracking.report import build_report
+    from fedcore.tracking.runner import run_tracked
+    from flows.sweep import parent_run
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SWEEP)
+    spec = load_sweep(path)
+    parent = parent_run(spec)
+    for cell in spec.cells:
+        run_tracked(cell.config, parent_run_id=parent, tags={"sweep": spec.name})
+    out = small_disk / "report"
+    first = build_report(spec, out)
+    before = {f.name: f.read_bytes() for f in first.files}
+    (out / "table.md").write_text("the previous report\n")
+    before["table.md"] = b"the previous report\n"
+    fill(small_disk)
+    with pytest.raises(OSError) as e:
+        build_report(spec, out)
+    assert e.value.errno == errno.ENOSPC
+    assert str(e.value).startswith(f"[Errno 28] no space left on device writing report file "
+                                   f"{out}/"), str(e.value)
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before  # no half report
+    assert sorted(p.name for p in small_disk.iterdir()) == ["ballast", "ballast2", "report"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedcore import code_digest
+from fedcore import code_digest, faults
 from fedcore.pipeline.comparison import (
     RowTest,
     best_marks,
@@ -280,38 +283,38 @@ def build_report(
         raise LookupError(f"reference {reference!r} matches no row of sweep {spec.name!r} "
                           f"(a method with one row per setting, or a row label); rows: {rows}")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     table = summary_table(runs)
     tests = versus_reference(runs, reference)
     pretty = _formatted(table, tests, refs, best_marks(runs))
-    files = [out / "table.md", out / "table.html", out / "table.csv", out / "runs.csv"]
     missing = len(spec.cells) - len(runs)
     header = (f"# Sweep `{spec.name}`: {len(runs)} finished runs of {len(spec.cells)} cells"
               + (f" ({missing} missing)" if missing else "") + "\n\n"
               + code_header(runs, any_code) + explanation(reference, refs, spec) + "\n\n")
-    files[0].write_text(header + markdown_table(pretty) + "\n")
-    files[1].write_text(html_page(pretty.to_html(index=False, border=0), f"Sweep {spec.name}"))
-    table.to_csv(files[2], index=False)
-    runs.drop(columns="code").to_csv(files[3], index=False)
     ids = list(runs["run_id"])
     acc = _histories(client, ids, "test/accuracy")
     shown = runs.assign(is_reference=[refs.get((d, a)) == r for d, a, r in
                                       zip(runs["dataset"], runs["alpha"], runs["row"],
                                           strict=True)])
-    family_convergence_png(shown, acc, out / "convergence.png")
-    forest_png(forest_frame(tests, FOREST_LABELS), out / "forest.png")
     with tempfile.TemporaryDirectory() as tmp:
         finals = {r: _final_client_accuracy(client, r, Path(tmp) / r) for r in ids}
-    client_accuracy_png(runs, finals, out / "client_accuracy.png")
-    files += [out / "convergence.png", out / "forest.png", out / "client_accuracy.png"]
+    writers: dict[str, Callable[[Path], Any]] = {
+        "table.md": lambda p: p.write_text(header + markdown_table(pretty) + "\n"),
+        "table.html": lambda p: p.write_text(
+            html_page(pretty.to_html(index=False, border=0), f"Sweep {spec.name}")),
+        "table.csv": lambda p: table.to_csv(p, index=False),
+        "runs.csv": lambda p: runs.drop(columns="code").to_csv(p, index=False),
+        "convergence.png": lambda p: family_convergence_png(shown, acc, p),
+        "forest.png": lambda p: forest_png(forest_frame(tests, FOREST_LABELS), p),
+        "client_accuracy.png": lambda p: client_accuracy_png(runs, finals, p),
+    }
     compressed = runs["compressor"] != "none"
     if compressed.any():
         baselines = runs["method"].isin(["fedavg"]) & runs["alpha"].isin(
             runs.loc[compressed, "alpha"])
-        shown = runs[compressed | baselines]
-        sent = _histories(client, list(shown["run_id"]), "comm/bytes_up_total")
-        accuracy_vs_gb_png(shown, acc, sent, out / "accuracy_vs_gb.png")
-        files.append(out / "accuracy_vs_gb.png")
+        sent_runs = runs[compressed | baselines]
+        sent = _histories(client, list(sent_runs["run_id"]), "comm/bytes_up_total")
+        writers["accuracy_vs_gb.png"] = lambda p: accuracy_vs_gb_png(sent_runs, acc, sent, p)
+    files = write_all(out, writers)
     if parent_run_id is not None:
         for f in files:
             client.log_artifact(parent_run_id, str(f), "report")
@@ -321,6 +324,27 @@ def build_report(
             "to read them: artifacts `report/table.md` and `report/*.png`):\n\n"
             + markdown_table(brief) + "\n"))
     return Report(runs, table, files, tests)
+
+
+def write_all(out: Path, writers: dict[str, Callable[[Path], Any]]) -> list[Path]:
+    """Write every file of a report into a temporary folder next to ``out``, then move each
+    into ``out``: a failure (a full disk) leaves the previous report as it was, no half one,
+    and its error names the file (``no space left on device writing report file <path>``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for name, write in writers.items():
+            try:
+                write(stage / name)
+            except BaseException as exc:
+                if faults.is_disk_full(exc):
+                    raise faults.no_space(f"report file {out / name}") from None
+                raise
+        for name in writers:
+            os.replace(stage / name, out / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return [out / name for name in writers]
 
 
 # the run description holds at most 8,000 characters in MLflow: the columns a comparison needs
