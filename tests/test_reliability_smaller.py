@@ -61,4 +61,9 @@ def test_a_report_on_a_full_disk_names_the_file_and_keeps_the_previous_report(
     assert str(e.value).startswith(f"[Errno 28] no space left on device writing report file "
                                    f"{out}/"), str(e.value)
     assert {f.name: f.read_bytes() for f in out.iterdir()} == before  # no half report
-    assert sorted(p.name for p in small_disk.iterdir()) == ["ballast", "ballast2", "report"]
+    new = small_disk / "new"
+    with pytest.raises(OSError, match=f"no space left on device writing report file {new}/"):
+        build_report(spec, new)
+    assert not new.exists() or not any(new.iterdir())
+    assert sorted(p.name for p in small_disk.iterdir() if p.name != "new") == [
+        "ballast", "ballast2", "report"]  # no temporary folder left
