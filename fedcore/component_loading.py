@@ -40,6 +40,8 @@ def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
 
 
 def _cause(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: it called sys.exit({exc.code!r}) while imported"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
@@ -61,7 +63,8 @@ def import_object(path: str) -> Any:
         raise ComponentError(f"{path!r}: an import path is module:Class, e.g. mypkg.rules:ClipAvg")
     try:
         obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001  (any failure of the user's module is reported)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  (any failure of the user's module,
+        # a sys.exit() at import included, is reported; it ended fedcore silently)
         hint = " (is its package installed or on PYTHONPATH?)" if isinstance(
             exc, ModuleNotFoundError) else ""
         raise ComponentError(
@@ -85,6 +88,6 @@ def load_entry_point(ep: metadata.EntryPoint, kind: str, base: type) -> type:
     what = f"entry point {ep.name!r} ({ep.value}{dist}, group {ep.group})"
     try:
         obj = ep.load()
-    except Exception as exc:  # noqa: BLE001
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  (sys.exit() at import too)
         raise ComponentError(f"cannot load {what}: module {ep.module!r} ({_cause(exc)})") from None
     return _check(obj, what, kind, base)

@@ -147,3 +147,18 @@ def test_load_model_never_unpickles_the_stored_model(tracking, tmp_path):
                                           "weights file") as e:
         load_model(run_id)
     assert "\n" not in str(e.value) and not marker.exists()
+
+
+@pytest.mark.parametrize("key", ["model.name", "method.aggregator.rule"])
+def test_a_module_that_calls_sys_exit_at_import_is_one_line(capsys, tracking, tmp_path,
+                                                             monkeypatch, key):
+    """A plugin calling ``sys.exit()`` at import ended fedcore silently (exit code 0)."""
+    (tmp_path / "h39quits.py").write_text("import sys\nsys.exit(0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert main(["run", *TINY, f"{key}=h39quits:Thing"]) == 2
+    finally:
+        sys.modules.pop("h39quits", None)
+    err = capsys.readouterr().err.strip()
+    assert err == (f"fedcore: error: {key}: cannot import module 'h39quits' of "
+                   "'h39quits:Thing' (SystemExit: it called sys.exit(0) while imported)"), err
