@@ -4,11 +4,10 @@ naming a file that is no config, and an Optuna storage in a folder that does not
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from fedcore.cli import main
+from fedcore.config import project_root
 from tests.test_reliability_disk import fill, small_disk  # noqa: F401  (a fixture)
 
 SWEEP = """
@@ -67,3 +66,24 @@ def test_a_report_on_a_full_disk_names_the_file_and_keeps_the_previous_report(
     assert not new.exists() or not any(new.iterdir())
     assert sorted(p.name for p in small_disk.iterdir() if p.name != "new") == [
         "ballast", "ballast2", "report"]  # no temporary folder left
+
+
+def test_a_sqlite_store_in_a_missing_folder_outside_the_project_is_refused(
+    capsys, tracking, tmp_path, monkeypatch
+):
+    """``storage=sqlite:////nonexistent/...`` created folders at the file system's root."""
+    missing = tmp_path / "nonexistent"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{missing / 'sub' / 'mlflow.db'}")
+    assert main(["run", "rounds=1", "model.name=mlp", "dataset.num_clients=4",
+                 "clients_per_round=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"fedcore: error: tracking_uri: the folder {missing / 'sub'} of SQLite "
+                   "database mlflow.db does not exist; create it first (fedcore makes missing "
+                   f"folders only under the project folder {project_root().resolve()})"), err
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert main(["tune", "configs/studies/fedavg_lr.yaml", "n_trials=1",
+                 f"storage=sqlite:///{missing / 'optuna.db'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"fedcore: error: study.storage: the folder {missing} of SQLite "
+                          "database optuna.db does not exist"), err
+    assert not missing.exists()
