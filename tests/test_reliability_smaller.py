@@ -4,6 +4,8 @@ naming a file that is no config, and an Optuna storage in a folder that does not
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fedcore.cli import main
@@ -79,11 +81,20 @@ def test_a_sqlite_store_in_a_missing_folder_outside_the_project_is_refused(
     err = capsys.readouterr().err.strip()
     assert err == (f"fedcore: error: tracking_uri: the folder {missing / 'sub'} of SQLite "
                    "database mlflow.db does not exist; create it first (fedcore makes missing "
-                   f"folders only under the project folder {project_root().resolve()})"), err
+                   f"folders only under the project folder {project_root().resolve()}, or one "
+                   "inside an existing folder other than /)"), err
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert main(["tune", "configs/studies/fedavg_lr.yaml", "n_trials=1",
-                 f"storage=sqlite:///{missing / 'optuna.db'}"]) == 2
+                 f"storage=sqlite:///{missing / 'sub' / 'optuna.db'}"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"fedcore: error: study.storage: the folder {missing} of SQLite "
+    assert err.startswith(f"fedcore: error: study.storage: the folder {missing / 'sub'} of SQLite "
                           "database optuna.db does not exist"), err
     assert not missing.exists()
+    from fedcore.config import ConfigError
+    from fedcore.tracking.store_setup import sqlite_folder
+
+    with pytest.raises(ConfigError, match="^study.storage: the folder /nonexistent_fedcore_x of"):
+        sqlite_folder(Path("/nonexistent_fedcore_x/optuna.db"), "study.storage")
+    assert not Path("/nonexistent_fedcore_x").exists()
+    sqlite_folder(tmp_path / "one" / "mlflow.db", "tracking_uri")  # one level: made
+    assert (tmp_path / "one").is_dir()

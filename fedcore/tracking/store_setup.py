@@ -31,19 +31,23 @@ _OPENED: set[str] = set()  # SQLite stores this process has opened (their schema
 
 
 def sqlite_folder(db: Path, key: str) -> None:
-    """Make the folder of SQLite database ``db`` when it lies under the project folder (the
-    default stores); elsewhere it must exist (``sqlite:////nonexistent/x/mlflow.db`` created
-    folders at the file system's root): a one-line ``ConfigError`` naming ``key`` if not."""
+    """Make the folder of SQLite database ``db``: any missing folders under the project folder
+    (the default stores), elsewhere only the last one, inside an existing folder other than the
+    file system's root (``sqlite:////nonexistent/x/mlflow.db`` made folders at the root); else
+    a one-line ``ConfigError`` naming ``key``."""
     from fedcore.config import ConfigError, project_root
 
     folder = db.parent
     if folder.is_dir():
         return
     root = project_root().resolve()
-    if not folder.resolve().is_relative_to(root):
+    target = folder.resolve()
+    above = target.parent
+    if not target.is_relative_to(root) and (not above.is_dir() or above == Path(above.anchor)):
         raise ConfigError(f"{key}: the folder {folder} of SQLite database {db.name} does not "
                           f"exist; create it first (fedcore makes missing folders only under "
-                          f"the project folder {root})")
+                          f"the project folder {root}, or one inside an existing folder other "
+                          "than /)")
     folder.mkdir(parents=True, exist_ok=True)
 
 
