@@ -102,7 +102,12 @@ class Registry(Generic[T]):
         Raises :class:`fedcore.component_loading.ComponentError` (a KeyError) with a one-line
         reason.
         """
-        from fedcore.component_loading import ComponentError, load_entry_point, load_import_path
+        from fedcore.component_loading import (
+            ComponentError,
+            load_entry_point,
+            load_import_path,
+            pin_source,
+        )
         from fedcore.limits import shown
 
         self._load()
@@ -123,7 +128,7 @@ class Registry(Generic[T]):
             )
         if "name" not in vars(cls):
             cls.name = name  # type: ignore[attr-defined]
-        _pin_source(cls)
+        pin_source(cls)  # its files digested as imported
         self._external[name] = cls
         return cls
 
@@ -139,18 +144,3 @@ class Registry(Generic[T]):
         name = spec[self.key]
         hp = self.hparams(spec)
         return self.get(name)(hp)  # type: ignore[call-arg]
-
-
-def _pin_source(cls: type) -> None:
-    """Digest the files of an out-of-tree class's package now, as it is imported: the digest a
-    run records is then that of the code this process loaded, however late the run starts (a
-    sweep's later cells), and a file edited meanwhile does not change it."""
-    from fedcore.component_loading import ComponentError, in_tree
-    from fedcore.plugins import package_source
-
-    if in_tree(cls):
-        return
-    try:
-        package_source(cls.__module__.split(".")[0])
-    except ComponentError:  # no source to digest: the run's code digest says so later
-        pass

@@ -76,6 +76,7 @@ def _forget() -> None:
     for name in [m for m in sys.modules if m == PKG or m.startswith(f"{PKG}.")]:
         del sys.modules[name]
     plugins.package_source.cache_clear()
+    plugins.package_files.cache_clear()
     plugins._all_distributions.cache_clear()
     for registry in (AGG, CLIENTS, COMP):
         for name in [n for n, c in registry.classes().items() if not plugins.in_tree(c)]:

@@ -62,7 +62,8 @@ def chain(
     def pick(*names: str) -> list[Callback]:
         return [builtin[n] for n in names if n in builtin]
 
-    return [*pick("evaluation", "summary"), *components, *(user_callback(checked(cb)) for cb in user),
+    mine = [user_callback(checked(cb)) for cb in user]
+    return [*pick("evaluation", "summary"), *components, *mine,
             *pick("divergence"), signal, *pick("checkpoint")]
 
 

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 
 from fedcore.callbacks.base import Callback
 
-
 _USER: weakref.WeakValueDictionary[int, Callback] = weakref.WeakValueDictionary()
 
 
