@@ -9,8 +9,11 @@ Every file records the code digest of the process that wrote it (``code_digest``
 :mod:`fedcore.code_digest`); :func:`latest` resumes only a checkpoint of this code and deletes
 those of other code, so one run never mixes two versions of the code.
 
-Every file also carries ``digest``, a SHA-256 over everything else in it (:func:`digest`),
-checked on load: a file edited or corrupted after it was written is refused, naming the file.
+Every file also carries ``hmac``, an HMAC-SHA256 over everything else in it (:func:`digest`)
+under a key the user controls (:func:`key_for`: ``FEDCORE_CHECKPOINT_KEY``, else a random key
+file ``checkpoint.key``, mode 0600, in ``checkpoint_dir``), checked on load: a file edited,
+corrupted or forged (its digest recomputed) by someone without the key is refused, naming the
+file. Anyone who can read the key can forge a checkpoint.
 :func:`check_state` refuses a state inconsistent with the run it would resume (a round beyond
 its ``rounds``, a history or per-client tables that do not match the round, parameters or
 buffers of another shape).
@@ -19,11 +22,13 @@ buffers of another shape).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import os
 import random
 import re
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,9 @@ FORMAT = 1
 KEEP = 2  # newest files kept per run folder
 _NAME = re.compile(r"^round-(\d+)\.pt$")
 _NUMPY = "__numpy__"
+KEY_ENV = "FEDCORE_CHECKPOINT_KEY"
+KEY_FILE = "checkpoint.key"  # in checkpoint_dir, next to the run folders
+MAC = "hmac"
 ORIGIN = "__origin__"  # added on load: where the state came from and how to start afresh
 
 
@@ -87,12 +95,38 @@ def decode(obj: Any) -> Any:
     return obj
 
 
-def digest(obj: Any) -> str:
-    """SHA-256 over an encoded state: its structure, every key, number and string, and every
-    tensor's dtype, shape and bytes."""
-    h = hashlib.sha256()
+def digest(obj: Any, key: bytes) -> str:
+    """HMAC-SHA256 under ``key`` over an encoded state: its structure, every key, number and
+    string, and every tensor's dtype, shape and bytes."""
+    h = hmac.new(key, digestmod=hashlib.sha256)
     _feed(h, obj)
     return h.hexdigest()
+
+
+def key_for(base: Path) -> bytes:
+    """The checkpoint key: ``FEDCORE_CHECKPOINT_KEY`` when set (give every machine that resumes
+    another's uploaded checkpoint the same one), else the file ``<base>/checkpoint.key``, created
+    once with 32 random bytes and mode 0600 (atomically: concurrent runs agree on one key)."""
+    env = os.environ.get(KEY_ENV)
+    if env:
+        return env.encode()
+    path = base / KEY_FILE
+    if not path.is_file():
+        base.mkdir(parents=True, exist_ok=True)
+        tmp = base / f".{KEY_FILE}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(os.urandom(32).hex())
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                os.link(tmp, path)  # fails if another process made it first: use that one
+            except FileExistsError:
+                pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path.read_bytes().strip()
 
 
 def _feed(h: Any, obj: Any) -> None:
@@ -152,36 +186,46 @@ def run_folder(cfg: ExperimentConfig) -> Path:
 
 
 def checkpoint_files(folder: Path) -> list[Path]:
-    """Complete checkpoint files in ``folder``, oldest first."""
-    if not folder.is_dir():
+    """Complete checkpoint files in ``folder``, oldest first (none if it is gone)."""
+    try:
+        names = list(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))]
+    found = [(int(m.group(1)), p) for p in names if (m := _NAME.match(p.name))]
     return [p for _, p in sorted(found)]
 
 
 def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP,
-         code: str | None = None) -> Path:
+         code: str | None = None, key: bytes | None = None) -> Path:
     """Write ``round-<round>.pt`` atomically (temporary file, fsync, rename); keep the newest.
 
     ``code``: the run's code digest (:func:`fedcore.code_digest.of_config`; None: fedcore's).
-    A failed write leaves no temporary file; a full disk raises ``OSError(ENOSPC)`` naming the
-    checkpoint (``no space left on device writing checkpoint <path>``)."""
+    ``key``: the HMAC key (None: :func:`key_for` of ``folder.parent``). A failed write leaves
+    no temporary file; a full disk raises ``OSError(ENOSPC)`` naming the checkpoint (``no space
+    left on device writing checkpoint <path>``). A folder deleted meanwhile (an identical run
+    that finished) is made again."""
     path = folder / f"round-{round:06d}.pt"
-    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as fh:
-            payload = {"format": FORMAT, **encode(state),
-                       "code_digest": code or code_digest.current()}
-            torch.save({**payload, "digest": digest(payload)}, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)  # no partial file is left, whatever went wrong
-        if faults.is_disk_full(exc):  # torch says "unexpected pos ..." for a short write
-            raise faults.no_space(f"checkpoint {path}") from None
-        raise
+    tmp = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    payload = {"format": FORMAT, **encode(state), "code_digest": code or code_digest.current()}
+    payload[MAC] = digest(payload, key if key is not None else key_for(folder.parent))
+    for attempt in range(3):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as fh:
+                torch.save(payload, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+            break
+        except FileNotFoundError:  # the folder went away meanwhile: make it again
+            tmp.unlink(missing_ok=True)
+            if attempt == 2:
+                raise
+        except BaseException as exc:
+            tmp.unlink(missing_ok=True)  # no partial file is left, whatever went wrong
+            if faults.is_disk_full(exc):  # torch says "unexpected pos ..." for a short write
+                raise faults.no_space(f"checkpoint {path}") from None
+            raise
     for old in checkpoint_files(folder)[:-keep]:
         old.unlink(missing_ok=True)
     return path
@@ -192,13 +236,15 @@ def load(
     map_location: str | torch.device | None = None,
     origin: str | None = None,
     remedy: str | None = None,
+    key: bytes | None = None,
 ) -> dict[str, Any]:
     """Read a checkpoint with ``weights_only=True`` (no code runs) and undo :func:`encode`.
 
     The state gets ``ORIGIN``: ``origin`` (default: the path) and ``remedy``, how to start
     afresh instead (default: delete the run's checkpoint folder), for :func:`unusable`.
-    A file of this code whose ``digest`` is missing or does not match its contents (edited or
-    corrupted since it was written) raises :class:`CheckpointError`.
+    A file of this code whose ``hmac`` is missing or does not match its contents under ``key``
+    (None: :func:`key_for` of the folder above the file's; edited, corrupted or forged since it
+    was written, or written under another key) raises :class:`CheckpointError`.
     """
     if map_location is None and not torch.cuda.is_available():
         map_location = "cpu"
@@ -210,12 +256,14 @@ def load(
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         found = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
         raise unusable({ORIGIN: where}, f"unknown format {shown(found)}")
-    written = raw.pop("digest", None)
-    if (written is not None or raw.get("code_digest") == code_digest.current()) and (
-        written != digest(raw)
-    ):
-        raise unusable({ORIGIN: where}, "its contents do not match the digest written with it "
-                       "(the file was edited or corrupted)")
+    written = raw.pop(MAC, None)
+    raw.pop("digest", None)  # the plain SHA-256 of older files proves nothing
+    if written is not None or raw.get("code_digest") == code_digest.current():
+        key = key if key is not None else key_for(Path(path).parent.parent)
+        if not isinstance(written, str) or not hmac.compare_digest(written, digest(raw, key)):
+            raise unusable({ORIGIN: where}, f"its HMAC does not match (edited, corrupted or "
+                           f"forged, or written under another key; the key is {KEY_ENV} or "
+                           f"{KEY_FILE} in checkpoint_dir)")
     state: dict[str, Any] = decode(raw)
     state[ORIGIN] = where
     return state

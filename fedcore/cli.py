@@ -7,6 +7,7 @@ import argparse
 import atexit
 import gc
 import os
+import re
 import sys
 import textwrap
 from contextlib import nullcontext
@@ -423,6 +424,7 @@ def _call(args: argparse.Namespace) -> int:
             from fedcore.pipeline.extras import require
 
             require(args.command)
+        _check_tracking_server(args.command)
         code: int = args.func(args)
         return code
     except ConfigError as exc:
@@ -443,9 +445,30 @@ def _call(args: argparse.Namespace) -> int:
         return 1
 
 
+TRACKED = ("run", "sweep", "tune", "report", "ui", "claims")  # commands that reach MLflow
+
+
+def _check_tracking_server(command: str) -> None:
+    """Before a command that uses MLflow does anything: its tracking server answers (one line
+    within seconds if not), and MLflow's HTTP retries are bounded (fedcore.tracking.reach)."""
+    from fedcore.pipeline.extras import missing
+
+    if command not in TRACKED or missing(("mlflow",)):
+        return
+    from fedcore.tracking.reach import bound_http_retries, check_server, hide_credentials
+    from fedcore.tracking.settings import load_settings
+
+    uri = load_settings().tracking_uri
+    bound_http_retries()
+    hide_credentials(uri)
+    check_server(uri)
+
+
 def failure_line(exc: BaseException) -> str:
-    """``run <id> failed after round <r>: <Type>: <first line>`` (run and round where known)."""
-    first = (str(exc).strip().splitlines() or [""])[0]
+    """``run <id> failed after round <r>: <Type>: <first line>`` (run and round where known);
+    a ``user:password@`` in a URL of the message is left out."""
+    first = re.sub(r"(\b[a-z][a-z0-9+.-]*://)[^/@\s]*@", r"\1",
+                   (str(exc).strip().splitlines() or [""])[0])
     cause = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     cause = getattr(exc, "fedcore_cause", None) or cause  # e.g. a full disk under the store
     run_id = getattr(exc, "fedcore_run_id", None)

@@ -4,8 +4,13 @@ from is :mod:`fedcore.plugins`."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
 import importlib.metadata as metadata
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Any
 
 # registry kind -> entry point group (docs/how-to/plugins.md)
@@ -18,6 +23,9 @@ GROUPS = {
     "sampler": "fedcore.samplers",
     "callback": "fedcore.callbacks",
 }
+
+
+DIGEST_LENGTH = 12  # hex characters of a package's files digest
 
 
 class ComponentError(KeyError):
@@ -41,6 +49,8 @@ def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
 
 
 def _cause(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: it called sys.exit({exc.code!r}) while imported"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
@@ -62,7 +72,8 @@ def import_object(path: str) -> Any:
         raise ComponentError(f"{path!r}: an import path is module:Class, e.g. mypkg.rules:ClipAvg")
     try:
         obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001  (any failure of the user's module is reported)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  (any failure of the user's module,
+        # a sys.exit() at import included, is reported; it ended fedcore silently)
         hint = " (is its package installed or on PYTHONPATH?)" if isinstance(
             exc, ModuleNotFoundError) else ""
         raise ComponentError(
@@ -86,6 +97,59 @@ def load_entry_point(ep: metadata.EntryPoint, kind: str, base: type) -> type:
     what = f"entry point {ep.name!r} ({ep.value}{dist}, group {ep.group})"
     try:
         obj = ep.load()
-    except Exception as exc:  # noqa: BLE001
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  (sys.exit() at import too)
         raise ComponentError(f"cannot load {what}: module {ep.module!r} ({_cause(exc)})") from None
     return _check(obj, what, kind, base)
+
+
+def _source_files(package: str) -> tuple[Path, list[Path]]:
+    """The sys.path entry holding ``package`` and its ``.py`` files."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except ValueError:  # a module without a spec, e.g. __main__ of a script
+        spec = None
+    if spec is None:
+        origin = getattr(sys.modules.get(package), "__file__", None)
+        if origin is None:
+            raise ComponentError(f"package {package!r} has no source files to record")
+        return Path(origin).resolve().parent, [Path(origin).resolve()]
+    if spec.submodule_search_locations:
+        folders = [Path(p).resolve() for p in spec.submodule_search_locations]
+        files = [p for folder in folders for p in folder.rglob("*.py")
+                 if "__pycache__" not in p.parts]
+        return folders[0].parent, sorted(set(files))
+    if spec.origin is None or not Path(spec.origin).is_file():
+        raise ComponentError(f"module {package!r} has no source file")
+    origin = Path(spec.origin).resolve()
+    return origin.parent, [origin]
+
+
+def files_digest(root: Path, files: list[Path]) -> str:
+    """sha256 (first :data:`DIGEST_LENGTH` hex characters) of ``files`` under ``root``."""
+    h = hashlib.sha256()
+    for path in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
+        data = path.read_bytes()
+        name = path.relative_to(root).as_posix().encode()
+        h.update(b"%d:%s:%d:" % (len(name), name, len(data)))
+        h.update(data)
+    return h.hexdigest()[:DIGEST_LENGTH]
+
+
+@functools.cache
+def package_files(package: str) -> tuple[Path, list[Path], str]:
+    """``(root, files, files digest)`` of a package outside fedcore, read once per process:
+    :func:`pin_source` reads it as the package's component is imported, so the digest is that
+    of the code this process loaded, however late a run asks for it."""
+    root, files = _source_files(package)
+    return root, files, files_digest(root, files)
+
+
+def pin_source(cls: type) -> None:
+    """Digest the files of an out-of-tree class's package now (:func:`package_files`); a
+    package without source files is left for the run's code digest to report."""
+    if in_tree(cls):
+        return
+    try:
+        package_files(cls.__module__.split(".")[0])
+    except ComponentError:
+        pass

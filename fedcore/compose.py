@@ -20,7 +20,7 @@ from fedcore.device_check import check_device_present
 from fedcore.engines.select import build_engine
 from fedcore.errors import ConfigError
 from fedcore.layout import ParamLayout
-from fedcore.model_check import check_model
+from fedcore.model_check import check_model, check_outputs
 from fedcore.models.external import ModelArg, config_with_model, instantiate
 from fedcore.seeding import GLOBAL_RNG_LOCK, derive_seed
 from fedcore.stages.attack import Attack
@@ -112,6 +112,7 @@ def build(
         torch.manual_seed(derive_seed(cfg.seed, "init"))
         module = instantiate(cfg, model, data.in_shape, data.num_classes)
         check_model(module, cfg.model.name, client_algo, RULES.get(cfg.method.aggregator["rule"]))
+        check_outputs(module, cfg.model.name, tuple(data.in_shape), data.num_classes)
         # any nn.Module; what the method calls beyond model(x) was checked just above
         fed_model = cast("FedModel", module)
         client_algo.prepare_model(fed_model)

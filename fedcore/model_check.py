@@ -3,6 +3,7 @@ driver checks this once the model is built; the models package knows no componen
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from fedcore.aggregators import Aggregator
@@ -26,3 +27,37 @@ def check_model(
             "use a model that has them (a fedcore.models.FedModel subclass does) or another "
             "method (docs/python-api.md, 'Models')"
         )
+
+
+PROBE_BATCH = 2  # samples in the batch that checks the model's output shape
+
+
+def check_outputs(
+    model: nn.Module, label: str, in_shape: tuple[int, ...], num_classes: int
+) -> None:
+    """Raise a one-line ``ConfigError`` when ``model`` has no trainable parameter, or does not
+    map a batch ``(2, *in_shape)`` to logits ``(2, num_classes)``. The probe runs in eval mode
+    without gradients, so it changes no parameter, buffer or random state."""
+    params = list(model.parameters())
+    if not any(p.requires_grad and p.numel() for p in params):
+        raise ConfigError(f"model: {label} has no trainable parameters (requires_grad); "
+                          "federated training needs at least one")
+    device = params[0].device
+    x = torch.zeros((PROBE_BATCH, *in_shape), device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(x)
+    except Exception as exc:  # noqa: BLE001  (any failure of the user's model is reported)
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise ConfigError(f"model: {label} fails on a batch shaped {tuple(x.shape)} (the "
+                          f"data's samples are {tuple(in_shape)}): {type(exc).__name__}: "
+                          f"{first}") from None
+    finally:
+        model.train(was_training)
+    want = (PROBE_BATCH, num_classes)
+    got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    if got != want:
+        raise ConfigError(f"model: {label} maps a batch shaped {tuple(x.shape)} to {got}; it "
+                          f"must give logits shaped {want} (batch, num_classes={num_classes})")

@@ -10,7 +10,6 @@ their files' digest (part of the run's code digest), distribution, version and g
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import importlib.metadata as metadata
 import importlib.util
@@ -24,12 +23,12 @@ from typing import Any
 from fedcore.component_loading import GROUPS as GROUPS
 from fedcore.component_loading import ComponentError as ComponentError
 from fedcore.component_loading import entry_points as entry_points
+from fedcore.component_loading import files_digest as files_digest
 from fedcore.component_loading import import_object as import_object
 from fedcore.component_loading import in_tree as in_tree
 from fedcore.component_loading import load_entry_point as load_entry_point
 from fedcore.component_loading import load_import_path as load_import_path
-
-DIGEST_LENGTH = 12
+from fedcore.component_loading import package_files as package_files
 
 
 @dataclass(frozen=True)
@@ -43,38 +42,6 @@ class PackageSource:
     version: str | None = None
     git_commit: str | None = None
     git_dirty: bool | None = None
-
-
-def _package_files(package: str) -> tuple[Path, list[Path]]:
-    try:
-        spec = importlib.util.find_spec(package)
-    except ValueError:  # a module without a spec, e.g. __main__ of a script
-        spec = None
-    if spec is None:
-        origin = getattr(sys.modules.get(package), "__file__", None)
-        if origin is None:
-            raise ComponentError(f"package {package!r} has no source files to record")
-        return Path(origin).resolve().parent, [Path(origin).resolve()]
-    if spec.submodule_search_locations:
-        folders = [Path(p).resolve() for p in spec.submodule_search_locations]
-        files = [p for folder in folders for p in folder.rglob("*.py")
-                 if "__pycache__" not in p.parts]
-        return folders[0].parent, sorted(set(files))
-    if spec.origin is None or not Path(spec.origin).is_file():
-        raise ComponentError(f"module {package!r} has no source file")
-    origin = Path(spec.origin).resolve()
-    return origin.parent, [origin]
-
-
-def files_digest(root: Path, files: list[Path]) -> str:
-    """sha256 (first :data:`DIGEST_LENGTH` hex characters) of ``files`` under ``root``."""
-    h = hashlib.sha256()
-    for path in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
-        data = path.read_bytes()
-        name = path.relative_to(root).as_posix().encode()
-        h.update(b"%d:%s:%d:" % (len(name), name, len(data)))
-        h.update(data)
-    return h.hexdigest()[:DIGEST_LENGTH]
 
 
 def _git(folder: Path, *args: str) -> str | None:
@@ -110,7 +77,7 @@ def _distribution(package: str, root: Path) -> tuple[str | None, str | None]:
 @functools.cache
 def package_source(package: str) -> PackageSource:
     """Where ``package`` comes from, read once per process (the code this process loaded)."""
-    root, files = _package_files(package)
+    root, files, digest = package_files(package)
     folder = files[0].parent if files else root
     commit = _git(folder, "rev-parse", "HEAD")
     dirty = None
@@ -118,8 +85,7 @@ def package_source(package: str) -> PackageSource:
         status = _git(folder, "status", "--porcelain", "--untracked-files=no", "--", ".")
         dirty = None if status is None else bool(status)
     dist, version = _distribution(package, root)
-    return PackageSource(package, str(root), files_digest(root, files), dist, version, commit,
-                         dirty)
+    return PackageSource(package, str(root), digest, dist, version, commit, dirty)
 
 
 @dataclass(frozen=True)

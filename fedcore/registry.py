@@ -102,7 +102,12 @@ class Registry(Generic[T]):
         Raises :class:`fedcore.component_loading.ComponentError` (a KeyError) with a one-line
         reason.
         """
-        from fedcore.component_loading import ComponentError, load_entry_point, load_import_path
+        from fedcore.component_loading import (
+            ComponentError,
+            load_entry_point,
+            load_import_path,
+            pin_source,
+        )
         from fedcore.limits import shown
 
         self._load()
@@ -123,6 +128,7 @@ class Registry(Generic[T]):
             )
         if "name" not in vars(cls):
             cls.name = name  # type: ignore[attr-defined]
+        pin_source(cls)  # its files digested as imported
         self._external[name] = cls
         return cls
 

@@ -27,6 +27,7 @@ from typing import Any
 from flows.runners import GPU_TAG, is_ephemeral
 
 LOCK_NAME = "temporary-servers.lock"
+MIN_FREE_MB = 64  # free space PREFECT_HOME needs for the temporary server's database and logs
 PR_SET_PDEATHSIG = 1
 _owned: list[str] = []  # API URL of the temporary server this process runs through
 
@@ -84,12 +85,37 @@ def _server_class() -> type:
     return TemporaryServer
 
 
+def check_home(home: Path) -> None:
+    """One line (a ``ConfigError``) when PREFECT_HOME cannot be made, written or holds less
+    than :data:`MIN_FREE_MB` MB free: the temporary server would fail with thousands of lines
+    that do not name the cause."""
+    import shutil
+
+    from fedcore.config import ConfigError
+
+    fix = "free space there or set PREFECT_HOME to another folder"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        free_mb = shutil.disk_usage(home).free // 2**20
+        if free_mb < MIN_FREE_MB:
+            raise ConfigError(f"PREFECT_HOME {home}: {free_mb} MB free, Prefect's temporary "
+                              f"server needs {MIN_FREE_MB} MB; {fix}")
+        probe = home / f".fedcore-write-probe-{os.getpid()}"
+        try:
+            probe.write_bytes(bytes(65536))
+        finally:
+            probe.unlink(missing_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"PREFECT_HOME {home}: cannot write ({exc.strerror or exc}); {fix}") \
+            from None
+
+
 def _hold_home_lock() -> tuple[int, bool]:
     """A shared flock on PREFECT_HOME's lock file, and whether no other process held one."""
     from prefect.settings import PREFECT_HOME
 
     home = Path(PREFECT_HOME.value())
-    home.mkdir(parents=True, exist_ok=True)
+    check_home(home)
     fd = os.open(home / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

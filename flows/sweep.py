@@ -70,6 +70,7 @@ def simulate_cell(
     stop_event: str | None = None,
     plugin_paths: list[str] | None = None,
     identity: dict[str, str] | None = None,
+    code: str | None = None,
 ) -> dict[str, Any] | State[Any]:
     """Simulate one cell (its resolved config) as a child run of the sweep; ``identity``: its
     ``run_name`` and tags (``variant``, ``cell``; :func:`fedcore.tracking.names.cell_identities`).
@@ -83,24 +84,31 @@ def simulate_cell(
     Dask event ``stop_event`` being set stops the cell at its next round boundary, as a signal
     does here. ``plugin_paths`` (:func:`fedcore.plugins.import_roots`) are put on the worker's
     ``sys.path`` where they exist, so it imports the user's components as the flow does.
+    ``code``: the cell's code digest as the flow computed it before the first cell ran; a
+    worker that loaded other code (a plugin edited since) fails the cell in one line.
     """
     with watch_dask_event(stop_event):
         if stopping.requested():  # queued when the stop came: not started
             return stopped_state("cell")
         plugins.add_roots(plugin_paths or [])
         return _simulate_cell(resolved, parent_run_id, sweep, settings, cells_per_gpu,
-                              finish_in_background, reuse_other_code, identity or {})
+                              finish_in_background, reuse_other_code, identity or {}, code)
 
 
 def _simulate_cell(
     resolved: dict[str, Any], parent_run_id: str, sweep: str, settings: TrackingSettings | None,
     cells_per_gpu: int, finish_in_background: bool, reuse_other_code: bool,
-    identity: dict[str, str],
+    identity: dict[str, str], code: str | None = None,
 ) -> dict[str, Any] | State[Any]:
     try:
         cfg = build_config(resolved)
     except ConfigError as exc:  # e.g. a worker of another machine lacks the user's package
         raise ConfigError(f"{exc} (on {where()})") from None
+    here = code_digest.of_config(cfg)
+    if code is not None and here != code:
+        raise ConfigError(f"cell {cfg.config_hash()}: {where()} loaded other code (digest "
+                          f"{here}) than the sweep digested at its start ({code}): a plugin "
+                          "file changed meanwhile; run the sweep again")
     settings = settings or load_settings()
     try:  # one process at a time runs a config; the others then find it FINISHED
         claim = claim_cell(cfg.config_hash(), settings.tracking_uri, on_wait=lambda: print(
@@ -109,8 +117,7 @@ def _simulate_cell(
         return stopped_state("cell")
     run_id: str | None = None
     try:
-        done = finished_run(cfg.config_hash(), settings, any_code=reuse_other_code,
-                            code=code_digest.of_config(cfg))
+        done = finished_run(cfg.config_hash(), settings, any_code=reuse_other_code, code=here)
         if done is not None:
             return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
         with pinned_device(cfg.device, cells_per_gpu) as device:
@@ -252,14 +259,17 @@ def _run_looks(
     never rerun, so a killed sweep resumes where it stopped."""
     plan = spec.seed_plan
     rows: list[dict[str, Any]] = []
+    # every cell's code digest before any cell runs: a file edited during the sweep is not
+    # recorded as the code of a cell that ran the old one
+    codes = {c.config.config_hash(): code_digest.of_config(c.config) for c in spec.cells}
     needed: set[str] | None = None
     for look in range(len(plan.looks)):
         cells = spec.cells_for_look(look, needed)
         if len(plan.looks) > 1:
             print(f"look {look + 1} of {len(plan.looks)} ({plan.looks[look]} seeds): "
                   f"{len(cells)} cells")
-        rows += _run_cells(spec, cells, parent, settings, max_workers, runner, dask_address,
-                           api_url, cells_per_gpu, reuse_other_code, stop_event)
+        rows += _run_cells(spec, cells, codes, parent, settings, max_workers, runner,
+                           dask_address, api_url, cells_per_gpu, reuse_other_code, stop_event)
         if stopping.requested() or look + 1 == len(plan.looks):
             break
         if spec.families:
@@ -283,7 +293,8 @@ def open_rows(spec: SweepSpec, settings: TrackingSettings, reuse_other_code: boo
 
 
 def _run_cells(
-    spec: SweepSpec, cells: list[Cell], parent: str, settings: TrackingSettings,
+    spec: SweepSpec, cells: list[Cell], codes: dict[str, str], parent: str,
+    settings: TrackingSettings,
     max_workers: int, runner: str, dask_address: str | None, api_url: str | None,
     cells_per_gpu: int, reuse_other_code: bool, stop_event: str | None,
 ) -> list[dict[str, Any]]:
@@ -312,6 +323,7 @@ def _run_cells(
                         "stop_event": stop_event,
                         "plugin_paths": plugins.import_roots(cell.config.resolved()["method"]),
                         "identity": identity,
+                        "code": codes[cell.config.config_hash()],
                     },
                 ),
             )

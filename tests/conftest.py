@@ -53,7 +53,7 @@ TINY = ["rounds=3", "model.name=mlp", "dataset.num_clients=6", "clients_per_roun
 SLOW_FILES = {
     "test_reliability_kill.py", "test_reliability_store.py", "test_tracking_speed.py",
     "test_provenance.py", "test_tune_best.py", "test_flow_provenance.py",
-    "test_reliability_stop.py",
+    "test_reliability_stop.py", "test_reliability_smaller.py",
 }
 SLOW_TESTS = {
     "test_tracked_claims_are_one_parent_run_with_the_table", "test_prefect_flow_claims",

@@ -117,3 +117,24 @@ def test_personal_evaluation_is_contributed_by_the_personalised_objective():
     assert clients.build({"algorithm": "fedavg"}).callbacks() == []
     (own,) = clients.build({"algorithm": "ditto"}).callbacks()
     assert isinstance(own, PersonalEvaluation)
+
+
+def test_a_user_callback_may_not_return_a_built_in_metric_name():
+    """A callback returning ``test/accuracy`` replaced the built-in value in the history and in
+    MLflow without a note; it is refused in one line naming the metric (issue 39)."""
+    cfg = load_config(None, [*FAST, "rounds=1"])
+
+    class Fake(Callback):
+        def on_round_end(self, record):
+            return RoundVerdict(metrics={"mine/x": 1.0, "test/accuracy": 0.999})
+
+    with pytest.raises(ValueError) as e:
+        Simulation(cfg, [Fake()]).run()
+    assert str(e.value) == ("Fake.on_round_end returned metric 'test/accuracy', a built-in "
+                            "metric's name (reserved); give it its own, e.g. 'mine/accuracy'")
+
+    class Own(Callback):
+        def on_round_end(self, record):
+            return RoundVerdict(metrics={"mine/accuracy": 0.999})
+
+    assert Simulation(cfg, [Own()]).run().history[0]["mine/accuracy"] == 0.999

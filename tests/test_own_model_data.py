@@ -29,7 +29,7 @@ def user_package(tmp_path, monkeypatch):
     (pkg / "nets.py").write_text(textwrap.dedent("""
         from torch import nn
 
-        def small_net(in_shape, num_classes, hidden=16):
+        def small_net(in_shape, num_classes, hidden=16) -> nn.Module:
             n = 1
             for s in in_shape:
                 n *= s

@@ -76,6 +76,7 @@ def _forget() -> None:
     for name in [m for m in sys.modules if m == PKG or m.startswith(f"{PKG}.")]:
         del sys.modules[name]
     plugins.package_source.cache_clear()
+    plugins.package_files.cache_clear()
     plugins._all_distributions.cache_clear()
     for registry in (AGG, CLIENTS, COMP):
         for name in [n for n, c in registry.classes().items() if not plugins.in_tree(c)]:
@@ -207,6 +208,7 @@ def test_sweep_on_threads_and_dask_reruns_cells_after_the_rule_changes(
     rules = site / PKG / "rules.py"
     rules.write_text(RULE.replace("SCALE = 1.0", "SCALE = 0.5"))
     try:
+        _forget()  # as a new `fedcore sweep` process: the flow digests the edited rule
         # fresh worker processes import the edited rule: a new digest, so both cells rerun
         again = sweep(str(path), max_workers=1, runner="dask")
     finally:
@@ -284,6 +286,35 @@ def test_editing_the_rule_changes_the_code_digest(site):
         rules.write_text(RULE)
         _forget()
     assert code_digest.of_method(method) == before
+
+
+def test_a_rule_edited_after_it_was_imported_keeps_the_digest_of_the_code_loaded(site):
+    """A rule edited while a thread-runner sweep starts: its cells ran the code imported at the
+    start but recorded the edited files' digest, so a rerun skipped them and the new code never
+    ran. The files are digested as the package is imported."""
+    over = ["method.aggregator={rule: clipavg}"]
+    _forget()
+    loaded = code_digest.of_config(load_config(None, over))
+    _forget()
+    cfg = load_config(None, over)  # imports the rule (the sweep's start)
+    rules = site / PKG / "rules.py"
+    rules.write_text(RULE.replace("SCALE = 1.0", "SCALE = 0.5"))
+    try:
+        assert code_digest.of_config(cfg) == loaded  # the first cell runs after the edit
+        assert sys.modules[f"{PKG}.rules"].SCALE == 1.0  # the code it runs
+    finally:
+        rules.write_text(RULE)
+        _forget()
+
+
+def test_a_worker_that_loaded_other_code_than_the_sweep_fails_its_cell(site, tracking):
+    from flows.sweep import _simulate_cell
+
+    cfg = load_config(None, [f"{k}={v}" for k, v in TINY.items()]).resolved()
+    with pytest.raises(ConfigError, match=r"^cell \w+: host .+ loaded other code \(digest "
+                                          r"\w+\) than the sweep digested at its start "
+                                          r"\(0123456789ab\): a plugin file changed"):
+        _simulate_cell(cfg, "parent", "plug", tracking, 1, False, False, {}, "0123456789ab")
 
 
 def test_report_header_names_the_packages_of_plugin_rows():

@@ -1,5 +1,5 @@
 """Checkpoints that must not resume (docs/how-to/checkpoints.md): another config's, one
-edited or corrupted after it was written (its digest), and one inconsistent with the run (a
+edited, corrupted or forged after it was written (its HMAC), and one inconsistent with the run (a
 round beyond ``rounds``, a history that does not match its round, parameters of another shape)
 are refused when loaded, in one line naming the file, what is wrong and the remedy."""
 
@@ -69,33 +69,86 @@ def test_truncated_parameters_are_refused_when_loaded(tmp_path):
                         f"torch.float32 ({n},)")
 
 
-def test_a_file_edited_after_it_was_written_fails_its_digest(tmp_path, caplog):
+def test_a_file_edited_after_it_was_written_fails_its_hmac(tmp_path, caplog):
     cfg, _, state = _setup(tmp_path)
     folder = checkpoint.run_folder(cfg)
     path = checkpoint.save(state, folder, 1)
     raw = torch.load(path, weights_only=True)
-    raw["history"] = [{"round": 1, "test/accuracy": 0.999}]  # edited; the old digest kept
+    raw["history"] = [{"round": 1, "test/accuracy": 0.999}]  # edited; the old HMAC kept
     torch.save(raw, path)
     with pytest.raises(checkpoint.CheckpointError, match=(
-        f"^checkpoint {path} cannot be resumed: its contents do not match the digest written "
-        "with it")):
+        f"^checkpoint {path} cannot be resumed: its HMAC does not match")):
         checkpoint.load(path)
-    del raw["digest"]  # or dropped
+    del raw["hmac"]  # or dropped
     torch.save(raw, path)
-    with pytest.raises(checkpoint.CheckpointError, match="do not match the digest"):
+    with pytest.raises(checkpoint.CheckpointError, match="its HMAC does not match"):
         checkpoint.load(path)
     with caplog.at_level(logging.WARNING, "fedcore"):
         assert checkpoint.latest(folder) is None  # not resumed: the run starts at round 1
     assert f"checkpoint {path} does not load" in caplog.text
 
 
+def test_a_forged_checkpoint_with_its_digest_recomputed_is_refused(tmp_path, monkeypatch):
+    """The forger edits the file and recomputes every digest it can without the key (a plain
+    SHA-256, or an HMAC under a key of its own): the file is refused (it resumed at a faked
+    0.999 with no round trained when the digest was a plain SHA-256)."""
+    import hashlib
+    import hmac
+
+    monkeypatch.delenv(checkpoint.KEY_ENV, raising=False)
+    cfg, _, state = _setup(tmp_path)
+    folder = checkpoint.run_folder(cfg)
+    path = checkpoint.save(state, folder, 1)
+    key_file = folder.parent / checkpoint.KEY_FILE
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    raw = torch.load(path, weights_only=True)
+    del raw["hmac"]
+    raw["history"] = [{"round": 1, "test/accuracy": 0.999}]
+    for forged in (hashlib.sha256(), hmac.new(b"guessed key", digestmod=hashlib.sha256)):
+        checkpoint._feed(forged, raw)
+        torch.save({**raw, "hmac": forged.hexdigest(), "digest": forged.hexdigest()}, path)
+        with pytest.raises(checkpoint.CheckpointError, match="its HMAC does not match"):
+            checkpoint.load(path)
+    # with the key the file is genuine: the key is what is trusted
+    torch.save({**raw, "hmac": checkpoint.digest(raw, checkpoint.key_for(folder.parent))}, path)
+    assert checkpoint.load(path)["history"][0]["test/accuracy"] == 0.999
+    monkeypatch.setenv(checkpoint.KEY_ENV, "another key")  # the env key replaces the file's
+    with pytest.raises(checkpoint.CheckpointError, match="written under another key"):
+        checkpoint.load(path)
+
+
+def test_a_checkpoint_folder_removed_while_saving_is_made_again(tmp_path, monkeypatch):
+    """Two identical runs at once: the first to finish deletes the run folder while the other
+    writes its next checkpoint there (it failed with FileNotFoundError)."""
+    import shutil
+
+    cfg, _, state = _setup(tmp_path)
+    folder = checkpoint.run_folder(cfg)
+    real_save = torch.save
+    removed = []
+
+    def save_after_removal(obj, fh):
+        if not removed:
+            removed.append(True)
+            shutil.rmtree(folder)  # the other run finished meanwhile
+            raise FileNotFoundError(2, "No such file or directory", str(fh.name))
+        real_save(obj, fh)
+
+    monkeypatch.setattr(checkpoint.torch, "save", save_after_removal)
+    path = checkpoint.save(state, folder, 1)
+    assert removed and path.is_file() and checkpoint.load(path)["round"] == 0
+    shutil.rmtree(folder)
+    assert checkpoint.checkpoint_files(folder) == []
+
+
 def test_digest_covers_every_part_of_the_state():
     base = {"a": torch.arange(4.0), "b": [1, 2.5, "x", None, True], "c": {"d": (1, 2)}}
-    d = checkpoint.digest(base)
-    assert checkpoint.digest({**base}) == d
+    d = checkpoint.digest(base, b"k")
+    assert checkpoint.digest({**base}, b"k") == d
+    assert checkpoint.digest(base, b"other key") != d
     for changed in ({**base, "a": torch.arange(4.0).double()},
                     {**base, "a": torch.arange(4.0).reshape(2, 2)},
                     {**base, "a": torch.tensor([0.0, 1.0, 2.0, 3.5])},
                     {**base, "b": [1, 2.5, "x", None, 1]},
                     {**base, "c": {"d": [1, 2]}}):
-        assert checkpoint.digest(changed) != d
+        assert checkpoint.digest(changed, b"k") != d

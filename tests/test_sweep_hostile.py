@@ -31,7 +31,20 @@ BAD = [
      "sweep.grid.dataset.name: also set by set (dataset.name)"),
     ("grid: {dataset.alpha: [0.1, 1.0]}\nset: {dataset: {partition: iid}}\n",
      "sweep.grid.dataset.alpha: also set by set (dataset)"),
+    ("base: /etc/shadow\ngrid: {seed: [0]}\n",
+     "base: '/etc/shadow' in 's.yaml' is not a .yaml or .yml file"),
 ]
+
+
+@pytest.mark.parametrize("command", ["sweep", "report"])
+def test_a_base_that_is_no_yaml_file_is_not_echoed(capsys, tracking, tmp_path, command):
+    """``base: /etc/shadow`` echoed the file's first line (parsed as an unknown key)."""
+    secret = tmp_path / "shadow"
+    secret.write_text("root:SECRETHASH:19000:0:99999:7:::\n")
+    path = _file(tmp_path, f"base: {secret}\ngrid: {{seed: [0]}}\n")
+    assert main([command, str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "SECRETHASH" not in err and "is not a .yaml or .yml file" in err, err
 
 
 @pytest.mark.parametrize(("text", "message"), BAD)
@@ -163,7 +176,10 @@ def test_fedcore_ui_prints_no_password(capsys, monkeypatch):
     import fedcore.tracking.ui as ui
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", SECRET_URI)
+    import fedcore.tracking.reach as reach
+
     monkeypatch.setattr(ui, "_experiment_id", lambda settings: "1")  # no server at port 9
+    monkeypatch.setattr(reach, "check_server", lambda uri: None)  # as if it answered
     assert main(["ui"]) == 0
     out = capsys.readouterr().out
     assert "http://127.0.0.1:9/#/experiments/1/runs" in out and "s3cret" not in out

@@ -15,6 +15,7 @@ from fedcore.callbacks.base import Callback, RoundRecord, RoundVerdict
 from fedcore.callbacks.checkpointing import Checkpointing
 from fedcore.callbacks.divergence import DivergenceGuard
 from fedcore.callbacks.evaluation import Evaluation
+from fedcore.callbacks.reserved import reserved, user_callback
 from fedcore.callbacks.signals import SignalStop
 from fedcore.callbacks.summary import Summary
 
@@ -64,7 +65,8 @@ def chain(
     def pick(*names: str) -> list[Callback]:
         return [builtin[n] for n in names if n in builtin]
 
-    return [*pick("evaluation", "summary"), *components, *map(checked, user),
+    mine = [user_callback(checked(cb)) for cb in user]
+    return [*pick("evaluation", "summary"), *components, *mine,
             *pick("divergence"), signal, *pick("checkpoint")]
 
 
@@ -101,6 +103,7 @@ def end_round(
                 raise ValueError(f"{type(cb).__name__} returned per-client columns in round "
                                  f"{record.round}, which has no per-client table")
             record.clients.extra.update(verdict.columns)
+        reserved(cb, verdict.metrics)
         record.metrics.update(verdict.metrics)
         entry.update(verdict.metrics)
         if verdict.finish and record.converged is None and record.stop is None:

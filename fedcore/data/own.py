@@ -25,24 +25,66 @@ from fedcore.seeding import numpy_rng
 
 ArrayLike = np.ndarray | torch.Tensor | Sequence[Any]
 HAND_MADE = "FederatedData built in Python"
+MAX_SAMPLES = 10_000_000  # samples a torch Dataset may hold (it is read into memory)
+MAX_CLASSES = 100_000  # labels lie in 0..MAX_CLASSES-1 (the model's output width)
 
 
-def _tensors(x: Any, y: Any, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _labels(y: Any, what: str, num_classes: int | None) -> torch.Tensor:
+    """Integer labels (int64) in ``0..num_classes-1`` (default :data:`MAX_CLASSES`), or a
+    one-line ``ConfigError`` naming ``what``: floats with a fraction, NaN, negative or too
+    large labels are refused, not truncated."""
+    try:
+        arr = np.asarray(y.detach().cpu() if isinstance(y, torch.Tensor) else y)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what}: labels must be integers ({exc})") from None
+    limit = num_classes if num_classes is not None else MAX_CLASSES
+    allowed = f"allowed: integers in 0..{limit - 1}"
+    if arr.dtype.kind not in "biuf":
+        raise ConfigError(f"{what}: labels must be integers, got dtype {arr.dtype}; {allowed}")
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.round(arr)) if arr.size else np.zeros(0, bool)
+        if bad.any():
+            raise ConfigError(f"{what}: label {arr[bad].flat[0].item()!r} is not a whole number "
+                              f"(labels are not rounded); {allowed}")
+    if arr.size and (arr.min() < 0 or arr.max() >= limit):
+        worst = arr.min() if arr.min() < 0 else arr.max()
+        raise ConfigError(f"{what}: label {worst.item()!r} is out of range; {allowed}"
+                          + ("" if num_classes is not None else " (or give num_classes)"))
+    return torch.as_tensor(arr.astype(np.int64))
+
+
+def _dataset_length(x: Any, what: str) -> int:
+    try:
+        n = len(x)
+    except Exception as exc:  # noqa: BLE001  (a Dataset's own __len__ may raise anything)
+        raise ConfigError(f"{what}: len() of the Dataset failed ({type(exc).__name__})") \
+            from None
+    if not 1 <= n <= MAX_SAMPLES:
+        raise ConfigError(f"{what}: a Dataset of {n} samples; allowed: 1..{MAX_SAMPLES} (it "
+                          "is read into memory)")
+    return n
+
+
+def _tensors(
+    x: Any, y: Any, what: str, label_what: str, num_classes: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(samples as float32, labels as int64) from arrays, tensors or a map-style Dataset."""
     if y is None:
         if not hasattr(x, "__getitem__") or not hasattr(x, "__len__"):
             raise ConfigError(f"{what}: give labels, or a torch Dataset of (sample, label) pairs")
-        items = [x[i] for i in range(len(x))]
+        items = [x[i] for i in range(_dataset_length(x, what))]
         xs = torch.stack([torch.as_tensor(np.asarray(s), dtype=torch.float32) for s, _ in items])
-        ys = torch.as_tensor([int(label) for _, label in items], dtype=torch.long)
+        ys = _labels([label for _, label in items], f"{what} (its labels)", num_classes)
         return xs, ys
     xs = torch.as_tensor(np.asarray(x), dtype=torch.float32)
-    ys = torch.as_tensor(np.asarray(y)).long()
+    ys = _labels(y, label_what, num_classes)
     if xs.ndim < 2 or ys.ndim != 1 or len(xs) != len(ys):
         raise ConfigError(
             f"{what}: samples must be shaped (N, ...) and labels (N,), got "
             f"{tuple(xs.shape)} and {tuple(ys.shape)}"
         )
+    if not len(ys):
+        raise ConfigError(f"{what}: no samples; allowed: at least 1")
     return xs, ys
 
 
@@ -101,7 +143,11 @@ def federate(
     global test set. Each client's samples are split into local train and test by
     ``test_fraction``. ``seed`` seeds the partition and the splits, as the run seed does.
     """
-    xs, ys = _tensors(x, y, "data")
+    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(
+            num_classes, int | np.integer) or not 2 <= num_classes <= MAX_CLASSES):
+        raise ConfigError(f"num_classes: {num_classes!r}; allowed: an integer in "
+                          f"2..{MAX_CLASSES}")
+    xs, ys = _tensors(x, y, "x", "y", num_classes)
     if clients is not None:
         if partition.get("num_clients", len(clients)) != len(clients):
             raise ConfigError(f"dataset.num_clients: {partition['num_clients']} given with "
@@ -118,7 +164,7 @@ def federate(
         raise ConfigError("dataset.partition: 'natural' needs owner ids; allowed: iid, "
                           "dirichlet, shards, or client index lists (clients=...)")
     if x_test is not None:
-        xt, yt = _tensors(x_test, y_test, "test data")
+        xt, yt = _tensors(x_test, y_test, "x_test", "y_test", num_classes)
         train_idx = np.arange(len(ys))
     elif clients is not None:
         raise ConfigError("dataset: with client index lists (clients=...), give x_test/y_test")
@@ -132,6 +178,10 @@ def federate(
         bad = [k for k, p in enumerate(parts) if len(p) and (p.min() < 0 or p.max() >= len(ys))]
         if bad:
             raise ConfigError(f"clients: client {bad[0]} has indices outside 0..{len(ys) - 1}")
+        empty = [k for k, p in enumerate(parts) if not len(p)]
+        if empty:
+            raise ConfigError(f"clients: client {empty[0]} has no samples; allowed: at least "
+                              "1 index per client")
     else:
         local = partition_indices(ys[train_idx].numpy(), settings, seed)
         parts = [train_idx[p] for p in local]

@@ -1,6 +1,11 @@
 """Models from outside fedcore: a class or factory by import path (``model.name=pkg.mod:Net``)
 or passed from Python (a class, a factory or an ``nn.Module`` instance).
 
+An import path must name an ``nn.Module`` subclass or a factory, a ``def`` whose return
+annotation is an ``nn.Module`` subclass; this is checked before anything is called, so a config
+(``model.name=subprocess:getoutput``) cannot make fedcore call an arbitrary function. Importing
+the named module still runs its top-level code: name only modules you trust.
+
 A class or factory is called with ``model.kwargs`` as keyword arguments, plus ``in_shape``
 (the shape of one sample) and ``num_classes`` when its signature names them; it is called under
 the run's seeded generator, so its initial weights follow from the seed. An instance is used as
@@ -16,6 +21,7 @@ import functools
 import hashlib
 import inspect
 import sys
+import typing
 from collections.abc import Callable
 from importlib import metadata
 from typing import Any
@@ -34,17 +40,44 @@ def is_import_path(name: str) -> bool:
 
 
 def resolve(path: str, key: str = "model.name") -> Any:
-    """The object at ``module:attr`` (``attr`` may be dotted); a one-line ``ConfigError`` naming
-    ``key``, the module and the cause when the import fails."""
+    """The model class or factory at ``module:attr`` (``attr`` may be dotted), checked to be
+    one before anything is called (:func:`check_model_kind`); a one-line ``ConfigError``
+    naming ``key``, the module and the cause when the import fails or the object is of
+    another kind."""
     from fedcore.component_loading import ComponentError, import_object
 
     try:
         obj = import_object(path)
     except ComponentError as exc:
         raise ConfigError(f"{key}: {exc.args[0]}") from None
-    if not callable(obj):
-        raise ConfigError(f"{key}: {path!r} is not a class or function")
+    check_model_kind(obj, path, key)
     return obj
+
+
+def check_model_kind(obj: Any, path: str, key: str = "model.name") -> None:
+    """Whether ``obj`` is what a model import path may name, decided without calling it: a
+    class subclassing ``nn.Module``, or a plain Python function (``def``) whose return
+    annotation names an ``nn.Module`` subclass (``def net(...) -> nn.Module``). Anything else
+    (a built-in such as ``os.system``, a function without that annotation, a ``partial``, an
+    instance with ``__call__``) is refused, so a config cannot make fedcore call it."""
+    if isinstance(obj, type):
+        if issubclass(obj, nn.Module):
+            return
+        raise ConfigError(f"{key}: {path!r} is a class but not an nn.Module subclass")
+    if inspect.isfunction(obj) and _returns_module(obj):
+        return
+    raise ConfigError(
+        f"{key}: {path!r} is not an nn.Module subclass or a model factory (a def whose return "
+        "annotation is an nn.Module subclass, e.g. def net(...) -> nn.Module); it is not called"
+    )
+
+
+def _returns_module(fn: Callable[..., Any]) -> bool:
+    try:
+        hint = typing.get_type_hints(fn).get("return")
+    except Exception:  # noqa: BLE001  (an annotation that does not evaluate names no module)
+        return False
+    return isinstance(hint, type) and issubclass(hint, nn.Module)
 
 
 def path_of(obj: Any) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedcore import limits
 from fedcore.config import ConfigError, ExperimentConfig, read_yaml
 from fedcore.configure import build_config
 from fedcore.pipeline.families import Family, SeedPlan, parse_families, seed_plan
@@ -80,9 +81,14 @@ class SweepSpec:
 
 
 def read_base(base: str | None, owner: Path) -> dict[str, Any]:
-    """The base experiment YAML named by a sweep or study file (relative to that file)."""
+    """The base experiment YAML named by a sweep or study file (relative to that file). It must
+    end in ``.yaml`` or ``.yml``: a shared file naming ``base: /etc/shadow`` had its first line
+    echoed in the error about its unknown key."""
     if not base:
         return {}
+    if Path(base).suffix.lower() not in (".yaml", ".yml"):
+        raise ConfigError(f"base: {limits.shown(base)} in {limits.shown(owner.name)} is not a "
+                          ".yaml or .yml file; allowed: an experiment config's YAML file")
     base_path = Path(base)
     if not base_path.is_absolute():
         base_path = owner.parent / base_path

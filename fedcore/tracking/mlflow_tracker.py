@@ -270,8 +270,9 @@ class MLflowTracker(Callback):
         """Upload the newest checkpoint as ``checkpoint/checkpoint.pt`` (replacing the last)."""
         self.store.upload_checkpoint(self.active_run_id, str(path))
 
-    def download_checkpoint(self) -> dict[str, Any] | None:
-        """The run's uploaded checkpoint (the fallback when the local folder is gone)."""
+    def download_checkpoint(self, key: bytes | None = None) -> dict[str, Any] | None:
+        """The run's uploaded checkpoint (the fallback when the local folder is gone), checked
+        under the HMAC ``key`` (:func:`fedcore.checkpoint.key_for`)."""
         with tempfile.TemporaryDirectory() as tmp:
             local = self.store.download_checkpoint(self.active_run_id, tmp)
             if local is None:  # no checkpoint was uploaded
@@ -280,7 +281,7 @@ class MLflowTracker(Callback):
                 Path(local),
                 origin=f"checkpoint/checkpoint.pt of MLflow run {self.run_id}",
                 remedy=f"delete that run (mlflow runs delete --run-id {self.run_id}) and rerun "
-                "from round 1",
+                "from round 1", key=key,
             )
 
     def _start_system_metrics(self, device: str) -> None:

@@ -9,8 +9,15 @@ tensors, read with ``weights_only=True``), so one model serves all clients. Runs
 kept ``model/global.pt`` (a ``state_dict`` with what rebuilds it) and ``model/personal.pt`` as
 plain artifacts; :func:`load_model` reads both layouts. The model's ``extra_files/global.pt``
 also keeps its ``state_dict`` with what rebuilds it (model name or import path and kwargs, norm,
-input shape, classes, MOON's projection head), so a model passed from Python as an instance loads
-into a module given to ``load_model(run_id, model=...)`` without unpickling its class.
+input shape, classes, MOON's projection head).
+
+:func:`load_model` never unpickles: it reads ``extra_files/global.pt`` with
+``torch.load(weights_only=True)`` (tensors, numbers, strings, no code) and rebuilds the model
+from that record, a built-in name or an import path held to the kinds of
+:func:`fedcore.models.external.check_model_kind`, or loads the weights into the module given as
+``model=``. What it trusts is the code the record names (fedcore's, or a model package you
+installed), not the store's files. ``mlflow.pytorch.load_model`` on the same run does unpickle
+``data/model.pth``: use it only on a store whose writers you trust.
 """
 
 from __future__ import annotations
@@ -216,7 +223,8 @@ def load_model(
 
     A built-in model or one given by import path is rebuilt from the run's record; ``model``
     (a module of the same architecture) receives the weights instead, as it must for a model
-    passed from Python as an instance.
+    passed from Python as an instance. Nothing is unpickled: the weights are read with
+    ``torch.load(weights_only=True)`` (module docstring).
     """
     from fedcore.tracking.mlflow_tracker import mlflow_client
     from fedcore.tracking.settings import load_settings
@@ -236,7 +244,6 @@ def load_model(
     if not logged:
         return _load_legacy(client, run_id, client_id, model)
     import mlflow.artifacts
-    import mlflow.pytorch
 
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(mlflow.artifacts.download_artifacts(
@@ -244,19 +251,32 @@ def load_model(
             tracking_uri=settings.tracking_uri,
         ))
         extra = local / "extra_files"
-        net: torch.nn.Module
-        if model is not None:  # weights into the given module, no unpickling of its class
-            saved = torch.load(extra / GLOBAL_FILE, map_location="cpu", weights_only=True)
-            net = _build(saved, run_id, model)
-            net.load_state_dict(saved["state_dict"])
-        else:
-            net = mlflow.pytorch.load_model(str(local), map_location="cpu")
+        saved = _weights_only(extra / GLOBAL_FILE, run_id)
+        net = _build(saved, run_id, model)
+        net.load_state_dict(saved["state_dict"])
         if client_id is not None:
             path = extra / PERSONAL_FILE
             saved = torch.load(path, map_location="cpu", weights_only=True) if path.is_file() \
                 else {"clients": {}}
             _personal(net, saved, run_id, client_id)
     return net.eval()
+
+
+def _weights_only(path: Path, run_id: str) -> dict[str, Any]:
+    """``torch.load(weights_only=True)`` of a model record, one-line ``LookupError`` if it is
+    missing or holds anything but plain data and tensors."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise LookupError(f"run {run_id}: its MLflow Model has no extra_files/{path.name}") \
+            from None
+    except Exception as exc:  # noqa: BLE001  (an unpickling refused by weights_only, say)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise LookupError(f"run {run_id}: extra_files/{path.name} is not a plain weights file "
+                          f"({type(exc).__name__}: {first[:200]})") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("state_dict"), dict):
+        raise LookupError(f"run {run_id}: extra_files/{path.name} holds no state_dict")
+    return saved
 
 
 def _personal(model: torch.nn.Module, saved: dict[str, Any], run_id: str, client_id: int) -> None:

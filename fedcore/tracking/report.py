@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedcore import code_digest
+from fedcore import code_digest, faults
 from fedcore.pipeline.comparison import half_width, reference_rows, with_intervals
 from fedcore.pipeline.families import (
     DEFAULT_ENDPOINT,
@@ -484,7 +487,6 @@ def build_report(
         raise LookupError(f"reference {reference!r} matches no row of sweep {spec.name!r} "
                           f"(a method with one row per setting, or a row label); rows: {rows}")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     ids = [r for r, st in zip(runs["run_id"], runs["status"], strict=True) if st == "FINISHED"]
     acc = _histories(client, ids, "test/accuracy")
     if last_k is not None:
@@ -496,7 +498,6 @@ def build_report(
     outcomes = family_outcomes(runs, spec.families, plan)
     secondary = secondary_outcomes(runs, spec.families, plan)
     pretty = _formatted(table, detectable_vs_reference(runs, reference))
-    files = [out / "table.md", out / "table.html", out / "table.csv", out / "runs.csv"]
     header = (f"# Sweep `{spec.name}`\n\n{counts_line(spec, runs, outcomes)}\n\n"
               + code_header(runs, any_code)
               + "**Primary endpoint** (declared in the sweep file before it ran): "
@@ -509,32 +510,32 @@ def build_report(
             "exploratory (no verdicts).*\n\n")
     body += ("## Every row (exploratory: means and intervals, no verdicts)\n\n"
              + markdown_table(pretty) + "\n\n" + explanation(reference, spec) + "\n")
-    across, across_files = across_settings(runs, reference, out)
-    body += across
-    write_text_atomic(files[0], header + body)
-    write_text_atomic(files[1], html_page(_html_body(header + body, pretty),
-                                          f"Sweep {spec.name}"))
-    table.to_csv(files[2], index=False)
-    runs.drop(columns="code").to_csv(files[3], index=False)
     finished = runs[runs["status"] == "FINISHED"]
-    convergence_png(convergence_panels(finished, spec.families), finished, acc,
-                    out / "convergence.png")
-    family_forest_png(forest_frame(outcomes), out / "forest.png")
     with tempfile.TemporaryDirectory() as tmp:
         finals = {r: _final_client_accuracy(client, r, Path(tmp) / r) for r in ids}
-    client_accuracy_png(finished, finals, out / "client_accuracy.png")
-    files += [out / "convergence.png", out / "forest.png", out / "client_accuracy.png",
-              *across_files]
-    if latex:
-        files += write_latex(outcomes, table, runs, plan, out)
     compressed = finished["compressor"] != "none"
-    if compressed.any():
-        baselines = finished["method"].isin(["fedavg"]) & finished["alpha"].isin(
-            finished.loc[compressed, "alpha"])
-        shown = finished[compressed | baselines]
-        sent = _histories(client, list(shown["run_id"]), "comm/bytes_up_total")
-        accuracy_vs_gb_png(shown, acc, sent, out / "accuracy_vs_gb.png")
-        files.append(out / "accuracy_vs_gb.png")
+    sent_runs = finished[compressed | (finished["method"].isin(["fedavg"]) & finished[
+        "alpha"].isin(finished.loc[compressed, "alpha"]))] if compressed.any() else None
+    sent = (_histories(client, list(sent_runs["run_id"]), "comm/bytes_up_total")
+            if sent_runs is not None else {})
+
+    def write(stage: Path) -> None:
+        text = body + across_settings(runs, reference, stage)
+        (stage / "table.md").write_text(header + text)
+        (stage / "table.html").write_text(html_page(_html_body(header + text, pretty),
+                                                    f"Sweep {spec.name}"))
+        table.to_csv(stage / "table.csv", index=False)
+        runs.drop(columns="code").to_csv(stage / "runs.csv", index=False)
+        convergence_png(convergence_panels(finished, spec.families), finished, acc,
+                        stage / "convergence.png")
+        family_forest_png(forest_frame(outcomes), stage / "forest.png")
+        client_accuracy_png(finished, finals, stage / "client_accuracy.png")
+        if sent_runs is not None:
+            accuracy_vs_gb_png(sent_runs, acc, sent, stage / "accuracy_vs_gb.png")
+        if latex:
+            write_latex(outcomes, table, runs, plan, stage)
+
+    files = write_all(out, write)
     if parent_run_id is not None:
         for f in files:
             client.log_artifact(parent_run_id, str(f), "report")
@@ -542,9 +543,36 @@ def build_report(
     return Report(runs, table, files, outcomes, secondary)
 
 
-def across_settings(runs: pd.DataFrame, reference: str, out: Path) -> tuple[str, list[Path]]:
+def write_all(out: Path, write: Callable[[Path], Any]) -> list[Path]:
+    """Write every file of a report (``write(folder)``) into a temporary folder next to
+    ``out``, then move each into ``out``: a failure (a full disk) leaves the previous report as
+    it was, no half one, and its error names the file (``no space left on device writing
+    report file <path>``). Returns the files, in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    before: set[str] = set()
+    try:
+        try:
+            write(stage)
+        except BaseException as exc:
+            if faults.is_disk_full(exc):
+                written = sorted(stage.iterdir(), key=lambda p: p.stat().st_mtime)
+                name = written[-1].name if written else "table.md"
+                raise faults.no_space(f"report file {out / name}") from None
+            raise
+        names = sorted(p.name for p in stage.iterdir() if p.is_file())
+        before.update(names)
+        for name in names:
+            os.replace(stage / name, out / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return [out / name for name in sorted(before)]
+
+
+def across_settings(runs: pd.DataFrame, reference: str, out: Path) -> str:
     """The "Across settings" section (:func:`fedcore.pipeline.aggregate.aggregate_section`) over
-    the rows that ran in two or more settings and the settings they all share (none: "")."""
+    the rows that ran in two or more settings and the settings they all share (none: ""); its
+    files are written to ``out``."""
     from fedcore.pipeline.aggregate import aggregate_section
 
     done = runs[runs["status"] == "FINISHED"]
@@ -554,13 +582,13 @@ def across_settings(runs: pd.DataFrame, reference: str, out: Path) -> tuple[str,
     spans = settings.groupby("row")["_s"].agg(lambda x: frozenset(x))
     multi = spans[spans.map(len) >= 2]
     if multi.empty or reference not in multi.index:
-        return "", []
+        return ""
     shared = frozenset.intersection(*multi.tolist())
     if len(shared) < 2:
-        return "", []
+        return ""
     chosen = settings[settings["row"].isin(multi.index) & settings["_s"].isin(shared)]
-    text, files = aggregate_section(chosen.drop(columns="_s"), reference, out, columns=columns)
-    return "\n" + text + "\n", files
+    text, _ = aggregate_section(chosen.drop(columns="_s"), reference, out, columns=columns)
+    return "\n" + text + "\n"
 
 
 def write_latex(outcomes: list[FamilyOutcome], table: pd.DataFrame, runs: pd.DataFrame,

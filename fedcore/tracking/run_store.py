@@ -47,9 +47,12 @@ def mlflow_client(settings: TrackingSettings | None = None) -> MlflowClient:
     """
     from mlflow.tracking import MlflowClient
 
+    from fedcore.tracking.reach import bound_http_retries, hide_credentials
     from fedcore.tracking.retry import RetryingClient
 
+    bound_http_retries()  # a server that went away: seconds, not minutes
     settings = settings or load_settings()
+    hide_credentials(settings.tracking_uri)
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(settings.tracking_uri)
         if client is None:

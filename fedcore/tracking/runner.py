@@ -77,7 +77,8 @@ def run_tracked(
     try:
         state = checkpoint.latest(checkpoint.run_folder(cfg), code) if resume else None
         if state is None and previous is not None:
-            state = tracker.download_checkpoint()
+            state = tracker.download_checkpoint(
+                checkpoint.key_for(checkpoint.run_folder(cfg).parent))
             state = state if state is None or checkpoint.same_code(state, code) else None
         if state is not None:
             sim.resume(state)

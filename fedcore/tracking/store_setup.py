@@ -30,16 +30,37 @@ HELPER_ENV = "FEDCORE_STORE_HELPER"
 _OPENED: set[str] = set()  # SQLite stores this process has opened (their schema is ready)
 
 
+def sqlite_folder(db: Path, key: str) -> None:
+    """Make the folder of SQLite database ``db``: any missing folders under the project folder
+    (the default stores), elsewhere only the last one, inside an existing folder other than the
+    file system's root (``sqlite:////nonexistent/x/mlflow.db`` made folders at the root); else
+    a one-line ``ConfigError`` naming ``key``."""
+    from fedcore.config import ConfigError, project_root
+
+    folder = db.parent
+    if folder.is_dir():
+        return
+    root = project_root().resolve()
+    target = folder.resolve()
+    above = target.parent
+    if not target.is_relative_to(root) and (not above.is_dir() or above == Path(above.anchor)):
+        raise ConfigError(f"{key}: the folder {folder} of SQLite database {db.name} does not "
+                          f"exist; create it first (fedcore makes missing folders only under "
+                          f"the project folder {root}, or one inside an existing folder other "
+                          "than /)")
+    folder.mkdir(parents=True, exist_ok=True)
+
+
 @contextmanager
-def store_lock(tracking_uri: str) -> Iterator[None]:
+def store_lock(tracking_uri: str, key: str = "tracking_uri") -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``<database>.lock`` while this process first opens a SQLite
     store: one process creates or migrates the schema, the others wait and then find it ready.
-    The kernel releases the lock if its holder dies."""
+    The kernel releases the lock if its holder dies. ``key`` names the setting in errors."""
     if not tracking_uri.startswith("sqlite:///") or tracking_uri in _OPENED:
         yield
         return
     db = Path(tracking_uri.removeprefix("sqlite:///"))
-    db.parent.mkdir(parents=True, exist_ok=True)
+    sqlite_folder(db, key)
     fd = os.open(f"{db}.lock", os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -94,6 +115,12 @@ def start_helper(tracking_uri: str) -> StoreHelper | None:
     """A helper for a new SQLite store (None for an existing store, another kind of store,
     with ``FEDCORE_STORE_HELPER=0``, or when no process can be started)."""
     if os.environ.get(HELPER_ENV, "1") == "0" or not is_new_sqlite_store(tracking_uri):
+        return None
+    from fedcore.config import ConfigError
+
+    try:  # a folder that may not be made: the run itself says so, in one line
+        sqlite_folder(Path(tracking_uri.removeprefix("sqlite:///")), "tracking_uri")
+    except ConfigError:
         return None
     try:
         proc = subprocess.Popen(

@@ -89,7 +89,7 @@ def make_storage(url: str, spec: StudySpec | None = None) -> optuna.storages.RDB
                       heartbeat_stale_trial_callback=StaleTrials(spec))
     for attempt in range(5):
         try:
-            with store_lock(url), warnings.catch_warnings():
+            with store_lock(url, "study.storage"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", ExperimentalWarning)  # heartbeat arguments
                 return optuna.storages.RDBStorage(url, **kwargs)
         except OperationalError:  # a server database's schema created by two processes at once
