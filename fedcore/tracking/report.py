@@ -30,7 +30,7 @@ from fedcore.pipeline.hparams import regime
 from fedcore.pipeline.rows import TUNABLE, is_tuned
 from fedcore.pipeline.stats import detectable_difference, paired_seeds, seeds_for
 from fedcore.pipeline.sweep import SweepSpec
-from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
+from fedcore.tracking.mlflow_tracker import CONVERGED_TAG, get_experiment_id, mlflow_client
 from fedcore.tracking.parents import html_page, set_description
 from fedcore.tracking.plots import _pyplot
 from fedcore.tracking.provenance import (
@@ -131,6 +131,7 @@ def sweep_runs(
             "dirty": run.data.tags.get(DIRTY_TAG, ""),
             "code_digest": run.data.tags.get(CODE_DIGEST_TAG, ""),
             "code": code_label(run.data.tags),
+            "stopped_early": run.data.tags.get(CONVERGED_TAG, ""),
             "rounds": cfg.rounds,
             "last_k": cfg.last_k,
             "eval_every": cfg.eval_every,
@@ -503,7 +504,7 @@ def build_report(
               + "**Primary endpoint** (declared in the sweep file before it ran): "
               + "; ".join(endpoint_text(runs, e) for e in dict.fromkeys(
                   [f.endpoint for f in spec.families] or [DEFAULT_ENDPOINT]))
-              + f". **Seed plan**: {plan_text(plan)}.\n\n")
+              + f". **Seed plan**: {plan_text(plan)}.\n\n" + early_text(runs))
     families_md = family_markdown(outcomes, secondary, table, plan, runs)
     body = ("## Families: each paper's question\n\n" + families_md + "\n\n"
             if families_md else "*No comparison family is declared: the table below is "
@@ -674,6 +675,17 @@ def counts_line(spec: SweepSpec, runs: pd.DataFrame, outcomes: list[FamilyOutcom
     if needed:
         parts.append(f"{len(needed)} not yet run")
     return f"{len(spec.cells)} cells planned: " + ", ".join(parts) + "."
+
+
+def early_text(runs: pd.DataFrame) -> str:
+    """A line on the runs a callback stopped early (on a validation metric: early stopping
+    refuses test-set monitors), whose endpoint reads their own last rounds; "" for none."""
+    early = runs[runs["stopped_early"].astype(bool)] if "stopped_early" in runs else runs[:0]
+    if early.empty:
+        return ""
+    why = "; ".join(dict.fromkeys(early["stopped_early"]))[:300]
+    return (f"**Stopped early**: {len(early)} run(s) ended before the horizon on a validation "
+            f"metric ({why}); their endpoint reads their own last evaluations.\n\n")
 
 
 def plan_text(plan: SeedPlan) -> str:
