@@ -180,3 +180,14 @@ def test_cli_and_flow_write_the_report(ran_sweep, tmp_path, prefect_harness, cap
     assert main(["report", str(path), "--out", str(tmp_path / "r"), "--reference", "nope"]) == 1
     assert "reference 'nope' matches no row" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()  # refused before anything is written
+
+
+def test_runs_stopped_early_on_a_validation_metric_are_named():
+    from fedcore.tracking.report import early_text
+
+    runs = pd.DataFrame({"stopped_early": ["", "early_stopping: val/accuracy did not improve "
+                                               "for 5 evaluations", ""]})
+    line = early_text(runs)
+    assert line.startswith("**Stopped early**: 1 run(s) ended before the horizon on a "
+                           "validation metric (early_stopping: val/accuracy")
+    assert early_text(runs.assign(stopped_early="")) == ""
