@@ -1,5 +1,6 @@
 """What a sweep's or study's parent run records besides its children: the YAML it ran with,
-the overrides, summary metrics, and a results table as the run's description."""
+the overrides, summary metrics, a results table as the run's description, and the per-variant
+summary as an MLflow table (``variants.json``, shown by the UI's artifact view)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fedcore.tracking.provenance import provenance_tags
 
 if TYPE_CHECKING:
+    import pandas as pd
     from mlflow.tracking import MlflowClient
 
 NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI
@@ -102,3 +104,41 @@ def html_page(body: str, title: str) -> str:
     return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title>'
             "</head>\n<body>\n" + body + "\n</body></html>\n")
 
+
+
+VARIANT_TABLE = "variants.json"  # the parent's per-variant summary (MlflowClient.log_table)
+VARIANT_KEYS = ["row", "dataset", "alpha"]  # what one variant is, in the report's table
+
+
+def variant_table(table: pd.DataFrame, metric: str = "accuracy",
+                  label: str = "final accuracy") -> pd.DataFrame:
+    """One row per variant of ``table`` (the report's summary: ``row``, ``dataset``, ``alpha``
+    and ``<metric>_mean``, ``_low``, ``_high``, ``_n``): its seeds ``n``, the mean and the 95 %
+    interval of ``metric``, rounded to 4 places; per dataset and alpha, the best mean first
+    (variants without a value last).
+
+    Raises:
+        KeyError: ``table`` lacks a column this needs (the message names them).
+    """
+    import pandas as pd
+
+    keys = [k for k in VARIANT_KEYS if k in table.columns]
+    stats = [f"{metric}_{s}" for s in ("mean", "low", "high", "n")]
+    missing = [c for c in ["row", *stats] if c not in table.columns]
+    if missing:
+        raise KeyError(f"variant table: columns {missing} missing (has {list(table.columns)})")
+    out = pd.DataFrame({k: table[k] for k in keys})
+    out["n"] = table[stats[3]].astype(int)
+    for part, col in zip((f"{label} mean", "95 % low", "95 % high"), stats, strict=False):
+        out[part] = table[col].astype(float).round(4)
+    setting = [k for k in ("dataset", "alpha") if k in keys]
+    out = out.sort_values([*setting, f"{label} mean"], ascending=[True] * len(setting) + [False],
+                          kind="stable", na_position="last")
+    return out.reset_index(drop=True)
+
+
+def log_variant_table(client: MlflowClient, run_id: str, table: pd.DataFrame) -> pd.DataFrame:
+    """Log :func:`variant_table` of ``table`` to the run as ``variants.json``; returns it."""
+    frame = variant_table(table)
+    client.log_table(run_id, frame, VARIANT_TABLE)
+    return frame

@@ -23,7 +23,7 @@ from fedcore.pipeline.comparison import (
 from fedcore.pipeline.hparams import regime
 from fedcore.pipeline.sweep import SweepSpec
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
-from fedcore.tracking.parents import html_page, set_description
+from fedcore.tracking.parents import html_page, log_variant_table, set_description
 from fedcore.tracking.plots import _pyplot
 from fedcore.tracking.provenance import (
     CODE_DIGEST_TAG,
@@ -315,6 +315,7 @@ def build_report(
     if parent_run_id is not None:
         for f in files:
             client.log_artifact(parent_run_id, str(f), "report")
+        log_variant_table(client, parent_run_id, table)
         brief = pretty[[c for c in DESCRIPTION_COLUMNS if c in pretty.columns]]
         set_description(client, parent_run_id, (
             header.split("\n\n")[0] + "\n\nThe main columns (every column, the plots and how "
