@@ -5,6 +5,7 @@ summary as an MLflow table (``variants.json``, shown by the UI's artifact view).
 from __future__ import annotations
 
 import math
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,8 +37,31 @@ def log_source(client: MlflowClient, run_id: str, yaml_path: str | Path | None,
         client.log_text(run_id, text, artifact_name)
 
 
+SPACER = "&emsp;"  # an empty-looking column between two of a description table's columns
+
+
 def set_description(client: MlflowClient, run_id: str, markdown: str) -> None:
-    client.set_tag(run_id, NOTE_TAG, markdown[:NOTE_LIMIT])
+    """Set the run's description (its Markdown tables spaced by :func:`spaced_tables`)."""
+    client.set_tag(run_id, NOTE_TAG, spaced_tables(markdown)[:NOTE_LIMIT])
+
+
+def spaced_tables(markdown: str) -> str:
+    """``markdown`` with a narrow blank column between any two columns of its pipe tables.
+
+    The MLflow UI draws a description's table cells without padding and strips any style from
+    it, so adjacent values run together (``0.10003`` for alpha 0.1000 and 3 seeds); an em-space
+    column keeps them apart. Cells keep their text (``| final accuracy |`` stays searchable).
+    """
+    out = []
+    for line in markdown.split("\n"):
+        stripped = line.strip()
+        if len(stripped) > 1 and stripped.startswith("|") and stripped.endswith("|"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", stripped[1:-1])]
+            rule = all(c and set(c) <= set("-:") for c in cells)
+            gap = "---" if rule else SPACER
+            line = "| " + f" | {gap} | ".join(cells) + " |"
+        out.append(line)
+    return "\n".join(out)
 
 
 def _fmt(value: Any) -> str:
@@ -113,26 +137,40 @@ VARIANT_KEYS = ["row", "dataset", "alpha"]  # what one variant is, in the report
 def variant_table(table: pd.DataFrame, metric: str = "accuracy",
                   label: str = "final accuracy") -> pd.DataFrame:
     """One row per variant of ``table`` (the report's summary: ``row``, ``dataset``, ``alpha``
-    and ``<metric>_mean``, ``_low``, ``_high``, ``_n``): its seeds ``n``, the mean and the 95 %
-    interval of ``metric``, rounded to 4 places; per dataset and alpha, the best mean first
+    and ``<metric>_mean``, ``_low``, ``_high``, ``_n``), best mean first per dataset and alpha
     (variants without a value last).
+
+    The MLflow UI shows a logged table's first four columns, so these come first: ``variant``
+    (the row; with its dataset and alpha when the table holds more than one setting), the mean
+    of ``metric`` (``label``), its 95 % interval as text and ``n`` (seeds with a value); then
+    ``dataset``, ``alpha`` and the interval's bounds as numbers. Values rounded to 4 places.
 
     Raises:
         KeyError: ``table`` lacks a column this needs (the message names them).
     """
     import pandas as pd
 
-    keys = [k for k in VARIANT_KEYS if k in table.columns]
     stats = [f"{metric}_{s}" for s in ("mean", "low", "high", "n")]
     missing = [c for c in ["row", *stats] if c not in table.columns]
     if missing:
         raise KeyError(f"variant table: columns {missing} missing (has {list(table.columns)})")
-    out = pd.DataFrame({k: table[k] for k in keys})
-    out["n"] = table[stats[3]].astype(int)
-    for part, col in zip((f"{label} mean", "95 % low", "95 % high"), stats, strict=False):
-        out[part] = table[col].astype(float).round(4)
-    setting = [k for k in ("dataset", "alpha") if k in keys]
-    out = out.sort_values([*setting, f"{label} mean"], ascending=[True] * len(setting) + [False],
+    setting = [k for k in ("dataset", "alpha") if k in table.columns]
+    variant = table["row"].astype(str)
+    if setting and len(table[setting].drop_duplicates()) > 1:
+        variant = variant + [" · " + " ".join(map(str, v)) for v in table[setting].itertuples(
+            index=False)]
+    mean, low, high = (table[c].astype(float).round(4) for c in stats[:3])
+    out = pd.DataFrame({
+        "variant": variant,
+        label: mean,
+        "95 % interval": [f"[{lo:.4f}, {hi:.4f}]" if lo == lo and hi == hi else "—"
+                          for lo, hi in zip(low, high, strict=True)],
+        "n": table[stats[3]].astype(int),
+        **{k: table[k] for k in setting},
+        "95 % low": low,
+        "95 % high": high,
+    })
+    out = out.sort_values([*setting, label], ascending=[True] * len(setting) + [False],
                           kind="stable", na_position="last")
     return out.reset_index(drop=True)
 
