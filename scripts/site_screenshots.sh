@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Build the docs site and screenshot four of its pages with headless Chromium (Debian's
-# chromium) into docs/site-screenshots/: the home page, a tutorial, the config reference and a
-# method page. The site is served from a temporary folder on 127.0.0.1 while it is shot.
+# Build the docs site and screenshot six of its pages with headless Chromium (Debian's
+# chromium) into docs/site-screenshots/: the home page, a tutorial, the config reference, the
+# Python API reference and two method pages with maths (rendered by the vendored KaTeX). The site is served from a temporary folder on 127.0.0.1 while it is shot.
 # Usage: bash scripts/site_screenshots.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,5 +24,7 @@ shot() {
 shot home ""
 shot tutorial-server-rule tutorials/server-rule/
 shot reference-config reference/config/
+shot reference-api reference/api/
 shot method-craft methods/craft/
+shot method-crf methods/crf/
 ls -l "$out"/*.png
