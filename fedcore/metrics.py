@@ -39,9 +39,9 @@ def eval_with_embeddings(
     """(correct, loss, embedding) for each sample from one forward pass, in eval mode.
 
     The logits are ``model.head`` of the embedding, which is what ``forward`` computes for a
-    :class:`~fedcore.models.FedModel`; a model with its own ``forward`` takes two passes. The
-    batches are those of :func:`per_sample_eval` and :func:`embeddings`, so the numbers are
-    the same bit for bit.
+    `FedModel`; a model with its own ``forward`` takes two passes. The
+    batches are those of [`per_sample_eval`][fedcore.metrics.per_sample_eval] and
+    [`embeddings`][fedcore.metrics.embeddings], so the numbers are the same bit for bit.
     """
     from fedcore.models import FedModel
 

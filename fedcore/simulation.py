@@ -106,10 +106,10 @@ class Simulation:
         builtins: dict[str, Callback | None] | None = None,
     ) -> None:
         """``device`` (e.g. a pinned ``cuda:1``) overrides ``cfg.device`` without changing
-        the config or its hash. ``data`` (own data, see :mod:`fedcore.data.own`) and ``model``
+        the config or its hash. ``data`` (own data, see `fedcore.data.own`) and ``model``
         (an ``nn.Module``, a class or a factory) replace the config's; ``self.cfg`` then records
         them (name, source, digest), so its hash is theirs. ``builtins`` replaces built-in
-        callbacks by name (None turns one off; :data:`fedcore.callbacks.chain.BUILTINS`)."""
+        callbacks by name (None turns one off; `fedcore.callbacks.chain.BUILTINS`)."""
         if model is not None:
             cfg = config_with_model(cfg, model)
         if data is not None:
@@ -371,18 +371,18 @@ class Simulation:
         client_values: dict[str, np.ndarray] | None = None,
     ) -> tuple[dict[str, float], ClientTable]:
         """The built-in evaluation of the current global model
-        (:func:`fedcore.callbacks.evaluation.evaluate`)."""
+        (`fedcore.callbacks.evaluation.evaluate`)."""
         return evaluate(self, round, sampled, client_values)
 
     def run(self, order_fn: Callable[[list[int]], list[int]] | None = None) -> Result:
         """Run all remaining rounds; rounds are numbered 1..R (the MLflow step).
 
-        Each round: sample, play, then the callbacks (:mod:`fedcore.callbacks.chain`). A
+        Each round: sample, play, then the callbacks (`fedcore.callbacks.chain`). A
         callback's stop ends the run after that round: the round is recorded and checkpointed
         (with ``checkpoint_every`` set; the checkpoint is kept for a resume), ``result.stopped``
         says why, and ``on_run_end`` gets the summary of the rounds played. A requested stop
-        (:mod:`fedcore.stopping`, e.g. SIGTERM) ends it the same way but then raises
-        :class:`~fedcore.stopping.StopRequested` instead of finishing."""
+        (`fedcore.stopping`, e.g. SIGTERM) ends it the same way but then raises
+        `StopRequested` instead of finishing."""
         signal = SignalStop()
         components = callback_chain.contributed(
             [self.client_algo, self.aggregator, self.compressor]
@@ -437,7 +437,8 @@ class Simulation:
         }
 
     def load_state_dict(self, state: dict[str, Any], rng: bool = True) -> None:
-        """Restore :meth:`state_dict` (and, with ``rng``, the global generators it saved).
+        """Restore [`state_dict`][fedcore.simulation.Simulation.state_dict] (and, with ``rng``, the
+        global generators it saved).
 
         A checkpoint of an older version (lacking keys, e.g. ``bytes_down_total`` before round
         protocol v2), of another config, or inconsistent with this run (``check_state``) raises
@@ -504,6 +505,16 @@ def run(
     data: FederatedData | None = None,
     model: ModelArg | None = None,
 ) -> Result:
-    """Run one simulation of ``cfg`` (with own ``data`` or ``model``), reporting to
-    ``callbacks`` (:mod:`fedcore.callbacks`)."""
+    """Run one simulation of ``cfg`` (untracked).
+
+    Args:
+        cfg: the experiment ([`load_config`][fedcore.api.load_config]).
+        callbacks: called at the run's start, after every round and at its end
+            ([`fedcore.callbacks`][fedcore.callbacks]).
+        data: own data ([`federate`][fedcore.api.federate]) instead of the config's dataset.
+        model: own model (an ``nn.Module``, a class or a factory) instead of the config's.
+
+    Returns:
+        The run's history, per-client tables and summary.
+    """
     return Simulation(cfg, callbacks, data=data, model=model).run()

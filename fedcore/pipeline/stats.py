@@ -65,9 +65,9 @@ class Comparison:
 
     ``difference``: mean of (values - reference) with its interval; ``p``: the paired t-test's
     two-sided p-value, ``p_adjusted`` after Holm over the comparisons of one table (equal to
-    ``p`` until :func:`holm`); ``seeds_needed``: for an indistinguishable pair, the seeds a
-    paired t-test would need for 80 % power at 5 % if the observed effect were real (None: no
-    observed difference, so no number of seeds would tell it apart).
+    ``p`` until [`holm`][fedcore.pipeline.stats.holm]); ``seeds_needed``: for an indistinguishable
+    pair, the seeds a paired t-test would need for 80 % power at 5 % if the observed effect were
+    real (None: no observed difference, so no number of seeds would tell it apart).
     """
 
     difference: Interval
