@@ -1,12 +1,14 @@
 """fedcore as a library, in one import (docs/python-api.md).
 
-Config in: :func:`load_config` / :func:`build_config`. Own data: :func:`federate` (numpy arrays,
-tensors or a torch Dataset, split by the partitioners) or a hand-made :class:`FederatedData`.
-Own model: any ``nn.Module``, class or factory (``model=``), or ``model.name=package.module:Name``.
-Result out: :func:`run` / :class:`Simulation` give a :class:`Result` (``rounds_frame()``,
-``clients_frame()``). Recorded: :func:`run_tracked` (one MLflow run), :func:`sweep_runs` (a
-sweep's cells as a DataFrame), :func:`load_model` (a run's final model). The last three need
-MLflow and are imported on first use.
+Config in: [`load_config`][fedcore.api.load_config] / [`build_config`][fedcore.api.build_config].
+Own data: [`federate`][fedcore.api.federate] (numpy arrays, tensors or a torch Dataset, split by the
+partitioners) or a hand-made `FederatedData`. Own model: any ``nn.Module``, class or factory
+(``model=``), or ``model.name=package.module:Name``. Result out: [`run`][fedcore.api.run] /
+[`Simulation`][fedcore.simulation.Simulation] give a
+[`Result`][fedcore.simulation.Result] (``rounds_frame()``, ``clients_frame()``). Recorded:
+[`run_tracked`][fedcore.api.run_tracked] (one MLflow run), [`sweep_runs`][fedcore.api.sweep_runs] (a
+sweep's cells as a DataFrame), [`load_model`][fedcore.api.load_model] (a run's final model). The
+last three need MLflow and are imported on first use.
 """
 
 from __future__ import annotations

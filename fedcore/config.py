@@ -3,7 +3,7 @@
 
 This module imports no component: checking a config against the registered rules, client
 objectives and compressors (and what they need from each other) is
-:func:`fedcore.configure.build_config`, which builds on this schema."""
+[`fedcore.configure.build_config`][fedcore.api.build_config], which builds on this schema."""
 
 from __future__ import annotations
 
@@ -349,7 +349,7 @@ def config_dir() -> Path:
 
 
 def writable_config_dir() -> Path:
-    """Where ``fedcore tune --best`` writes by default: :func:`config_dir`, except that the copy
+    """Where ``fedcore tune --best`` writes by default: `config_dir`, except that the copy
     inside an installed package is never written (``<project_root>/configs`` instead)."""
     folder = config_dir()
     return project_root() / "configs" if folder == PACKAGED_CONFIGS else folder
@@ -420,7 +420,7 @@ def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
-    """The mapping in the YAML file ``path``, read within :mod:`fedcore.limits` (no duplicate
+    """The mapping in the YAML file ``path``, read within `fedcore.limits` (no duplicate
     keys, bounded aliases and depth, UTF-8); ``what`` names the file in errors."""
     data = safe_yaml.read_file(path, what) or {}
     if not isinstance(data, dict):

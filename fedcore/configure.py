@@ -1,10 +1,10 @@
 """A config from YAML and overrides, checked against the components it names.
 
-:mod:`fedcore.config` is the schema; this module adds what needs the components: each axis's
-name resolved in its registry and its hyper-parameters validated, every component's declared
-requirements (:mod:`fedcore.requirements`) checked against the whole config, the code record of
-a model given by import path, and the engine choice. All errors are one-line
-:class:`~fedcore.errors.ConfigError` s raised before any compute.
+[`fedcore.config`][fedcore.config] is the schema; this module adds what needs the components: each
+axis's name resolved in its registry and its hyper-parameters validated, every component's declared
+requirements ([`fedcore.requirements`][fedcore.requirements]) checked against the whole config, the
+code record of a model given by import path, and the engine choice. All errors are one-line
+[`ConfigError`][fedcore.config.ConfigError] s raised before any compute.
 """
 
 from __future__ import annotations
@@ -36,7 +36,20 @@ log = logging.getLogger("fedcore")
 
 
 def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -> ExperimentConfig:
-    """Apply overrides to ``raw``, resolve the method by name, and validate everything."""
+    """Apply overrides to ``raw``, resolve the method by name, and validate everything.
+
+    Args:
+        raw: the experiment as a nested mapping (a YAML file's content; missing keys take the
+            defaults of `configs/experiment.yaml`).
+        overrides: dotted keys and their values (``{"rounds": 3, "method.server_lr": 0.5}``),
+            applied after ``raw``; ``method.*`` keys after the method is resolved by name.
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: a bad key or value, named in one line with the values allowed.
+    """
     limits.check_tree(raw)
     limits.check_tree(overrides or {})
     tree = copy.deepcopy(raw)
@@ -78,7 +91,19 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
 def load_config(
     path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None
 ) -> ExperimentConfig:
-    """Load a YAML experiment (defaults when ``path`` is None) with ``key=value`` overrides."""
+    """Load a YAML experiment (defaults when ``path`` is None) with ``key=value`` overrides.
+
+    Args:
+        path: the experiment's YAML file; None for the default experiment.
+        overrides: ``["key=value", ...]`` strings as on the command line (values parsed as
+            YAML), or a mapping of dotted keys as in [`build_config`][fedcore.api.build_config].
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: a bad key or value, named in one line with the values allowed.
+    """
     raw = read_yaml(path) if path is not None else {}
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)

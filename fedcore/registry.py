@@ -75,7 +75,7 @@ class Registry(Generic[T]):
             self._loaded = True
 
     def _plugins(self) -> dict[str, Any]:
-        """This kind's entry points by name (read once; :meth:`refresh` reads them again)."""
+        """This kind's entry points by name (read once; `refresh` reads them again)."""
         if self._entry_points is None:
             from fedcore.component_loading import GROUPS, entry_points
 
@@ -99,7 +99,7 @@ class Registry(Generic[T]):
     def get(self, name: str) -> type[T]:
         """The class of ``name``: built-in, entry point, or import path ``module:Class``.
 
-        Raises :class:`fedcore.component_loading.ComponentError` (a KeyError) with a one-line
+        Raises `fedcore.component_loading.ComponentError` (a KeyError) with a one-line
         reason.
         """
         from fedcore.component_loading import (

@@ -1,10 +1,11 @@
 """What a component needs from the rest of the config, declared as data.
 
 A rule, client objective or compressor returns its needs from ``requirements(hp)`` (a
-classmethod that sees only its own hyper-parameters); :func:`fedcore.configure.build_config`
-checks every component's declarations against the whole config in one place and refuses a
-config that breaks one with the declaration's one-line message. Components never see the
-config's schema: a declaration names config keys by their dotted path.
+classmethod that sees only its own hyper-parameters);
+[`fedcore.configure.build_config`][fedcore.api.build_config] checks every component's declarations
+against the whole config in one place and refuses a config that breaks one with the declaration's
+one-line message. Components never see the config's schema: a declaration names config keys by their
+dotted path.
 """
 
 from __future__ import annotations

@@ -282,7 +282,7 @@ def cli_page() -> str:
     """``fedcore --help`` and every command's ``--help``, from the parser."""
     from fedcore.cli import build_parser
 
-    with _columns(100):
+    with _columns(88):  # code lines of the docs fit in 88 characters
         parser = build_parser()
         sections = ["## `fedcore`\n\n```text\n" + parser.format_help().rstrip() + "\n```\n"]
         subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Build the docs site and screenshot four of its pages with headless Chromium (Debian's
-# chromium) into docs/site-screenshots/: the home page, a tutorial, the config reference and a
-# method page. The site is served from a temporary folder on 127.0.0.1 while it is shot.
+# Build the docs site and screenshot six of its pages with headless Chromium (Debian's
+# chromium) into docs/site-screenshots/: the home page, a tutorial, the config reference, the
+# Python API reference (down to federate's parameter table) and two method pages with maths
+# (rendered by the vendored KaTeX). The site is served from a temporary folder on 127.0.0.1
+# while it is shot.
 # Usage: bash scripts/site_screenshots.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,11 +20,13 @@ until curl -sf "http://127.0.0.1:$port/" > /dev/null; do sleep 0.2; done
 shot() {
   chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
     --disable-background-networking --disable-component-update --disable-sync --hide-scrollbars \
-    --user-data-dir="$(mktemp -d -p "$tmp")" --window-size=1280,900 --virtual-time-budget=5000 \
+    --user-data-dir="$(mktemp -d -p "$tmp")" --window-size="${3:-1280,900}" --virtual-time-budget=5000 \
     --screenshot="$out/$1.png" "http://127.0.0.1:$port/$2" 2> /dev/null
 }
 shot home ""
 shot tutorial-server-rule tutorials/server-rule/
 shot reference-config reference/config/
+shot reference-api reference/api/ 1280,3200  # down to federate's parameter table
 shot method-craft methods/craft/
+shot method-crf methods/crf/
 ls -l "$out"/*.png

@@ -75,7 +75,8 @@ def test_sweep_flow_names_tasks_publishes_artifact_and_links_runs(prefect_harnes
     tags = parent.data.tags
     assert tags["fedcore.overrides"] == "rounds=2"
     assert tags["fedcore.prefect_flow_run_id"] == str(flow_run_id)
-    assert "| method=fedavg | finished |" in tags["mlflow.note.content"]
+    # cells kept apart by a blank column (the MLflow UI pads no table cell)
+    assert "| method=fedavg | &emsp; | finished |" in tags["mlflow.note.content"]
     assert parent.data.metrics["cells/finished"] == 2.0
     assert parent.data.metrics["best/final_accuracy"] == max(r["final/accuracy"] for r in rows)
     text = mlflow.download_artifacts(parent.info.run_id, "sweep.yaml", str(tmp_path / "dl"))

@@ -95,8 +95,9 @@ class Aggregator(Component):
 
     @classmethod
     def requirements(cls, hp: BaseHParams) -> list[Need]:
-        """What this rule needs from the rest of the config (:mod:`fedcore.requirements`),
-        checked at load by :func:`fedcore.configure.build_config`; none by default."""
+        """What this rule needs from the rest of the config
+        ([`fedcore.requirements`][fedcore.requirements]), checked at load by
+        [`fedcore.configure.build_config`][fedcore.api.build_config]; none by default."""
         return []
 
     def setup(self, num_clients: int, layout: ParamLayout) -> None:

@@ -1,4 +1,4 @@
-"""Callbacks of the round loop: the protocol (:mod:`fedcore.callbacks.base`) and the built-in
+"""Callbacks of the round loop: the protocol (`fedcore.callbacks.base`) and the built-in
 callbacks (evaluation, summary, divergence guard, checkpoint) in their own modules.
 
 Light on purpose (no torch import) so that the CLI's progress bar can subclass ``Callback`` at

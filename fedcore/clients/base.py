@@ -1,6 +1,6 @@
 """The client interface: a client objective describes its local work as a plan.
 
-``ClientAlgorithm.plan(ctx)`` returns the round's :class:`~fedcore.clients.plan.LocalPlan`
+``ClientAlgorithm.plan(ctx)`` returns the round's [`LocalPlan`][fedcore.clients.plan.LocalPlan]
 (batches, loss, tuplet size, frozen models, gradient shift, proximal term, follow-up pass);
 ``finish`` completes the update after training; ``commit`` updates client state once the
 server has judged it. The template both engines share is ``fedcore.clients.template``.
@@ -140,8 +140,9 @@ class ClientAlgorithm(Component):
 
     @classmethod
     def requirements(cls, hp: BaseHParams) -> list[Need]:
-        """What this objective needs from the rest of the config (:mod:`fedcore.requirements`),
-        checked at load by :func:`fedcore.configure.build_config`; none by default."""
+        """What this objective needs from the rest of the config
+        ([`fedcore.requirements`][fedcore.requirements]), checked at load by
+        [`fedcore.configure.build_config`][fedcore.api.build_config]; none by default."""
         return []
 
     @classmethod

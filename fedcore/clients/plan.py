@@ -1,10 +1,11 @@
 """A client objective's local work as data, and the records its hooks receive.
 
-``ClientAlgorithm.plan(ctx)`` returns a :class:`LocalPlan`: the index batches, the loss, the
-tuplet size, the frozen models the loss evaluates, a constant gradient shift, a proximal
-coefficient and an optional :class:`FollowUp` pass (a second model trained after the update is
-formed). Both engines execute the same plan (``fedcore.clients.template``): the sequential one
-with autograd per client, the vectorised one on stacked clients with ``vmap``.
+``ClientAlgorithm.plan(ctx)`` returns a [`LocalPlan`][fedcore.clients.plan.LocalPlan]: the index
+batches, the loss, the tuplet size, the frozen models the loss evaluates, a constant gradient shift,
+a proximal coefficient and an optional [`FollowUp`][fedcore.clients.plan.FollowUp] pass (a second
+model trained after the update is formed). Both engines execute the same plan
+(``fedcore.clients.template``): the sequential one with autograd per client, the vectorised one on
+stacked clients with ``vmap``.
 """
 
 from __future__ import annotations
@@ -67,13 +68,13 @@ class LocalPlan:
     """What one client does in one round, for both engines.
 
     ``batches``: index tensors into the client's train split, one per SGD step (drawn from
-    ``ctx.generator``). ``loss``: the objective of one :class:`Batch`. ``arity``: the tuplet
-    size of the batches (0: plain minibatches). ``frozen``: named (flat params, buffers) the
-    loss reads as ``ctx.frozen[name]``, gradient-free and in eval mode; params that are the
-    round's ``ctx.global_params`` are shared by a vectorised chunk, others stacked per client,
-    and clients with different names train in different chunks. ``shift``: a flat d-vector
-    added to every step's gradient (the local objective gains ``<shift, w>``). ``mu``: the
-    proximal coefficient of ``(mu/2)||w - theta_t||^2``. ``follow_up``: a second pass.
+    ``ctx.generator``). ``loss``: the objective of one [`Batch`][fedcore.clients.plan.Batch].
+    ``arity``: the tuplet size of the batches (0: plain minibatches). ``frozen``: named (flat
+    params, buffers) the loss reads as ``ctx.frozen[name]``, gradient-free and in eval mode; params
+    that are the round's ``ctx.global_params`` are shared by a vectorised chunk, others stacked per
+    client, and clients with different names train in different chunks. ``shift``: a flat d-vector
+    added to every step's gradient (the local objective gains ``<shift, w>``). ``mu``: the proximal
+    coefficient of ``(mu/2)||w - theta_t||^2``. ``follow_up``: a second pass.
     """
 
     batches: list[torch.Tensor]

@@ -2,8 +2,9 @@
 
 ``prepare``: the client's context, start point, before-training statistics and the objective's
 plan. The engine then executes the plan's SGD steps: the sequential engine with autograd
-(:func:`run_pass`, here), the vectorised engine on stacked clients with ``vmap``. ``finish``:
-after-training statistics, the :class:`ClientUpdate` and the objective's ``finish``. A plan's
+([`run_pass`][fedcore.clients.template.run_pass], here), the vectorised engine on stacked clients
+with ``vmap``. ``finish``: after-training statistics, the
+[`ClientUpdate`][fedcore.clients.records.ClientUpdate] and the objective's ``finish``. A plan's
 follow-up pass runs last, once the update is formed.
 """
 

@@ -2,7 +2,7 @@
 wire (docs/methods/compression.md).
 
 A compressor knows nothing of rounds or clients: error feedback (its own registry axis,
-:mod:`fedcore.stages.feedback`) and the uplink stage (:mod:`fedcore.stages.uplink`) wrap
+`fedcore.stages.feedback`) and the uplink stage (`fedcore.stages.uplink`) wrap
 it. It works with any client objective because it only changes what is sent.
 """
 
@@ -36,8 +36,9 @@ class Compressor(Component):
 
     @classmethod
     def requirements(cls, hp: CompressionHParams) -> list[Need]:
-        """What this compressor needs from the rest of the config (:mod:`fedcore.requirements`),
-        checked at load by :func:`fedcore.configure.build_config`; none by default."""
+        """What this compressor needs from the rest of the config
+        ([`fedcore.requirements`][fedcore.requirements]), checked at load by
+        [`fedcore.configure.build_config`][fedcore.api.build_config]; none by default."""
         return []
 
 

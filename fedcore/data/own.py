@@ -1,7 +1,7 @@
 """Own data from Python: numpy arrays, tensors or a torch ``Dataset``, split among clients by
 fedcore's partitioners (or by given client index lists), and recorded truthfully.
 
-:func:`federate` returns a :class:`~fedcore.data.federated.FederatedData` that carries its
+`federate` returns a `FederatedData` that carries its
 record: a ``DatasetConfig`` with the data's name, source, partition settings and content digest.
 ``Simulation(cfg, data=...)`` writes that record into its config (so the config hash, the MLflow
 params and the run's dataset input are the data's, never a built-in dataset's).
@@ -97,9 +97,15 @@ def source_of(x: Any, y: Any) -> str:
 
 
 def content_digest(data: FederatedData) -> str:
-    """sha256 (16 hex characters) of every client's samples and labels (train and local test,
-    in client order) and of the global test set: the same data split the same way, the same
-    digest."""
+    """A digest of ``data``: the same data split the same way, the same digest.
+
+    Args:
+        data: the federated data.
+
+    Returns:
+        16 hex characters of the sha256 of every client's samples and labels (train and local
+        test, in client order) and of the global test set.
+    """
     h = hashlib.sha256()
 
     def add(t: torch.Tensor) -> None:
@@ -133,15 +139,27 @@ def federate(
 ) -> FederatedData:
     """Split own data among clients, as fedcore splits its built-in datasets.
 
-    ``x``/``y``: samples (N, ...) and integer labels (N,), as numpy arrays or tensors, or ``x`` a
-    torch ``Dataset`` of (sample, label) pairs and ``y`` None (``x_test``/``y_test`` likewise).
-    ``partition``: the ``dataset`` settings (``partition=iid|dirichlet|shards``, ``alpha``,
-    ``num_clients``, ``min_samples``, ``shards_per_client``, ``test_fraction``,
-    ``global_test_fraction``; defaults as in the config). ``clients``: each client's sample
-    indices into ``x`` instead of a partitioner (partition ``given``; then ``x_test`` is needed).
-    Without ``x_test``, a ``global_test_fraction`` of the samples (drawn with ``seed``) is the
-    global test set. Each client's samples are split into local train and test by
-    ``test_fraction``. ``seed`` seeds the partition and the splits, as the run seed does.
+    Args:
+        x: samples (N, ...) as a numpy array or tensor, or a torch ``Dataset`` of
+            (sample, label) pairs.
+        y: integer labels (N,); None when ``x`` is a ``Dataset``.
+        x_test: the global test samples (likewise); without them a ``global_test_fraction``
+            of the samples (drawn with ``seed``) is the global test set.
+        y_test: the global test labels.
+        clients: each client's sample indices into ``x`` instead of a partitioner (partition
+            ``given``; then ``x_test`` is needed).
+        name: the data's name in the config, the run name and MLflow.
+        source: what the data is (default: the array or Dataset type).
+        seed: seeds the partition and the local train/test splits, as the run seed does.
+        num_classes: the number of classes (default: the largest label + 1).
+        device: where the tensors live.
+        **partition: the ``dataset`` settings (``partition=iid|dirichlet|shards``, ``alpha``,
+            ``num_clients``, ``min_samples``, ``shards_per_client``, ``test_fraction``,
+            ``global_test_fraction``; defaults as in the config).
+
+    Returns:
+        The clients' local train and test tensors and the global test set, with their record
+        (name, source, partition settings and content digest).
     """
     if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(
             num_classes, int | np.integer) or not 2 <= num_classes <= MAX_CLASSES):

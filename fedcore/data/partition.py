@@ -9,7 +9,16 @@ from fedcore.config import ConfigError  # a ValueError: the config asks for more
 
 
 def iid_partition(num_samples: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Shuffle and cut into ``num_clients`` near-equal parts."""
+    """Shuffle and cut into ``num_clients`` near-equal parts.
+
+    Args:
+        num_samples: how many samples there are.
+        num_clients: how many parts.
+        rng: the generator that shuffles.
+
+    Returns:
+        Each client's sorted sample indices.
+    """
     if num_clients > num_samples:
         raise ConfigError(
             f"dataset.num_clients={num_clients} exceeds the {num_samples} samples available; "
@@ -26,11 +35,22 @@ def dirichlet_partition(
     min_samples: int = 0,
     max_tries: int = 100,
 ) -> list[np.ndarray]:
-    """Label skew: for each class c, pi_c ~ Dir(alpha 1_N) splits class c's indices.
+    """Label skew: for each class c, a draw of Dir(alpha 1_N) splits class c's indices.
 
     Resamples up to ``max_tries`` times until every client has ``min_samples``; if that never
     happens (tiny alpha, many clients), moves samples from the largest clients to the smallest,
     so the function always terminates.
+
+    Args:
+        labels: every sample's integer label.
+        num_clients: how many clients.
+        alpha: the Dirichlet concentration (small: each client holds few classes).
+        rng: the generator of the draws.
+        min_samples: the fewest samples a client may hold.
+        max_tries: draws before samples are moved instead.
+
+    Returns:
+        Each client's sample indices.
     """
     labels = np.asarray(labels)
     if num_clients * min_samples > len(labels):
@@ -75,7 +95,17 @@ def _top_up(
 def shard_partition(
     labels: np.ndarray, num_clients: int, shards_per_client: int, rng: np.random.Generator
 ) -> list[np.ndarray]:
-    """Sort by label, cut into N*k shards, deal k random shards to each client (McMahan 2017)."""
+    """Sort by label, cut into N*k shards, deal k random shards to each client (McMahan 2017).
+
+    Args:
+        labels: every sample's integer label.
+        num_clients: N, how many clients.
+        shards_per_client: k, the shards each client gets.
+        rng: the generator that deals the shards.
+
+    Returns:
+        Each client's sample indices.
+    """
     labels = np.asarray(labels)
     order = np.argsort(labels, kind="stable")
     num_shards = num_clients * shards_per_client

@@ -7,7 +7,7 @@ Models column and the model registry take it. For personalised methods (Ditto) e
 personal parameters ride inside it as ``extra_files/personal.pt`` (a plain ``torch.save`` file of
 tensors, read with ``weights_only=True``), so one model serves all clients. Runs recorded before
 kept ``model/global.pt`` (a ``state_dict`` with what rebuilds it) and ``model/personal.pt`` as
-plain artifacts; :func:`load_model` reads both layouts. The model's ``extra_files/global.pt``
+plain artifacts; `load_model` reads both layouts. The model's ``extra_files/global.pt``
 also keeps its ``state_dict`` with what rebuilds it (model name or import path and kwargs, norm,
 input shape, classes, MOON's projection head).
 
@@ -218,13 +218,24 @@ def load_model(
     tracking_uri: str | None = None,
     model: torch.nn.Module | None = None,
 ) -> torch.nn.Module:
-    """The final global model of an MLflow run (``client_id``: that client's personal model),
-    on the CPU in eval mode. ``tracking_uri`` defaults to mlflow.yml / MLFLOW_TRACKING_URI.
+    """The final global model of an MLflow run, on the CPU in eval mode.
 
     A built-in model or one given by import path is rebuilt from the run's record; ``model``
-    (a module of the same architecture) receives the weights instead, as it must for a model
-    passed from Python as an instance. Nothing is unpickled: the weights are read with
-    ``torch.load(weights_only=True)`` (module docstring).
+    receives the weights instead, as it must for a model passed from Python as an instance.
+    Nothing is unpickled: the weights are read with ``torch.load(weights_only=True)`` (module
+    docstring).
+
+    Args:
+        run_id: the MLflow run.
+        client_id: that client's personal model (personalised methods) instead of the global.
+        tracking_uri: the MLflow store (default: mlflow.yml / MLFLOW_TRACKING_URI).
+        model: a module of the same architecture to load the weights into.
+
+    Returns:
+        The model with the run's final weights.
+
+    Raises:
+        LookupError: no such run, or it logged no model.
     """
     from fedcore.tracking.mlflow_tracker import mlflow_client
     from fedcore.tracking.settings import load_settings

@@ -31,7 +31,7 @@ from fedcore.pipeline.rows import TUNABLE, is_tuned
 from fedcore.pipeline.stats import detectable_difference, paired_seeds, seeds_for
 from fedcore.pipeline.sweep import SweepSpec
 from fedcore.tracking.mlflow_tracker import CONVERGED_TAG, get_experiment_id, mlflow_client
-from fedcore.tracking.parents import html_page, set_description
+from fedcore.tracking.parents import html_page, log_variant_table, set_description
 from fedcore.tracking.plots import _pyplot
 from fedcore.tracking.provenance import (
     CODE_DIGEST_TAG,
@@ -540,6 +540,7 @@ def build_report(
     if parent_run_id is not None:
         for f in files:
             client.log_artifact(parent_run_id, str(f), "report")
+        log_variant_table(client, parent_run_id, table)
         set_description(client, parent_run_id, description(header, outcomes))
     return Report(runs, table, files, outcomes, secondary)
 

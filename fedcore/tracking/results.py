@@ -20,14 +20,20 @@ def sweep_runs(
     tracking_uri: str | None = None,
     any_code: bool = False,
 ) -> pd.DataFrame:
-    """One row per cell of ``sweep`` with a FINISHED run made by this code (by any code with
-    ``any_code``): run id, config hash, method, hparams regime, dataset, alpha, seed, the grid
-    values the sweep varies (``grid:<key>``), the code that made it and the final metrics
-    (accuracy, worst-10 %, client std, Jain, AUC, rounds to target, GB sent, personal ones).
+    """One row per cell of ``sweep`` with a FINISHED run made by this code.
 
-    ``sweep``: a sweep YAML path, a name in configs/sweeps (``"main"``) or a loaded spec;
-    ``overrides``: as given to ``fedcore sweep`` (``["rounds=2"]``), since they change the
-    cells' config hashes. ``tracking_uri`` defaults to mlflow.yml / MLFLOW_TRACKING_URI.
+    Args:
+        sweep: a sweep YAML path, a name in configs/sweeps (``"main"``) or a loaded spec.
+        overrides: as given to ``fedcore sweep`` (``["rounds=2"]``), since they change the
+            cells' config hashes.
+        tracking_uri: the MLflow store (default: mlflow.yml / MLFLOW_TRACKING_URI).
+        any_code: take each cell's newest FINISHED run made by any code.
+
+    Returns:
+        One row per cell with a run: run id, config hash, method, hparams regime, dataset,
+        alpha, seed, the grid values the sweep varies (``grid:<key>``), the code that made it
+        and the final metrics (accuracy, worst-10 %, client std, Jain, AUC, rounds to target,
+        GB sent, personal ones); cells without a run are left out.
     """
     from fedcore.tracking.report import sweep_runs as cell_runs
 

@@ -43,16 +43,27 @@ def run_tracked(
 ) -> tuple[str, Result]:
     """Simulate ``cfg`` as one MLflow run; a failure marks the run FAILED with its reason.
 
-    ``device`` pins the run to one device (a GPU slot) without changing its config hash.
-    ``resume=False`` always starts a new run (an Optuna trial owns its run); ``run_name``
-    replaces the default ``<method>-<dataset>-a<alpha>-s<seed>``. ``data`` is the
-    already-built federated data of ``cfg`` (a sweep shares it between cells of the same data).
-    ``wait=False`` returns once the last round is recorded, leaving the run's end (summary
-    metrics, per-client table, figures, FINISHED) to a background writer: a sweep's next cell
-    trains meanwhile, and :func:`~fedcore.tracking.mlflow_tracker.wait_for_runs` waits for it.
-    ``figures=False`` records no per-run figures (a sweep cell; its report draws them).
-    Own ``data`` (:func:`fedcore.data.own.federate`) or ``model`` are recorded as the
-    simulation's config records them (their names, digests and config hash).
+    Args:
+        cfg: the experiment ([`load_config`][fedcore.api.load_config]).
+        parent_run_id: the run to nest this one under (a sweep's or study's parent).
+        callbacks: the user's callbacks, called before the tracker records a round.
+        tags: extra run tags.
+        settings: the MLflow store and options (default: mlflow.yml / MLFLOW_TRACKING_URI).
+        device: pins the run to one device (a GPU slot) without changing its config hash.
+        resume: False always starts a new run (an Optuna trial owns its run); True continues
+            an unfinished run of the same config from its checkpoint.
+        run_name: replaces the default ``<method>-<dataset>-a<alpha>-s<seed>``.
+        data: the already-built federated data of ``cfg`` (a sweep shares it between cells),
+            or own data ([`federate`][fedcore.api.federate]), recorded by name and digest.
+        wait: False returns once the last round is recorded, leaving the run's end (summary
+            metrics, per-client table, figures, FINISHED) to a background writer (a sweep's
+            next cell trains meanwhile; `wait_for_runs` waits for it).
+        figures: False records no per-run figures (a sweep cell; its report draws them).
+        model: own model (an ``nn.Module``, a class or a factory), recorded as the config
+            records it (its name, digest and config hash).
+
+    Returns:
+        The MLflow run id and the simulation's result.
     """
     stopping.check(0)  # no new run once a stop was requested
     sim = Simulation(cfg, device=device, data=data, model=model)
@@ -178,7 +189,7 @@ def finished_run(
     code: str | None = None,
 ) -> Run | None:
     """The newest FINISHED run with this config hash made by this code, digest ``code``
-    (:func:`fedcore.code_digest.of_config`; None: fedcore's own), or by any code with
+    (`fedcore.code_digest.of_config`; None: fedcore's own), or by any code with
     ``any_code``, if any."""
     runs = runs_with_hash(config_hash, "= 'FINISHED'", 1, settings,
                           code=None if any_code else code or code_digest.current())
