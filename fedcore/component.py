@@ -27,7 +27,7 @@ class Component:
 
     @classmethod
     def requirements(cls, hp: Any) -> list[Need]:
-        """What this component needs from the rest of the config (:mod:`fedcore.requirements`),
+        """What this component needs from the rest of the config (``fedcore.requirements``),
         checked when the config is loaded; it sees only its own hyper-parameters."""
         return []
 
@@ -40,4 +40,4 @@ class Component:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore ``state_dict``."""

@@ -33,5 +33,5 @@ def evaluate(
     client_values: dict[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, float], ClientTable]:
     """The built-in evaluation of ``sim``'s current global model and the per-client table
-    (:func:`fedcore.callbacks.evaluation.evaluate_run`)."""
+    (``fedcore.callbacks.evaluation.evaluate_run``)."""
     return evaluate_run(sim.view, round, sampled, client_values)

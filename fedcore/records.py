@@ -158,7 +158,7 @@ def no_start_point(client_id: int, num_steps: int | None) -> torch.Tensor | None
 class StageContext:
     """What a stage and the per-client template see of one round: the run's settings, the
     round, its model and downlink, the client store and what the method sends and needs (no
-    component). The driver's :class:`~fedcore.round_context.RoundContext` extends it."""
+    component). The driver's ``fedcore.round_context.RoundContext`` extends it."""
 
     cfg: ExperimentConfig
     device: torch.device
@@ -183,7 +183,7 @@ class StageContext:
 
 
 class RunState(Protocol):
-    """What the driver exposes for :class:`RunView` to read (the simulation has these)."""
+    """What the driver exposes for ``RunView`` to read (the simulation has these)."""
 
     cfg: ExperimentConfig
     device: torch.device

@@ -1,7 +1,7 @@
 """The driver's round context: what the engines read of one round
 (docs/explanation/round-protocol.md).
 
-The simulation builds one per round. It is the stages' :class:`~fedcore.records.StageContext`
+The simulation builds one per round. It is the stages' ``fedcore.records.StageContext``
 (the round, its model, downlink and client store, what the method sends and needs) plus the
 client objective the engines train: stages and the per-client template see only the stage
 context.

@@ -50,10 +50,10 @@ class Simulation:
         builtins: dict[str, Callback | None] | None = None,
     ) -> None:
         """``device`` (e.g. a pinned ``cuda:1``) overrides ``cfg.device`` without changing
-        the config or its hash. ``data`` (own data, see :mod:`fedcore.data.own`) and ``model``
+        the config or its hash. ``data`` (own data, see ``fedcore.data.own``) and ``model``
         (an ``nn.Module``, a class or a factory) replace the config's; ``self.cfg`` then records
         them (name, source, digest), so its hash is theirs. ``builtins`` replaces built-in
-        callbacks by name (None turns one off; :data:`fedcore.callbacks.chain.BUILTINS`)."""
+        callbacks by name (None turns one off; ``fedcore.callbacks.chain.BUILTINS``)."""
         parts = compose.assemble(cfg, data, device, model)
         self.cfg, self.device, self.data = parts.cfg, parts.device, parts.data
         self.callbacks = list(callbacks)
@@ -216,14 +216,14 @@ class Simulation:
     def run(self, order_fn: Callable[[list[int]], list[int]] | None = None) -> Result:
         """Run all remaining rounds; rounds are numbered 1..R (the MLflow step).
 
-        Each round: sample, play, then the callbacks (:mod:`fedcore.callbacks.chain`). A
+        Each round: sample, play, then the callbacks (``fedcore.callbacks.chain``). A
         callback's ``finish`` (converged) ends the run after that round as finished, with
         ``result.converged`` saying why. A callback's stop pauses the run after that round:
         the round is recorded and checkpointed
         (with ``checkpoint_every`` set; the checkpoint is kept for a resume), ``result.stopped``
         says why, and ``on_run_end`` gets the summary of the rounds played. A requested stop
-        (:mod:`fedcore.stopping`, e.g. SIGTERM) ends it the same way but then raises
-        :class:`~fedcore.stopping.StopRequested` instead of finishing."""
+        (``fedcore.stopping``, e.g. SIGTERM) ends it the same way but then raises
+        ``fedcore.stopping.StopRequested`` instead of finishing."""
         signal = SignalStop()
         components = callback_chain.contributed(
             [self.client_algo, self.aggregator, self.compressor]
@@ -268,11 +268,11 @@ class Simulation:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs to finish with the same numbers
-        (:func:`fedcore.run_state.state_of`)."""
+        (``fedcore.run_state.state_of``)."""
         return run_state.state_of(self)
 
     def load_state_dict(self, state: dict[str, Any], rng: bool = True) -> None:
-        """Restore :meth:`state_dict`, checked first (:func:`fedcore.run_state.restore`)."""
+        """Restore ``state_dict``, checked first (``fedcore.run_state.restore``)."""
         run_state.restore(self, state, rng)
 
     def save_checkpoint(self) -> None:
@@ -300,6 +300,15 @@ def run(
     data: FederatedData | None = None,
     model: ModelArg | None = None,
 ) -> Result:
-    """Run one simulation of ``cfg`` (with own ``data`` or ``model``), reporting to
-    ``callbacks`` (:mod:`fedcore.callbacks`)."""
+    """Run one simulation of ``cfg``, untracked.
+
+    Args:
+        cfg: the experiment (``load_config`` / ``build_config``).
+        callbacks: extra callbacks (``fedcore.callbacks``), after the built-in ones.
+        data: own federated data (``fedcore.data.own``) instead of the config's dataset.
+        model: own model (an ``nn.Module`` class, a factory or an instance).
+
+    Returns:
+        The run's history, per-client tables and summary.
+    """
     return Simulation(cfg, callbacks, data=data, model=model).run()

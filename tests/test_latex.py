@@ -68,7 +68,11 @@ def test_bold_only_on_better_rows():
 def test_names_are_escaped_and_the_note_names_interval_test_correction_family():
     tex = family_latex(_rows(), **KW)
     assert "fed\\_prox \\& 50\\%" in tex
-    note = next(line for line in tex.splitlines() if "footnotesize" in line)
+    lines = tex.splitlines()
+    start = next(i for i, line in enumerate(lines) if "footnotesize" in line)
+    end = next(i for i in range(start, len(lines)) if lines[i].rstrip().endswith("}"))
+    note = " ".join(line.strip() for line in lines[start:end + 1])  # wrapped to fit 88 columns
+    assert all(len(line) <= 88 for line in lines)
     for text in ("95 \\% Student-t interval over seeds", "paired t-test on seeds", "Holm",
                  "server rules"):
         assert text in note

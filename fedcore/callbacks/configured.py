@@ -2,7 +2,7 @@
 (built-ins here, entry points of group ``fedcore.callbacks``, or ``module:Class``), the config
 check and how a run builds them.
 
-A configured callback is a :class:`ConfiguredCallback`: a name, validated ``HParams``, the
+A configured callback is a ``ConfiguredCallback``: a name, validated ``HParams``, the
 config keys it needs (``requirements``) and a state the checkpoint holds (``state_dict``)."""
 
 from __future__ import annotations

@@ -202,7 +202,7 @@ def run_pass(ctx: LocalContext, run: Pass) -> tuple[torch.Tensor, int]:
 
 def batches_on(batches: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """A pass's index batches on ``device``: CPU batches travel in one copy that does not
-    block the host (:func:`fedcore.layout.to_device`), not one synchronising copy per step."""
+    block the host (``fedcore.layout.to_device``), not one synchronising copy per step."""
     if not batches or any(b.device.type != "cpu" for b in batches) or device.type == "cpu":
         return [b.to(device) for b in batches]
     sizes = [len(b) for b in batches]

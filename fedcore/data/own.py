@@ -30,7 +30,7 @@ MAX_CLASSES = 100_000  # labels lie in 0..MAX_CLASSES-1 (the model's output widt
 
 
 def _labels(y: Any, what: str, num_classes: int | None) -> torch.Tensor:
-    """Integer labels (int64) in ``0..num_classes-1`` (default :data:`MAX_CLASSES`), or a
+    """Integer labels (int64) in ``0..num_classes-1`` (default ``MAX_CLASSES``), or a
     one-line ``ConfigError`` naming ``what``: floats with a fraction, NaN, negative or too
     large labels are refused, not truncated."""
     try:

@@ -13,7 +13,7 @@ classifiers over multiple data sets"), written here with scipy and a seeded nump
   that a run of X beats a run of Y (ties count half), averaged over the settings both ran;
 - performance profiles: the fraction of a row's runs above each threshold tau;
 - average ranks over settings, and Friedman's test with the Nemenyi critical difference only
-  with at least :data:`MIN_SETTINGS_FOR_CD` settings.
+  with at least ``MIN_SETTINGS_FOR_CD`` settings.
 
 Every metric here is higher-is-better (accuracies). Pure functions of a runs DataFrame (columns
 ``row``, ``method``, ``dataset``, ``alpha``, ``seed`` and the metric columns); no MLflow.
@@ -282,7 +282,7 @@ def rank_test(
 ) -> RankTest:
     """Average ranks over settings (rank 1: highest mean in a setting, ties share the average
     rank); Friedman's test and the Nemenyi critical difference only with at least
-    :data:`MIN_SETTINGS_FOR_CD` settings and :data:`MIN_ROWS_FOR_CD` rows."""
+    ``MIN_SETTINGS_FOR_CD`` settings and ``MIN_ROWS_FOR_CD`` rows."""
     from scipy import stats
 
     table = setting_means(runs, metric, columns)

@@ -7,12 +7,12 @@ digest of every claim as fixed: a claim whose regime changes without a new id is
 claim cannot move after its result was seen (a changed claim is a new claim).
 
 Running it simulates every distinct experiment per seed, look by look, and judges the claims of
-each paper as one family with the machinery of the sweeps (:mod:`fedcore.pipeline.families`):
+each paper as one family with the machinery of the sweeps (``fedcore.pipeline.families``):
 ``holds`` (the paired test finds the claimed direction), ``contradicted`` (the opposite),
 ``equivalent`` (within the claim's margin), ``inconclusive`` otherwise. A claim whose runs are
 still climbing at the horizon says ``early training``. A check that holds by construction is an
 ``implementation check`` and is judged ``passes``/``fails``, apart from the claims. Everything
-here is plain computation on :class:`fedcore.simulation.Result` objects; MLflow lives in
+here is plain computation on ``fedcore.simulation.Result`` objects; MLflow lives in
 ``fedcore.tracking.claims``.
 """
 
@@ -404,9 +404,9 @@ def experiments(spec: ClaimsSpec) -> dict[str, ExperimentConfig]:
 
 def evaluate(spec: ClaimsSpec, results: dict[str, Result],
              diverged: dict[str, str] | None = None) -> list[ClaimRow]:
-    """Judge every claim on ``results`` (by config hash; see :func:`experiments`), replaying the
+    """Judge every claim on ``results`` (by config hash; see ``experiments``), replaying the
     seed plan's looks: the claims of one paper are one family (Holm within it at 5 % over the
-    looks; :func:`fedcore.pipeline.families.decide`). A claim with a diverged run (``diverged``:
+    looks; ``fedcore.pipeline.families.decide``). A claim with a diverged run (``diverged``:
     config hash -> what diverged) gets no verdict and says which run diverged."""
     diverged = diverged or {}
     plan = spec.seed_plan

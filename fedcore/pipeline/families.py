@@ -4,7 +4,7 @@ A **family** is one paper's method (its reference row) against that paper's own 
 primary endpoint declared before anything runs. A **seed plan** runs seeds in looks (``looks:
 [3, 5, 8]`` seeds in all by each look). At look ``k`` of ``K`` every comparison still open is
 tested on its first ``n_k`` seeds with Holm's step-down over the family at ``alpha / K``
-(:func:`fedcore.pipeline.stats.family_test`); a comparison decided (better, worse, equivalent)
+(``fedcore.pipeline.stats.family_test``); a comparison decided (better, worse, equivalent)
 keeps its verdict and its row stops, unless another open comparison still needs it; the
 reference runs every seed that any open row runs, so comparisons stay paired.
 

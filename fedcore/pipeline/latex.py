@@ -1,9 +1,9 @@
 """What a paper can paste: a booktabs table per family and the statistics statement.
 
-:func:`family_latex` writes one family's rows (mean, half the interval shown, n, verdict) as a
+``family_latex`` writes one family's rows (mean, half the interval shown, n, verdict) as a
 LaTeX ``table`` holding a booktabs ``tabular``, bold only where the family's adjusted test says
 better, with a note naming the interval, the test, the correction and the family.
-:func:`statistics_statement` writes the paragraph the NeurIPS paper checklist asks for in its
+``statistics_statement`` writes the paragraph the NeurIPS paper checklist asks for in its
 item 7 (experiment statistical significance): what a seed varies, how many seeds, how the
 intervals were computed, the assumptions and their limits. Pure text; nothing is compiled.
 """
@@ -11,6 +11,7 @@ intervals were computed, the assumptions and their limits. Pure text; nothing is
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 
 import pandas as pd
@@ -91,7 +92,9 @@ def family_latex(
         r"    \bottomrule",
         r"  \end{tabular}",
         r"  \par\smallskip",
-        f"  \\parbox{{\\linewidth}}{{\\footnotesize {note}}}",
+        *textwrap.wrap(f"\\parbox{{\\linewidth}}{{\\footnotesize {note}}}", 86,
+                       initial_indent="  ", subsequent_indent="    ",
+                       break_long_words=False, break_on_hyphens=False),
         r"\end{table}",
     ]
     return "\n".join(lines) + "\n"

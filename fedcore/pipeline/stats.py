@@ -196,7 +196,7 @@ def seeds_for(difference: float, sd: float, level: float, power: float = POWER) 
 @dataclass(frozen=True)
 class Comparison:
     """One row against its family's reference on the same seeds (difference = reference - row
-    for a family; ``values - reference`` for :func:`compare`).
+    for a family; ``values - reference`` for ``compare``).
 
     ``interval``: the mean difference with its t-interval at ``1 - level`` (the level the
     family's correction gave this comparison, so that the interval excludes 0 exactly when the

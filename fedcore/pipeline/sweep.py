@@ -36,7 +36,7 @@ class SweepSpec:
     """A sweep's validated cells; ``tuning``: per method, the study its tuned rows come from
     (``craft_server_lr: 30 trials, seed 1000``); ``duplicates``: the grid points left out because
     an earlier cell has the same config (``label`` -> the cell's label that runs it);
-    ``families``: the comparisons it decides (:mod:`fedcore.pipeline.families`); ``plan``: its
+    ``families``: the comparisons it decides (``fedcore.pipeline.families``); ``plan``: its
     seeds and looks (None: the seeds its grid lists, one look)."""
 
     name: str

@@ -11,10 +11,10 @@ plain artifacts; `load_model` reads both layouts. The model's ``extra_files/glob
 also keeps its ``state_dict`` with what rebuilds it (model name or import path and kwargs, norm,
 input shape, classes, MOON's projection head).
 
-:func:`load_model` never unpickles: it reads ``extra_files/global.pt`` with
+``load_model`` never unpickles: it reads ``extra_files/global.pt`` with
 ``torch.load(weights_only=True)`` (tensors, numbers, strings, no code) and rebuilds the model
 from that record, a built-in name or an import path held to the kinds of
-:func:`fedcore.models.external.check_model_kind`, or loads the weights into the module given as
+``fedcore.models.external.check_model_kind``, or loads the weights into the module given as
 ``model=``. What it trusts is the code the record names (fedcore's, or a model package you
 installed), not the store's files. ``mlflow.pytorch.load_model`` on the same run does unpickle
 ``data/model.pth``: use it only on a store whose writers you trust.
