@@ -4,6 +4,12 @@ The workers share fedcore's process group, so a Ctrl-C in the terminal reaches t
 default a worker then closes at once and the cells on it fail mid-round. They ignore SIGINT
 instead: the sweep's stop reaches them through its Dask event (``flows.stopping``), and they
 end after the round in flight as the thread runner's cells do.
+
+At the end of a sweep a worker has to exit within the nanny's 4 seconds, else it is killed
+(a warning, and tracebacks of the connections it had open). Its exit used to be spent in the
+interpreter's last garbage collection over torch's, MLflow's and Prefect's objects (over 4 s
+on a busy 2-core machine); :func:`dask_teardown` skips that collection, as ``fedcore`` does
+at its own exit.
 """
 
 from __future__ import annotations
@@ -18,3 +24,19 @@ if TYPE_CHECKING:
 def dask_setup(worker: Worker) -> None:
     """Called in the worker process's main thread before it takes tasks."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import prefect  # noqa: F401  (sets up Prefect's console handler, which is then quieted)
+
+    from flows.console import quiet_console
+
+    quiet_console()
+
+
+def dask_teardown(worker: Worker) -> None:
+    """Called when the worker closes: its runs' ends are written, then every object is frozen,
+    so that the dying process does not walk them in a final garbage collection."""
+    import gc
+
+    from fedcore.tracking.mlflow_tracker import wait_for_runs
+
+    wait_for_runs()
+    gc.freeze()

@@ -13,7 +13,7 @@ from importlib.util import find_spec
 from fedcore.config import ConfigError
 
 EXTRA = "pipeline"
-INSTALL = f"pip install 'fedcore[{EXTRA}]'"
+INSTALL = f"pip install 'fedcore-fl[{EXTRA}]'"
 # The modules each command imports (import names, not distribution names).
 NEEDS = {
     "run": ("mlflow",),
