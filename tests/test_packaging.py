@@ -121,3 +121,26 @@ def test_configs_come_from_the_package_when_there_is_no_checkout(monkeypatch):
     assert config.config_dir() == config.PACKAGED_CONFIGS
     assert config.project_root() == Path.cwd()
     assert config.writable_config_dir() == Path.cwd() / "configs"  # never into the package
+
+
+def test_the_api_names_the_missing_extra_in_one_line():
+    code = BLOCKER.format(blocked=PIPELINE) + """
+from fedcore.api import load_config
+from fedcore.pipeline.extras import MissingExtraError
+for name in ("run_tracked", "sweep_runs", "load_model"):
+    try:
+        exec(f"from fedcore.api import {name}")
+    except MissingExtraError as exc:
+        print(exc)
+from fedcore.api import run_tracked
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 1
+    assert out.stdout.splitlines() == [
+        f"fedcore.api.{name} needs the pipeline extra (missing: mlflow); install it with "
+        "pip install 'fedcore-fl[pipeline]'"
+        for name in ("run_tracked", "sweep_runs", "load_model")]
+    last = out.stderr.strip().splitlines()[-1]  # what a script that imports it shows last
+    assert last.startswith("fedcore.pipeline.extras.MissingExtraError: fedcore.api.run_tracked "
+                           "needs the pipeline extra")
