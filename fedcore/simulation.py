@@ -31,7 +31,7 @@ from fedcore.engines import sequential
 from fedcore.layout import flat_params, load_flat_params
 from fedcore.limits import shown
 from fedcore.metrics import client_stat_metrics, conflict_fraction, per_sample_eval
-from fedcore.models.external import ModelArg, config_with_model
+from fedcore.models.external import ModelArg, config_with_model, is_opaque, with_initial_weights
 from fedcore.models.protocol import REPR_METRICS, has_embedding
 from fedcore.round_context import RoundContext
 from fedcore.samplers import Population
@@ -125,6 +125,8 @@ class Simulation:
         self.device = resolve_device(device or cfg.device)
         self.data = data or build_federated_data(cfg.dataset, cfg.seed, self.device, cfg.clients)
         parts = compose.build(cfg, self.data, self.device, model)
+        if is_opaque(model):  # a lambda, closure, bound method: recorded by what it built
+            self.cfg = cfg = with_initial_weights(cfg, parts.model)
         self.byzantine = parts.byzantine
         self.client_algo = parts.client_algo
         self.model = parts.model
