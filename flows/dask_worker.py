@@ -24,11 +24,12 @@ if TYPE_CHECKING:
 def dask_setup(worker: Worker) -> None:
     """Called in the worker process's main thread before it takes tasks."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import prefect  # noqa: F401  (sets up Prefect's console handler, which is then quieted)
+    from prefect.logging.configuration import ensure_logging_setup
 
     from flows.console import quiet_console
 
-    quiet_console()
+    ensure_logging_setup()  # Prefect's console handler, set up now (later only updated)
+    quiet_console()  # then quieted: a cell's "Finished in state Completed()" stays off it
 
 
 def dask_teardown(worker: Worker) -> None:

@@ -76,9 +76,39 @@ def test_a_small_dask_sweep_of_mappings_succeeds_quietly_with_progress(tmp_path)
     noisy = [line for line in text.splitlines() if any(n in line for n in NOISE)]
     assert not noisy, noisy
     assert not re.search(r"\| INFO +\| distributed\.", text)  # Dask's connection log
+    assert not re.search(r"Task run '.*' - Finished in state Completed", text)  # per cell: once
     assert re.search(r"Flow run 'sweep-quiet-\d{8}-\d{6}'", text)  # a readable flow-run name
     progress = re.findall(r"\[(\d)/2\] finished (fedprox-digits-a0\.1-s0 algorithm=fedprox "
                           r"mu=0\.0?1) \| \d\d:\d\d elapsed, ETA \d\d:\d\d, +[\d.]+(s/cell|cell/s)",
                           text)
     assert sorted(p[0] for p in progress) == ["1", "2"], text[-3000:]
     print(f"{len(text.splitlines())} lines")
+
+
+def test_a_long_description_is_cut_to_mlflows_limit_and_kept_whole_as_an_artifact():
+    """MLflow truncates a tag over 8,000 characters with a warning (the main job's 123-cell
+    table did); fedcore cuts it at a line and logs the whole text as an artifact."""
+    from fedcore.tracking.parents import NOTE_LIMIT, NOTE_TAG, set_description
+
+    class Client:
+        def __init__(self) -> None:
+            self.tags: dict[str, str] = {}
+            self.texts: dict[str, str] = {}
+
+        def set_tag(self, run_id: str, key: str, value: str) -> None:
+            self.tags[key] = value
+
+        def log_text(self, run_id: str, text: str, name: str) -> None:
+            self.texts[name] = text
+
+    table = "\n".join(f"| cell {i} | finished | 0.{i:04d} |" for i in range(600))
+    client = Client()
+    set_description(client, "run", table)  # type: ignore[arg-type]
+    note = client.tags[NOTE_TAG]
+    assert NOTE_LIMIT == 8000 and len(note) <= NOTE_LIMIT
+    assert note.endswith("lines; in full: artifact description.md)")
+    assert "| cell 0 |" in note and table.startswith(note.split("\n\n(cut")[0])
+    assert client.texts == {"description.md": table}
+    short = Client()
+    set_description(short, "run", "| a |")  # type: ignore[arg-type]
+    assert short.tags == {NOTE_TAG: "| a |"} and not short.texts
