@@ -38,8 +38,12 @@ _TRACKING = {
 
 
 def __getattr__(name: str) -> Any:
-    """The MLflow-backed functions, imported when first asked for."""
+    """The MLflow-backed functions, imported when first asked for; without the pipeline extra,
+    a one-line :class:`~fedcore.pipeline.extras.MissingExtraError` naming it."""
     if name in _TRACKING:
+        from fedcore.pipeline.extras import require_modules
+
+        require_modules(f"fedcore.api.{name}", ("mlflow",))
         return getattr(importlib.import_module(_TRACKING[name]), name)
     raise AttributeError(f"module 'fedcore.api' has no attribute {name!r}")
 

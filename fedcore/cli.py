@@ -167,7 +167,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 1
     print()
     print_table(
-        rows, ["status", "final/accuracy", "final/accuracy_worst10", "auc/accuracy", "cell"]
+        rows, ["status", "final/accuracy", "final/accuracy_worst10", "auc/accuracy", "run_name"]
     )
     return 1 if any(r["status"] == "failed" for r in rows) else 0
 

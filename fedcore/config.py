@@ -39,6 +39,9 @@ SYNTHETIC_DATASETS = ("synthetic_cifar10",)  # generated from the seed (fedcore.
 NATURAL_DATASETS = ("femnist",)  # datasets with per-sample owner ids (partition=natural)
 MODELS = ("mlp", "cnn", "smallcnn", "resnet20", "resnet56", "resnet110")
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # package.module:Name
+# A model factory passed from Python that no import path names (a lambda, a closure, a bound
+# method): ``module:qualname`` with Python's <lambda>/<locals> parts (fedcore.models.external).
+GIVEN_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[\w.<>]*<[\w.<>]*$")
 
 
 UNHASHED = ("checkpoint_every", "checkpoint_dir")  # cannot change a run's numbers
@@ -174,12 +177,14 @@ class ModelConfig(_Recorded):
     norm: Literal["batch", "group"] = "batch"
     kwargs: dict[str, Any] = Field(default_factory=dict)  # import paths only
     code: str | None = None  # set by fedcore: digest of the defining file, package version
-    weights: str | None = None  # set by fedcore: initial weights of an instance from Python
+    # set by fedcore: initial weights of an instance, or of what a factory without an import
+    # path (a lambda, a closure, a bound method) built, passed from Python
+    weights: str | None = None
 
     @field_validator("name")
     @classmethod
     def _known(cls, name: str) -> str:
-        if name not in MODELS and not IMPORT_PATH.match(name):
+        if name not in MODELS and not IMPORT_PATH.match(name) and not GIVEN_FACTORY.match(name):
             raise ValueError(
                 f"unknown {name!r}; allowed: {', '.join(MODELS)}, or an nn.Module class or "
                 "factory by import path (package.module:Name)"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,10 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
     method = tree.get("method", "fedavg")
     if isinstance(method, str):
         tree["method"] = load_method(method)
-    elif not isinstance(method, dict):
+        origin = f"method {limits.shown(method)}"
+    elif isinstance(method, dict):
+        origin = "the config's method block"
+    else:
         raise ConfigError("method: expected a method name or a mapping")
     for key, value in method_over.items():
         set_dotted(tree, key, value)
@@ -74,7 +78,7 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
         cfg = ExperimentConfig.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
-    _validate_method(cfg)
+    _validate_method(cfg, Inherited(origin, frozenset(method_over)))
     from fedcore.callbacks.configured import resolve_callbacks
 
     cfg.callbacks = resolve_callbacks(cfg.callbacks)
@@ -110,9 +114,31 @@ def load_config(
     return build_config(raw, overrides)
 
 
-def _validate_method(cfg: ExperimentConfig) -> None:
+@dataclass(frozen=True)
+class Inherited:
+    """Where a method's blocks came from (``method fedavg``) and the ``method.*`` keys that
+    overrides set, to say which keys a component was given without the user writing them."""
+
+    origin: str = "the method"
+    overridden: frozenset[str] = frozenset()
+
+    def unknown_key(self, prefix: str, key: str, name: str, field: str,
+                    allowed: list[str]) -> str | None:
+        """The error for ``prefix.field``, unknown to component ``name``, when the user only
+        swapped the component (``prefix.key=name``) and ``field`` came with the block."""
+        if (f"{prefix}.{key}" not in self.overridden or prefix in self.overridden
+                or f"{prefix}.{field}" in self.overridden):
+            return None
+        return (f"{prefix}.{field}: not a key of {key} {name}; it came with the "
+                f"{prefix.split('.')[-1]} block of {self.origin} (only {prefix}.{key} was "
+                f"overridden); allowed: {', '.join(allowed)}; set the whole block instead, "
+                f"e.g. {prefix}={{{key}: {name}}}")
+
+
+def _validate_method(cfg: ExperimentConfig, inherited: Inherited | None = None) -> None:
     """Resolve each axis's component by name and replace its spec by the validated one (the
-    compression mapping split into the compressor's and the error-feedback variant's keys)."""
+    compression mapping split into the compressor's and the error-feedback variant's keys);
+    ``inherited`` names where a key that the component lacks came from."""
     from fedcore.axes import AXES
     from fedcore.samplers import resolve_sampler
     from fedcore.stages.compression_spec import resolve_compression
@@ -143,7 +169,12 @@ def _validate_method(cfg: ExperimentConfig) -> None:
         except KeyError as exc:
             raise ConfigError(f"{prefix}.{registry.key}: {exc}") from None
         except ValidationError as exc:
-            raise ConfigError(_one_line(exc, prefix, component.HParams)) from None
+            err = exc.errors()[0]
+            message = None
+            if err["type"] == "extra_forbidden" and inherited is not None:
+                message = inherited.unknown_key(prefix, registry.key, name, str(err["loc"][0]),
+                                                [registry.key, *component.HParams.model_fields])
+            raise ConfigError(message or _one_line(exc, prefix, component.HParams)) from None
         setattr(method, field_name, {registry.key: name, **hp.model_dump(mode="json")})
 
 

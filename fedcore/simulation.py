@@ -23,7 +23,7 @@ from fedcore.data.federated import FederatedData
 from fedcore.data.holdout import held_out_clients, training_clients
 from fedcore.engines import sequential
 from fedcore.layout import flat_params
-from fedcore.models.external import ModelArg
+from fedcore.models.external import ModelArg, is_opaque, with_initial_weights
 from fedcore.models.protocol import REPR_METRICS, has_embedding
 from fedcore.records import Result, RoundRecord, RunView
 from fedcore.round_context import RoundContext
@@ -56,6 +56,8 @@ class Simulation:
         callbacks by name (None turns one off; ``fedcore.callbacks.chain.BUILTINS``)."""
         parts = compose.assemble(cfg, data, device, model)
         self.cfg, self.device, self.data = parts.cfg, parts.device, parts.data
+        if is_opaque(model):  # a lambda, closure, bound method: recorded by what it built
+            self.cfg = with_initial_weights(self.cfg, parts.model)
         self.callbacks = list(callbacks)
         self.builtins = callback_chain.builtins(self.cfg.target_accuracy, builtins,
                                                 self.cfg.last_k)

@@ -1,4 +1,5 @@
-"""The Prefect artifact of a sweep or study flow run: its result table with links to MLflow."""
+"""The Prefect artifact of a sweep or study flow run: links to the MLflow parent run and
+training view first, the result table, then a link to each child run."""
 
 from __future__ import annotations
 
@@ -26,10 +27,9 @@ def links_markdown(
     ]
     children = [r for r in rows if r.get("run_id")]
     if children:
-        lines.append("Child runs: " + " · ".join(
-            f"[{r.get(label, r['run_id'][:8])}]({run_url(settings, exp_id, r['run_id'])})"
-            for r in children
-        ))
+        lines.append("Child runs:")
+        lines += [f"- [{r.get(label, r['run_id'][:8])}]({run_url(settings, exp_id, r['run_id'])})"
+                  for r in children]
     return "\n".join(lines)
 
 
@@ -41,10 +41,12 @@ def publish_table(
     rows: list[dict[str, Any]],
     label: str = "cell",
 ) -> str:
-    """Create the flow run's markdown artifact (table + MLflow links); returns its Markdown."""
+    """Create the flow run's markdown artifact (MLflow links, the table, the child runs'
+    links); returns its Markdown."""
     from prefect.artifacts import create_markdown_artifact
 
-    markdown = table + "\n\n" + links_markdown(settings, parent_run_id, rows, label)
+    head, _, children = links_markdown(settings, parent_run_id, rows, label).partition("\n\n")
+    markdown = head + "\n\n" + table + ("\n\n" + children if children else "")
     create_markdown_artifact(
         markdown=markdown, key=artifact_key(key), description="results and MLflow runs"
     )

@@ -10,9 +10,10 @@ import flows  # noqa: F401  (offline environment before Prefect starts its serve
 from fedcore.config import config_dir, parse_overrides
 from fedcore.pipeline.claims import load_claims, markdown
 from fedcore.tracking.claims import run_claims_tracked
+from flows.run_names import claims_run_name
 
 
-@flow(name="claims", log_prints=True)
+@flow(name="claims", flow_run_name=claims_run_name, log_prints=True)
 def claims(claims_file: str | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
     """Run CLAIMS_FILE (default configs/claims.yaml) as one MLflow parent run; print the table.
 

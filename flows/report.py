@@ -11,9 +11,10 @@ import flows  # noqa: F401  (offline environment before Prefect starts its serve
 from fedcore.config import parse_overrides, project_root
 from fedcore.pipeline.sweep import load_sweep
 from fedcore.tracking.report import build_report, sweep_parent_run
+from flows.run_names import report_run_name
 
 
-@flow(name="report", log_prints=True)
+@flow(name="report", flow_run_name=report_run_name, log_prints=True)
 def report(
     sweep_file: str, overrides: list[str] | None = None, out_dir: str | None = None,
     any_code: bool = False, reference: str = "fedavg",

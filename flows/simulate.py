@@ -9,9 +9,10 @@ from prefect import flow
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
 from fedcore.configure import load_config
 from fedcore.tracking.runner import run_tracked
+from flows.run_names import simulate_run_name
 
 
-@flow(name="simulate", log_prints=True)
+@flow(name="simulate", flow_run_name=simulate_run_name, log_prints=True)
 def simulate(
     config: str | None = None, overrides: list[str] | None = None, parent_run_id: str | None = None
 ) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import uuid
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from prefect import State, flow, task
+from prefect.futures import as_completed
 from pydantic import Field
 
 import flows  # noqa: F401  (offline environment before Prefect starts its server)
@@ -24,6 +25,9 @@ from fedcore.tracking.names import cell_identities, parent_name
 from fedcore.tracking.parents import log_source, sweep_summary
 from fedcore.tracking.runner import finished_run, finishing, other_code_note, run_tracked
 from flows.artifacts import publish_table
+from flows.console import quiet_console
+from flows.progress import Progress
+from flows.run_names import sweep_run_name
 from flows.runners import (
     GPU_TAG,
     check_runner,
@@ -39,6 +43,7 @@ from flows.stopping import hold_sigterm, relay_stop_to_dask, stopped_state, watc
 if TYPE_CHECKING:
     from prefect import Task
     from prefect.client.schemas.objects import TaskRun
+    from prefect.futures import PrefectFuture
 
 
 def _retry_unless_diverged(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
@@ -139,6 +144,23 @@ def _simulate_cell(
     return {"run_id": run_id, "status": "finished", **result.summary}
 
 
+def _row(cell: Cell, future: PrefectFuture[Any]) -> dict[str, Any]:
+    """A finished cell's row: its label, status and summary metrics (or its error)."""
+    future.wait()
+    state = future.state
+    if state.is_completed():
+        return {"cell": cell.label, **future.result()}
+    if state.is_cancelled() and stopping.requested():
+        return {"cell": cell.label, "status": "stopped"}
+    return {"cell": cell.label, "status": "failed", "error": str(state.message or state.name)}
+
+
+def task_run_name(identity: dict[str, str]) -> str:
+    """The cell's run name as Prefect's ``task_run_name``, which Prefect formats with the
+    task's parameters: braces are doubled so that they are printed, not looked up."""
+    return identity["run_name"].replace("{", "{{").replace("}", "}}")
+
+
 def where() -> str:
     """This process as a cell's error names it: its Dask worker's address, else its host."""
     try:
@@ -170,7 +192,7 @@ def parent_run(spec: SweepSpec, settings: TrackingSettings | None = None) -> str
     return run_id
 
 
-@flow(name="sweep", log_prints=True)
+@flow(name="sweep", flow_run_name=sweep_run_name, log_prints=True)
 def sweep(
     sweep_file: Annotated[str, Field(description="the sweep YAML ({name, base, grid, set})")],
     overrides: Annotated[
@@ -210,6 +232,7 @@ def sweep(
         reuse_other_code: also skip cells whose FINISHED run was made by other code.
     """
     hold_sigterm()
+    quiet_console()
     check_runner(runner, max_workers, dask_address, cells_per_gpu)
     spec = load_sweep(sweep_file, parse_overrides(overrides or []))
     settings = load_settings()
@@ -243,7 +266,7 @@ def sweep(
         return stopped_state(f"sweep {spec.name}")
     failed = sum(r["status"] == "failed" for r in rows)
     table = sweep_summary(client, parent, spec.name, rows)
-    publish_table(f"sweep-{spec.name}", table, settings, parent, rows)
+    publish_table(f"sweep-{spec.name}", table, settings, parent, rows, label="run_name")
     client.set_terminated(parent, "FAILED" if failed else "FINISHED")
     return rows
 
@@ -311,7 +334,7 @@ def _run_cells(
             (
                 cell,
                 task_runner.submit(
-                    simulate_cell.with_options(task_run_name=cell.label),
+                    simulate_cell.with_options(task_run_name=task_run_name(identity)),
                     {
                         "resolved": cell.config.resolved(),
                         "parent_run_id": parent,
@@ -329,20 +352,13 @@ def _run_cells(
             )
             for cell, identity in zip(cells, identities, strict=True)
         ]
-        for cell, future in futures:
-            future.wait()
-            state = future.state
-            if state.is_completed():
-                rows.append({"cell": cell.label, **future.result()})
-            elif state.is_cancelled() and stopping.requested():
-                rows.append({"cell": cell.label, "status": "stopped"})
-            else:
-                rows.append(
-                    {
-                        "cell": cell.label,
-                        "status": "failed",
-                        "error": str(state.message or state.name),
-                    }
-                )
-            print(f"[{rows[-1]['status']}] {cell.label}")
+        index: dict[PrefectFuture[Any], int] = {f: i for i, (_, f) in enumerate(futures)}
+        progress = Progress(len(futures))
+        done: dict[int, dict[str, Any]] = {}
+        for future in as_completed([f for _, f in futures]):
+            i = index[future]
+            done[i] = {**_row(cells[i], future), "run_name": identities[i]["run_name"]}
+            error = f": {done[i]['error']}" if "error" in done[i] else ""
+            print(progress.line(done[i]["status"], identities[i]["run_name"] + error))
+    rows = [done[i] for i in range(len(futures))]
     return rows

@@ -22,6 +22,7 @@ from fedcore.tuning.results import describe, finish_parent, trials_markdown
 from fedcore.tuning.spec import StudySpec, load_study
 from fedcore.tuning.study import ask_trial, open_study, run_trial, study_parent_run
 from flows.artifacts import publish_table
+from flows.run_names import tune_run_name
 from flows.stopping import hold_sigterm, stopped_state
 
 
@@ -40,7 +41,7 @@ def trial_task(
         return {"state": "SKIPPED"}
 
 
-@flow(name="tune", log_prints=True)
+@flow(name="tune", flow_run_name=tune_run_name, log_prints=True)
 def tune(
     study_file: Annotated[
         str, Field(description="a study YAML (configs/studies/*.yaml) or a shipped study name")

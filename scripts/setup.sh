@@ -26,6 +26,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "setup: warning: $(free_mb) MB free in $(pwd); the install needs about $NEED_MB MB." >&2
   fi
   pip_install --upgrade pip
+  # the distribution was called fedcore before it became fedcore-fl: drop the old one's files
+  .venv/bin/python -m pip uninstall --yes --quiet fedcore > /dev/null 2>&1 || true
   pip_install -e ".[dev,pipeline]"
   .venv/bin/python -c "import fedcore, torch, mlflow, prefect"
   echo "$want" > "$stamp"

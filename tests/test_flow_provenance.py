@@ -5,6 +5,7 @@ and typed deployment parameters that the server refuses when bad."""
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -42,13 +43,15 @@ def test_sweep_flow_names_tasks_publishes_artifact_and_links_runs(prefect_harnes
     assert [r["status"] for r in rows] == ["finished", "finished"]
 
     with get_client(sync_client=True) as client:
+        flow_run = client.read_flow_run(flow_run_id)
         tasks = client.read_task_runs(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
         )
         artifacts = client.read_artifacts(
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
         )
-    assert sorted(t.name for t in tasks) == ["method=fedavg", "method=fedavgm"]
+    assert sorted(t.name for t in tasks) == ["fedavg-digits-a0.1-s0", "fedavgm-digits-a0.1-s0"]
+    assert re.fullmatch(r"sweep-linked-\d{8}-\d{6}", flow_run.name)  # not a random name
     assert len(artifacts) == 1 and artifacts[0].type == "markdown"
     assert artifacts[0].key == "sweep-linked"
 
@@ -56,13 +59,14 @@ def test_sweep_flow_names_tasks_publishes_artifact_and_links_runs(prefect_harnes
     exp = mlflow.get_experiment_by_name(tracking.experiment).experiment_id
     parent = mlflow.search_runs([exp], "tags.`fedcore.role` = 'sweep'")[0]
     markdown = artifacts[0].data
+    assert markdown.startswith("**MLflow**: [parent run]")  # the links first
     assert f"#/experiments/{exp}/runs/{parent.info.run_id}" in markdown
     assert "workflowType=machine_learning" in markdown
     assert parent.info.run_name.startswith("sweep-linked-20")  # one per invocation
     for row in rows:
         assert (f"#/experiments/{exp}/runs/{row['run_id']}?workflowType=machine_learning"
                 in markdown)
-        assert row["cell"] in markdown
+        assert f"- [{row['run_name']}](" in markdown
         child = mlflow.get_run(row["run_id"])
         method = row["cell"].removeprefix("method=")
         assert child.info.run_name == f"{method}-digits-a0.1-s0"

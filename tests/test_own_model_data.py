@@ -155,6 +155,79 @@ def test_factory_from_python_is_called_under_the_seed_and_recorded_by_its_path()
     assert not torch.equal(first.params, reseeded.params)
 
 
+def sized_net(in_shape, num_classes, hidden=8):
+    return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(in_shape)), hidden), nn.ReLU(),
+                         nn.Linear(hidden, num_classes))
+
+
+def _make(hidden):
+    def net(in_shape, num_classes):
+        return sized_net(in_shape, num_classes, hidden)
+    return net
+
+
+class Maker:
+    def __init__(self, hidden: int) -> None:
+        self.hidden = hidden
+
+    def build(self, in_shape, num_classes):
+        return sized_net(in_shape, num_classes, self.hidden)
+
+    def __call__(self, in_shape, num_classes):
+        return sized_net(in_shape, num_classes, self.hidden)
+
+
+def test_any_callable_factory_runs_reproducibly_and_is_recorded_truthfully():
+    import functools
+
+    x, y = _blobs(n=60)
+    data = federate(x, y, num_clients=3, partition="iid")
+    cfg = load_config(None, ["rounds=1", "clients_per_round=2"])
+    here = __name__
+    factories = {  # factory -> (model.name, model.kwargs, rebuilt from the config)
+        "lambda": (lambda in_shape, num_classes: sized_net(in_shape, num_classes),
+                   f"{here}:test_any_callable_factory_runs_reproducibly_and_is_recorded_"
+                   "truthfully.<locals>.<lambda>", {}),
+        "closure": (_make(8), f"{here}:_make.<locals>.net", {}),
+        "partial": (functools.partial(sized_net, hidden=8), f"{here}:sized_net", {"hidden": 8}),
+        "partial args": (functools.partial(sized_net, (8,)), f"{here}:sized_net<partial>", {}),
+        "bound method": (Maker(8).build, f"{here}:Maker.build<bound>", {}),
+        "callable object": (Maker(8), f"{here}:Maker<instance>", {}),
+    }
+    runs = {}
+    for kind, (factory, name, kwargs) in factories.items():
+        sims = [Simulation(cfg, data=data, model=factory) for _ in range(2)]
+        model = sims[0].cfg.model
+        assert (model.name, model.kwargs) == (name, kwargs), kind
+        assert model.code is not None and model.code.startswith("file sha256:"), kind
+        assert (model.weights is None) == (kind == "partial"), kind  # else: what it built
+        assert sims[0].cfg.config_hash() == sims[1].cfg.config_hash(), kind
+        results = [s.run() for s in sims]
+        accuracies = [[h.get("test/accuracy") for h in r.history] for r in results]
+        assert accuracies[0] == accuracies[1], kind  # the same numbers
+        runs[kind] = sims[0].cfg
+    # the same initial weights (hidden=8 under seed 0): one weights digest for all opaque kinds
+    assert len({c.model.weights for k, c in runs.items() if k != "partial"}) == 1
+    wider = Simulation(cfg, data=data, model=_make(16)).cfg
+    assert wider.model.name == runs["closure"].model.name
+    assert wider.config_hash() != runs["closure"].config_hash()  # another architecture
+    # the partial's record rebuilds it; a lambda's is refused without the lambda, in one line
+    rebuilt = Simulation(load_config(None, ["rounds=1", "clients_per_round=2",
+                                            f"model.name={here}:sized_net",
+                                            "model.kwargs={hidden: 8}"]), data=data)
+    assert torch.equal(rebuilt.params, Simulation(cfg, data=data,
+                                                  model=factories["partial"][0]).params)
+    resolved = runs["lambda"].resolved()
+    refused = r"^model.name: '.*<lambda>' is a factory that was passed from Python .* " \
+        r"Simulation\(cfg, model=\.\.\.\)$"
+    with pytest.raises(ConfigError, match=refused):
+        Simulation(load_config(None, [f"model.name={resolved['model']['name']}",
+                                      "rounds=1", "clients_per_round=2"]), data=data)
+    with pytest.raises(ConfigError, match=r"^model: expected an nn.Module, a class or a factory "
+                                          r"\(got int\)$"):
+        Simulation(cfg, data=data, model=3)  # type: ignore[arg-type]
+
+
 def _shipped_hashes() -> set[str]:
     from fedcore.pipeline.sweep import load_sweep
 

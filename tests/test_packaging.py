@@ -40,20 +40,26 @@ def wheel(tmp_path_factory) -> Path:
         else:
             src.mkdir(exist_ok=True)
             shutil.copy(path, src / name)
+    for folder in ("methods", "experiments"):  # what `fedcore tune --best` leaves in configs/
+        (src / "configs" / folder / "mystudy_best.yaml").write_text(
+            "# Written by `fedcore tune --best`.\nname: mystudy_best\n")
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "--no-index", "-q", "-w", str(tmp / "dist"), str(src)],
                    check=True, capture_output=True, text=True)
     print(f"wheel built in {time.perf_counter() - start:.1f} s")
-    (found,) = (tmp / "dist").glob("fedcore-*.whl")
+    (found,) = (tmp / "dist").glob("fedcore_fl-*.whl")  # the distribution fedcore-fl
     return found
 
 
 def test_wheel_ships_every_config_and_runs_its_default_outside_a_checkout(wheel, tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = {f"fedcore/_configs/{p.relative_to(ROOT / 'configs')}"
-               for p in (ROOT / "configs").rglob("*") if p.suffix in (".yaml", ".md")}
+               for p in (ROOT / "configs").rglob("*") if p.suffix in (".yaml", ".md")
+               and "fedcore tune --best" not in p.read_text()}
     assert shipped and shipped <= names, sorted(shipped - names)[:5]
+    for folder in ("methods", "experiments"):  # results of tune --best stay local
+        assert f"fedcore/_configs/{folder}/mystudy_best.yaml" not in names
     assert "fedcore/data/digits.npz" in names
     assert not any(n.startswith("configs/") for n in names)  # only inside the package
     site = tmp_path / "site"
@@ -98,9 +104,9 @@ assert not loaded, loaded
     assert "not recorded  method=fedavg" in out.stdout
     lines = out.stderr.splitlines()
     assert ("fedcore: note: this run is not recorded (MLflow is not installed; "
-            "pip install 'fedcore[pipeline]' records runs)") in lines
+            "pip install 'fedcore-fl[pipeline]' records runs)") in lines
     assert ("fedcore: error: fedcore sweep needs the pipeline extra (missing: mlflow, prefect, "
-            "dask, distributed, prefect_dask); install it with pip install 'fedcore[pipeline]'"
+            "dask, distributed, prefect_dask); install it with pip install 'fedcore-fl[pipeline]'"
             ) in lines
     assert any(line.startswith("fedcore: error: fedcore tune needs the pipeline extra")
                for line in lines)
@@ -115,3 +121,26 @@ def test_configs_come_from_the_package_when_there_is_no_checkout(monkeypatch):
     assert config.config_dir() == config.PACKAGED_CONFIGS
     assert config.project_root() == Path.cwd()
     assert config.writable_config_dir() == Path.cwd() / "configs"  # never into the package
+
+
+def test_the_api_names_the_missing_extra_in_one_line():
+    code = BLOCKER.format(blocked=PIPELINE) + """
+from fedcore.api import load_config
+from fedcore.pipeline.extras import MissingExtraError
+for name in ("run_tracked", "sweep_runs", "load_model"):
+    try:
+        exec(f"from fedcore.api import {name}")
+    except MissingExtraError as exc:
+        print(exc)
+from fedcore.api import run_tracked
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 1
+    assert out.stdout.splitlines() == [
+        f"fedcore.api.{name} needs the pipeline extra (missing: mlflow); install it with "
+        "pip install 'fedcore-fl[pipeline]'"
+        for name in ("run_tracked", "sweep_runs", "load_model")]
+    last = out.stderr.strip().splitlines()[-1]  # what a script that imports it shows last
+    assert last.startswith("fedcore.pipeline.extras.MissingExtraError: fedcore.api.run_tracked "
+                           "needs the pipeline extra")

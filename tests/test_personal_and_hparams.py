@@ -174,3 +174,21 @@ def test_misbehaving_clients_take_the_data_part_out_of_paper_and_default():
     attacked = build_config({}, {"clients.byzantine_fraction": 0.2})
     assert regime(build_config({}, {}).resolved()).data == "default"
     assert regime(attacked.resolved()).data == "other"
+
+
+def test_a_tune_best_recipe_never_labels_a_run_it_did_not_make(tmp_path, monkeypatch):
+    """``tune --best`` writes experiments/<study>_best.yaml; when its local block equals the
+    defaults it would match every default run, which then read ``<study>_best recipe``."""
+    import shutil
+
+    from fedcore.pipeline.hparams import TUNE_BEST_MARK, local_label, regime_tags
+
+    shutil.copytree(config_dir(), tmp_path / "configs")
+    best = build_config({"model": {"name": "mlp"}}).resolved()  # its local block: the defaults
+    best["method"]["name"] = "fedquad_margins_best"
+    (tmp_path / "configs" / "experiments" / "fedquad_margins_best.yaml").write_text(
+        f"# {TUNE_BEST_MARK}.\n" + yaml.safe_dump(best, sort_keys=False))
+    monkeypatch.setenv("FEDCORE_HOME", str(tmp_path))
+    plain = load_config(None, ["method=fedavg", "model.name=mlp"]).resolved()
+    assert local_label(plain) == "default"
+    assert regime_tags(plain)["hparams_local"] == "default"

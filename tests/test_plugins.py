@@ -146,6 +146,23 @@ def test_bad_components_are_one_line_errors(site, capsys, override, message):
     assert len(err.splitlines()) == 1
 
 
+def test_a_lone_rule_override_names_the_rule_and_where_an_unknown_key_came_from(site, capsys):
+    from fedcore.cli import main
+
+    assert main(["run", f"method.aggregator.rule={PKG}.rules:ClipAvg"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"fedcore: error: method.aggregator.server_lr: not a key of rule {PKG}.rules:ClipAvg; it "
+        "came with the aggregator block of method 'fedavg' (only method.aggregator.rule was "
+        "overridden); allowed: rule, clip; set the whole block instead, e.g. "
+        f"method.aggregator={{rule: {PKG}.rules:ClipAvg}}")
+    with pytest.raises(ConfigError, match=r"^method\.aggregator\.granularity: not a key of rule "
+                                          r"krum; it came with the aggregator block of method "
+                                          r"'craft' "):
+        load_config(None, ["method=craft", "method.aggregator.rule=krum"])
+    with pytest.raises(ConfigError, match=r"^method\.aggregator\.bogus: unknown key; allowed: "):
+        load_config(None, ["method.aggregator.rule=krum", "method.aggregator.bogus=1"])
+
+
 def test_entry_points_and_import_paths_resolve_with_typed_hparams(site):
     assert "clipavg" in AGG.names() and "smoothce" in CLIENTS.names()
     with pytest.raises(ConfigError, match=r"allowed: .*brokenrule, clipavg, config, .*"

@@ -29,7 +29,7 @@ def test_run_records_code_libraries_host_user_and_device(tracking):
     tags = MlflowClient(tracking.tracking_uri).get_run(run_id).data.tags
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                           text=True, check=True).stdout.strip()
-    assert tags["mlflow.source.git.commit"] == head
+    assert tags["mlflow.source.git.commit"] == tags["fedcore.git.commit"] == head
     assert tags["fedcore.git.dirty"] in ("true", "false")
     assert tags["mlflow.source.name"] == str(ROOT)
     assert tags["mlflow.user"] and tags["mlflow.source.type"] == "LOCAL"
@@ -195,3 +195,37 @@ def test_round_axes_have_integer_ticks(tmp_path):
     ticks = [t for t in ax.get_xticks() if 1 <= t <= 4]
     assert ticks and all(float(t).is_integer() for t in ticks)
     plt.close(fig)
+
+
+def test_a_library_run_records_the_users_script_and_its_commit(tmp_path):
+    """`python train.py` calling fedcore: MLflow's Source is train.py and its Version the
+    commit of train.py's repository; fedcore's own commit has its own tag."""
+    import os
+    import sys
+
+    repo = tmp_path / "myproject"
+    repo.mkdir()
+    script = repo / "train.py"
+    script.write_text(
+        "from fedcore.api import load_config, run_tracked\n"
+        f"run_id, _ = run_tracked(load_config(None, {TINY!r}))\n"
+        "print('RUN', run_id)\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "train.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "train"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": uri,
+           "FEDCORE_ARTIFACT_LOCATION": str(tmp_path / "artifacts")}
+    out = subprocess.run([sys.executable, str(script)], cwd=repo, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run_id = out.stdout.split("RUN ")[-1].strip()
+    tags = MlflowClient(uri).get_run(run_id).data.tags
+    assert tags["mlflow.source.name"] == str(script.resolve())
+    assert tags["mlflow.source.git.commit"] == commit
+    fedcore_head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+    assert tags["fedcore.git.commit"] == fedcore_head

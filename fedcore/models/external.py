@@ -12,6 +12,18 @@ the run's seeded generator, so its initial weights follow from the seed. An inst
 given (a deep copy), its initial weights recorded as ``model.weights``. ``model.code`` records
 the digest of the file that defines the class or factory and the version of the distribution
 named like its top-level package.
+
+What the config records of a factory passed from Python:
+
+- a class or a function defined at a module's top level: ``model.name`` is its import path;
+- ``functools.partial(f, key=value, ...)`` of such an ``f``, keyword arguments only, plain values:
+  ``model.name`` is ``f``'s path and ``model.kwargs`` the keywords (the config rebuilds it);
+- anything else callable (a lambda, a closure, a bound method, a callable object, a partial
+  with positional arguments): ``model.name`` is its ``module:qualname`` as Python spells it
+  (``__main__:<lambda>``, ``train:make.<locals>.net``; ``<bound>``, ``<instance>``,
+  ``<partial>`` mark the other kinds), which no import reaches, and ``model.weights`` the
+  digest of the initial weights it built under the run's seed, so the config hash tells two
+  such factories apart when their models differ in architecture or initial weights.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ import copy
 import functools
 import hashlib
 import inspect
+import re
 import sys
 import typing
 from collections.abc import Callable
@@ -29,7 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedcore.config import IMPORT_PATH, ConfigError, ExperimentConfig
+from fedcore.config import GIVEN_FACTORY, IMPORT_PATH, ConfigError, ExperimentConfig
 
 ModelFactory = Callable[..., nn.Module]
 ModelArg = nn.Module | ModelFactory
@@ -88,7 +101,7 @@ def path_of(obj: Any) -> str:
 def code_record(obj: Any) -> str:
     """Which code defines ``obj``: the sha256 of its source file (16 hex characters) and the
     version of the installed distribution named like its top-level package, when there is one."""
-    module = sys.modules.get(obj.__module__)
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
     try:
         source = inspect.getsourcefile(module) if module is not None else None
     except TypeError:
@@ -99,7 +112,7 @@ def code_record(obj: Any) -> str:
             parts.append(f"file sha256:{hashlib.sha256(fh.read()).hexdigest()[:16]}")
     else:
         parts.append("no source file")
-    version = distribution_version(obj.__module__.split(".")[0])
+    version = distribution_version((getattr(obj, "__module__", None) or "").split(".")[0])
     if version:
         parts.append(version)
     return "; ".join(parts)
@@ -151,22 +164,94 @@ def call_factory(
     return model
 
 
+def _plain(value: Any) -> bool:
+    """A value a YAML config holds as it is (so ``model.kwargs`` can record it)."""
+    if isinstance(value, bool | int | float | str) or value is None:
+        return True
+    if isinstance(value, list | tuple):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def _named(obj: Any) -> str | None:
+    """``module:qualname`` of a class or a function defined at a module's top level (or in a
+    class body), else None."""
+    if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+        return None
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    path = f"{module}:{qualname}"
+    return path if is_import_path(path) else None
+
+
+def _opaque_label(obj: Any) -> tuple[str, Any]:
+    """(``module:qualname<kind>``, the object whose defining file is recorded) of a factory
+    that no import path names."""
+    if isinstance(obj, functools.partial):
+        inner, _ = _opaque_label(obj.func)
+        return (inner if "<" in inner else f"{inner}<partial>"), _code_owner(obj.func)
+    if inspect.ismethod(obj):
+        return f"{obj.__func__.__module__}:{obj.__func__.__qualname__}<bound>", obj.__func__
+    if inspect.isfunction(obj) or inspect.isclass(obj):
+        return f"{obj.__module__}:{obj.__qualname__}", obj
+    cls = type(obj)  # a callable object
+    return f"{cls.__module__}:{cls.__qualname__}<instance>", cls
+
+
+def _code_owner(obj: Any) -> Any:
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    return getattr(obj, "__func__", obj) if inspect.ismethod(obj) else obj
+
+
+def factory_fields(model: ModelFactory) -> tuple[dict[str, Any], Any]:
+    """The ``model`` fields that record a factory passed from Python, and the object whose code
+    is recorded (see the module docstring). ``weights`` is left to :func:`is_opaque` callers."""
+    path = _named(model)
+    if path is not None:
+        return {"name": path, "weights": None}, model
+    if isinstance(model, functools.partial) and not model.args:
+        inner = _named(model.func)
+        if inner is not None and _plain(dict(model.keywords)):
+            return {"name": inner, "kwargs": dict(model.keywords), "weights": None}, model.func
+    label, owner = _opaque_label(model)
+    label = re.sub(r"[^\w.:<>]", "_", label)  # e.g. a module named by a file with a dash
+    return {"name": label, "weights": None}, owner
+
+
+def is_opaque(model: ModelArg | None) -> bool:
+    """A factory passed from Python whose config cannot rebuild it (its initial weights are
+    then recorded as ``model.weights`` once built)."""
+    if model is None or isinstance(model, nn.Module):
+        return False
+    return not is_import_path(factory_fields(model)[0]["name"])
+
+
 def config_with_model(cfg: ExperimentConfig, model: ModelArg) -> ExperimentConfig:
     """``cfg`` saying truthfully which model a Python caller passed (its class or factory path,
-    code record, and for an instance the digest of its initial weights)."""
+    code record, and for an instance the digest of its initial weights; for a factory that no
+    import path names, :func:`with_initial_weights` adds that once it is built)."""
     source: Any
     update: dict[str, Any]
     if isinstance(model, nn.Module):
         label, source = path_of(type(model)), type(model)
         update = {"name": label, "kwargs": {}, "weights": weights_digest(model)}
     elif callable(model):
-        label, source = path_of(model), model
-        update = {"name": label, "weights": None}
+        update, source = factory_fields(model)
     else:
         raise ConfigError(
             f"model: expected an nn.Module, a class or a factory (got {type(model).__name__})"
         )
     fields = {**cfg.model.model_dump(), **update, "code": code_record(source)}
+    return cfg.model_copy(update={"model": type(cfg.model).model_validate(fields)})
+
+
+def with_initial_weights(cfg: ExperimentConfig, model: nn.Module) -> ExperimentConfig:
+    """``cfg`` with ``model.weights`` the digest of ``model``'s initial weights."""
+    fields = {**cfg.model.model_dump(), "weights": weights_digest(model)}
     return cfg.model_copy(update={"model": type(cfg.model).model_validate(fields)})
 
 
@@ -201,6 +286,12 @@ def build(
 
     if is_import_path(name):
         return call_factory(resolve(name), kwargs, in_shape, num_classes, name)
+    if GIVEN_FACTORY.match(name):
+        raise ConfigError(
+            f"model.name: {name!r} is a factory that was passed from Python (a lambda, a closure, "
+            "a bound method), which no import path reaches; pass it again: "
+            "Simulation(cfg, model=...)"
+        )
     if len(in_shape) != 3:
         raise ConfigError(
             f"model.name: {name!r} needs samples shaped (C, H, W), the data's are "

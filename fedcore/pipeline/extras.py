@@ -13,7 +13,7 @@ from importlib.util import find_spec
 from fedcore.config import ConfigError
 
 EXTRA = "pipeline"
-INSTALL = f"pip install 'fedcore[{EXTRA}]'"
+INSTALL = f"pip install 'fedcore-fl[{EXTRA}]'"
 # The modules each command imports (import names, not distribution names).
 NEEDS = {
     "run": ("mlflow",),
@@ -43,9 +43,15 @@ def _found(module: str) -> bool:
 
 def require(command: str) -> None:
     """Raise :class:`MissingExtraError` when ``fedcore <command>`` lacks a module it needs."""
-    absent = missing(NEEDS.get(command, ()))
+    require_modules(f"fedcore {command}", NEEDS.get(command, ()))
+
+
+def require_modules(what: str, modules: tuple[str, ...]) -> None:
+    """Raise :class:`MissingExtraError` (``<what> needs the pipeline extra (missing: ...);
+    install it with ...``) when a module of ``modules`` is not installed."""
+    absent = missing(modules)
     if absent:
         raise MissingExtraError(
-            f"fedcore {command} needs the {EXTRA} extra (missing: {', '.join(absent)}); "
+            f"{what} needs the {EXTRA} extra (missing: {', '.join(absent)}); "
             f"install it with {INSTALL}"
         )

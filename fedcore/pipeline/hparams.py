@@ -100,9 +100,14 @@ def hparams_tags(method: dict[str, Any]) -> dict[str, str]:
 def _recipes(folder: str) -> tuple[tuple[str, str, dict[str, Any], tuple[Any, ...],
                                          tuple[Any, ...]], ...]:
     """(recipe name, method name, resolved local block, (dataset, partition, alpha, misbehaving
-    clients), horizon) per recipe."""
+    clients), horizon) per recipe.
+
+    Files written by ``fedcore tune --best`` are a study's result, not a paper's recipe: left
+    out, so that no run is labelled by a recipe it did not follow."""
     out = []
     for path in sorted((config_dir() / "experiments").glob("*.yaml")):
+        if TUNE_BEST_MARK in path.read_text():
+            continue
         raw = read_yaml(path)
         method = raw.get("method", "fedavg")
         name = method if isinstance(method, str) else str(method.get("name", ""))

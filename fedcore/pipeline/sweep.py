@@ -28,7 +28,22 @@ class Cell:
 
     @property
     def label(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.overrides.items())
+        """``key=value ...`` as on the command line (a mapping: ``{rule: clipavg, clip: 0.5}``)."""
+        return point_label(self.overrides)
+
+
+def label_value(value: Any) -> str:
+    """A grid value as an override would spell it: mappings and lists in YAML flow style."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {label_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(label_value(v) for v in value) + "]"
+    return str(value)
+
+
+def point_label(point: dict[str, Any]) -> str:
+    """``key=value ...`` of a grid point (see :func:`label_value`)."""
+    return " ".join(f"{k}={label_value(v)}" for k, v in point.items())
 
 
 @dataclass(frozen=True)
@@ -127,8 +142,7 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
         try:
             cfg = build_config(base, {**point, **fixed})
         except ConfigError as exc:
-            label = " ".join(f"{k}={v}" for k, v in point.items())
-            raise ConfigError(f"sweep cell [{label}]: {exc}") from None
+            raise ConfigError(f"sweep cell [{point_label(point)}]: {exc}") from None
         row = row_label(point, cfg.method.name, studies if isinstance(studies, dict) else {})
         cell = Cell(point, cfg, row)
         first = cells.setdefault(cfg.config_hash(), cell)

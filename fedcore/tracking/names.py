@@ -37,8 +37,22 @@ def _value(v: Any, digits: int | None) -> str:
     return str(v)
 
 
+def flatten(values: dict[str, Any]) -> dict[str, Any]:
+    """Mapping values as dotted keys: ``{"method.client": {"algorithm": "fedprox", "mu": 0.1}}``
+    -> ``{"method.client.algorithm": "fedprox", "method.client.mu": 0.1}``."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            out.update(flatten({f"{key}.{k}": v for k, v in value.items()}))
+        else:
+            out[key] = value
+    return out
+
+
 def _suffix(values: dict[str, Any], digits: int | None) -> str:
-    """`` key=value ...`` with each key's last part, or the whole key when two share it."""
+    """`` key=value ...`` with each key's last part, or the whole key when two share it; a
+    mapping value shows its keys (``{rule: clipavg, clip: 0.5}``: ``rule=clipavg clip=0.5``)."""
+    values = flatten(values)
     last = [k.rsplit(".", 1)[-1] for k in values]
     parts = [f"{k if last.count(short) > 1 else short}={_value(v, digits)}"
              for (k, v), short in zip(values.items(), last, strict=True)]

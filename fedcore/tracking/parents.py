@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI
-NOTE_LIMIT = 60000
+NOTE_LIMIT = 8000  # MLflow's limit on a tag value; it truncates a longer one with a warning
 
 
 def log_source(client: MlflowClient, run_id: str, yaml_path: str | Path | None,
@@ -41,8 +41,26 @@ SPACER = "&emsp;"  # an empty-looking column between two of a description table'
 
 
 def set_description(client: MlflowClient, run_id: str, markdown: str) -> None:
-    """Set the run's description (its Markdown tables spaced by :func:`spaced_tables`)."""
-    client.set_tag(run_id, NOTE_TAG, spaced_tables(markdown)[:NOTE_LIMIT])
+    """Set the run's description (its Markdown tables spaced by ``spaced_tables``); one
+    longer than MLflow keeps is cut after its last whole line that fits, says so, and is logged
+    in full as the artifact ``description.md``."""
+    markdown = spaced_tables(markdown)
+    if len(markdown) <= NOTE_LIMIT:
+        client.set_tag(run_id, NOTE_TAG, markdown)
+        return
+    client.log_text(run_id, markdown, "description.md")
+    lines = markdown.splitlines()
+    tail = "\n\n(cut to MLflow's {limit:,} characters: {n} of {total} lines; in full: artifact " \
+        "description.md)"
+    kept: list[str] = []
+    size = len(tail) + 20
+    for line in lines:
+        if size + len(line) + 1 > NOTE_LIMIT:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    note = "\n".join(kept) + tail.format(limit=NOTE_LIMIT, n=len(kept), total=len(lines))
+    client.set_tag(run_id, NOTE_TAG, note)
 
 
 def spaced_tables(markdown: str) -> str:

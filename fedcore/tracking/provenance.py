@@ -1,7 +1,11 @@
 """What produced a run: code (git commit, dirty flag, version), libraries, host, user, Prefect.
 
 The tags use MLflow's standard names where there is one (``mlflow.source.*``, ``mlflow.user``),
-so the UI's "Source", "Version" and "Created by" columns are filled.
+so the UI's "Source", "Version" and "Created by" columns are filled. ``mlflow.source.*`` name
+the entry point: for fedcore's own commands (and tools such as pytest or a Prefect worker) the
+fedcore source tree and its commit; for a user's script calling fedcore as a library
+(``python train.py``), that script and the commit of the git repository holding it (no commit
+when there is none). fedcore's own commit is always in ``fedcore.git.commit``.
 """
 
 from __future__ import annotations
@@ -20,18 +24,51 @@ from fedcore import code_digest
 
 CODE_DIGEST_TAG = "fedcore.code_digest"
 COMMIT_TAG = "mlflow.source.git.commit"
+BRANCH_TAG = "mlflow.source.git.branch"
+FEDCORE_COMMIT_TAG = "fedcore.git.commit"
+NO_COMMIT = "none"  # fedcore runs from an installed wheel, not a git checkout
 DIRTY_TAG = "fedcore.git.dirty"
 SOURCE_TREE = Path(fedcore.__file__).resolve().parent.parent  # the checkout fedcore runs from
 
 
-def _git(*args: str) -> str | None:
+def _git(*args: str, folder: Path = SOURCE_TREE) -> str | None:
     try:
         done = subprocess.run(
-            ["git", "-C", str(SOURCE_TREE), *args], capture_output=True, text=True, timeout=10
+            ["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def entry_script() -> Path | None:
+    """The user's script this process runs (``python train.py``); None for fedcore's own
+    modules, a program installed in this Python (``fedcore``, ``pytest``, a Prefect or Dask
+    worker), ``python -c`` and an interactive session."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path:
+        return None
+    script = Path(path).resolve()
+    if script.suffix != ".py" or not script.is_file():
+        return None
+    own = [SOURCE_TREE / "fedcore", SOURCE_TREE / "flows"]
+    installed = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    if any(script.is_relative_to(folder) for folder in [*own, *installed]):
+        return None
+    return script
+
+
+def _script_source(script: Path) -> dict[str, str]:
+    """``mlflow.source.*`` of a user's script: its path, and its repository's commit and
+    branch when it is in a git repository."""
+    tags = {"mlflow.source.name": str(script)}
+    commit = _git("rev-parse", "HEAD", folder=script.parent)
+    if commit:
+        tags[COMMIT_TAG] = commit
+        branch = _git("rev-parse", "--abbrev-ref", "HEAD", folder=script.parent)
+        if branch and branch != "HEAD":
+            tags[BRANCH_TAG] = branch
+    return tags
 
 
 @functools.lru_cache(maxsize=1)
@@ -45,18 +82,20 @@ def git_state() -> dict[str, str]:
         return {}
     status = _git("status", "--porcelain", "--untracked-files=no", "--", "fedcore", "flows",
                   "configs", "pyproject.toml")
-    state = {COMMIT_TAG: commit,
+    state = {COMMIT_TAG: commit, FEDCORE_COMMIT_TAG: commit,
              DIRTY_TAG: "unknown" if status is None else str(bool(status)).lower()}
     branch = _git("rev-parse", "--abbrev-ref", "HEAD")
     if branch and branch != "HEAD":
-        state["mlflow.source.git.branch"] = branch
+        state[BRANCH_TAG] = branch
     return state
 
 
 def code_label(tags: dict[str, str]) -> str:
-    """Which code made a run, from its tags: ``commit abc1234, dirty`` (``no git commit``
-    outside a checkout; ``no code digest`` for a run recorded before digests existed)."""
-    commit = tags.get(COMMIT_TAG)
+    """Which code made a run, from its tags: ``commit abc1234, dirty`` (fedcore's commit;
+    ``no git commit`` outside a checkout; ``no code digest`` for a run recorded before digests
+    existed)."""
+    commit = tags.get(FEDCORE_COMMIT_TAG, tags.get(COMMIT_TAG))  # older runs: only the latter
+    commit = None if commit == NO_COMMIT else commit
     label = f"commit {commit[:7]}" if commit else "no git commit"
     if tags.get(DIRTY_TAG) == "true":
         label += ", dirty"
@@ -105,9 +144,15 @@ def _user() -> str:
 def _static_tags() -> dict[str, str]:
     import torch
 
+    script = entry_script()
+    fedcore_git = {FEDCORE_COMMIT_TAG: NO_COMMIT, **git_state()}
+    if script is None:
+        source = {**fedcore_git, "mlflow.source.name": str(SOURCE_TREE)}
+    else:  # a user's script: the source is theirs, fedcore's commit stays in its own tag
+        source = {**{k: v for k, v in fedcore_git.items() if k not in (COMMIT_TAG, BRANCH_TAG)},
+                  **_script_source(script)}
     tags = {
-        **git_state(),
-        "mlflow.source.name": str(SOURCE_TREE),
+        **source,
         "mlflow.source.type": "LOCAL",
         "mlflow.user": _user(),
         "fedcore.version": fedcore_version(),
