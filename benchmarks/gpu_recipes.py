@@ -39,6 +39,7 @@ from fedcore.config import ExperimentConfig, config_dir
 from fedcore.configure import load_config
 from fedcore.data.federated import FederatedData, build_federated_data
 from fedcore.engines.select import vectorised_blocker
+from fedcore.records import RunView
 from fedcore.simulation import Simulation, resolve_device
 
 EXPERIMENTS = config_dir() / "experiments"
@@ -87,7 +88,7 @@ class RoundTimer(Callback):
         self.device, self.times, self.evaluated = device, [], []
         self.last = time.perf_counter()
 
-    def on_run_start(self, sim: Simulation) -> None:
+    def on_run_start(self, run: RunView) -> None:
         self._sync()
         self.last = time.perf_counter()
 
@@ -96,7 +97,7 @@ class RoundTimer(Callback):
         now = time.perf_counter()
         self.times.append(now - self.last)
         self.last = now
-        cfg = record.sim.cfg
+        cfg = record.run.cfg
         self.evaluated.append(record.round % cfg.eval_every == 0 or record.round == cfg.rounds)
 
     def _sync(self) -> None:

@@ -39,7 +39,7 @@ _TRACKING = {
 
 def __getattr__(name: str) -> Any:
     """The MLflow-backed functions, imported when first asked for; without the pipeline extra,
-    a one-line :class:`~fedcore.pipeline.extras.MissingExtraError` naming it."""
+    a one-line ``fedcore.pipeline.extras.MissingExtraError`` naming it."""
     if name in _TRACKING:
         from fedcore.pipeline.extras import require_modules
 

@@ -207,7 +207,12 @@ def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP,
     path = folder / f"round-{round:06d}.pt"
     tmp = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
     payload = {"format": FORMAT, **encode(state), "code_digest": code or code_digest.current()}
-    payload[MAC] = digest(payload, key if key is not None else key_for(folder.parent))
+    try:
+        payload[MAC] = digest(payload, key if key is not None else key_for(folder.parent))
+    except OSError as exc:  # the key file is written first on a new store
+        if faults.is_disk_full(exc):
+            raise faults.no_space(f"checkpoint {path}") from None
+        raise
     for attempt in range(3):
         try:
             folder.mkdir(parents=True, exist_ok=True)

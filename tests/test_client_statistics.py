@@ -10,7 +10,7 @@ from fedcore.simulation import Simulation
 from .conftest import TINY
 
 
-def _round_one(method):
+def _round_one(method, monkeypatch):
     sim = Simulation(load_config(None, [*TINY, "rounds=1", f"method={method}"]))
     seen = {}
     train, aggregate = sim.engine.train_round, sim.aggregator.aggregate
@@ -23,14 +23,15 @@ def _round_one(method):
         seen["batch"] = batch
         return aggregate(batch)
 
-    sim.engine.train_round = trained
-    sim.aggregator.aggregate = aggregated
+    # the sequential engine is a module: patched for this test only, never for later ones
+    monkeypatch.setattr(sim.engine, "train_round", trained)
+    monkeypatch.setattr(sim.aggregator, "aggregate", aggregated)
     metrics = run_round(sim, 1)
     return metrics, list(seen["updates"].values()), seen["batch"]
 
 
-def test_rule_statistics_are_float64_and_exact():
-    _, ups, batch = _round_one("qfedavg")  # a rule that reads the clients' loss and lr
+def test_rule_statistics_are_float64_and_exact(monkeypatch):
+    _, ups, batch = _round_one("qfedavg", monkeypatch)  # a rule that reads the clients' loss and lr
     by_id = {u.client_id: u for u in ups}
     for key in ("loss_before", "local_lr"):
         column = batch.stats[key]
@@ -39,8 +40,8 @@ def test_rule_statistics_are_float64_and_exact():
         assert column.tolist() == want, key  # the clients' own numbers, not float32 roundings
 
 
-def test_train_loss_is_a_float64_weighted_mean():
-    metrics, ups, _ = _round_one("fedavg")
+def test_train_loss_is_a_float64_weighted_mean(monkeypatch):
+    metrics, ups, _ = _round_one("fedavg", monkeypatch)
     n = [float(u.num_samples) for u in ups]
     want = math.fsum(float(u.train_loss) * k for u, k in zip(ups, n, strict=True)) / sum(n)
     assert math.isclose(metrics["train/loss"], want, rel_tol=1e-12, abs_tol=0.0)

@@ -220,7 +220,8 @@ def test_report_tables_this_codes_runs_and_warns_on_mixed_code(tracking, tmp_pat
     report = build_report(spec, tmp_path / "current")
     assert list(report.runs["run_id"]) == [new]
     md = (tmp_path / "current" / "table.md").read_text()
-    assert "1 finished runs of 2 cells (1 missing)" in md
+    assert ("2 cells planned: 1 finished, 0 diverged or failed (kept in their rows), 1 not yet "
+            "run") in md
     assert f"Rows: runs made by this code {code_digest.current()} (" in md
     assert "Warning" not in md
     csv = pd.read_csv(tmp_path / "current" / "runs.csv", dtype=str, keep_default_na=False)
@@ -230,7 +231,7 @@ def test_report_tables_this_codes_runs_and_warns_on_mixed_code(tracking, tmp_pat
     mixed = build_report(spec, tmp_path / "any", any_code=True)
     assert list(mixed.runs["run_id"]) == [new, old[1]]
     md = (tmp_path / "any" / "table.md").read_text()
-    assert "2 finished runs of 2 cells\n" in md
+    assert "2 cells planned: 2 finished, 0 diverged or failed (kept in their rows).\n" in md
     warning = [line for line in md.splitlines() if "Warning" in line]
     assert len(warning) == 1 and "2 versions of the code" in warning[0]
     assert "1 by code 01dc0de00000" in md

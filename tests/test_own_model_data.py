@@ -155,7 +155,7 @@ def test_factory_from_python_is_called_under_the_seed_and_recorded_by_its_path()
     assert not torch.equal(first.params, reseeded.params)
 
 
-def sized_net(in_shape, num_classes, hidden=8):
+def sized_net(in_shape, num_classes, hidden=8) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(in_shape)), hidden), nn.ReLU(),
                          nn.Linear(hidden, num_classes))
 

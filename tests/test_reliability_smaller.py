@@ -21,13 +21,20 @@ grid: {seed: [0]}
 
 def test_a_full_prefect_home_is_one_line_naming_it(capfd, tracking, tmp_path, monkeypatch,
                                                    small_disk):  # noqa: F811
+    import os
+    import subprocess
+    import sys
+
     fill(small_disk)
-    monkeypatch.setenv("PREFECT_HOME", str(small_disk / "prefect"))
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
     sweep = tmp_path / "tiny.yaml"
     sweep.write_text(SWEEP)
-    assert main(["sweep", str(sweep)]) == 2
-    err = capfd.readouterr().err.strip()
+    # a fresh process, as a user meets it (this one may hold another test's Prefect settings)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env["PREFECT_HOME"] = str(small_disk / "prefect")
+    done = subprocess.run([sys.executable, "-m", "fedcore", "sweep", str(sweep)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    err = done.stderr.strip()
     assert err.startswith(f"fedcore: error: PREFECT_HOME {small_disk / 'prefect'}: ")
     assert "\n" not in err and err.endswith("free space there or set PREFECT_HOME to another "
                                             "folder"), err

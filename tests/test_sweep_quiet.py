@@ -88,7 +88,7 @@ def test_a_small_dask_sweep_of_mappings_succeeds_quietly_with_progress(tmp_path)
 def test_a_long_description_is_cut_to_mlflows_limit_and_kept_whole_as_an_artifact():
     """MLflow truncates a tag over 8,000 characters with a warning (the main job's 123-cell
     table did); fedcore cuts it at a line and logs the whole text as an artifact."""
-    from fedcore.tracking.parents import NOTE_LIMIT, NOTE_TAG, set_description
+    from fedcore.tracking.parents import NOTE_LIMIT, NOTE_TAG, set_description, spaced_tables
 
     class Client:
         def __init__(self) -> None:
@@ -107,8 +107,9 @@ def test_a_long_description_is_cut_to_mlflows_limit_and_kept_whole_as_an_artifac
     note = client.tags[NOTE_TAG]
     assert NOTE_LIMIT == 8000 and len(note) <= NOTE_LIMIT
     assert note.endswith("lines; in full: artifact description.md)")
-    assert "| cell 0 |" in note and table.startswith(note.split("\n\n(cut")[0])
-    assert client.texts == {"description.md": table}
+    spaced = spaced_tables(table)  # the UI's tables get a blank column between columns
+    assert "| cell 0 |" in note and spaced.startswith(note.split("\n\n(cut")[0])
+    assert client.texts == {"description.md": spaced}
     short = Client()
     set_description(short, "run", "| a |")  # type: ignore[arg-type]
     assert short.tags == {NOTE_TAG: "| a |"} and not short.texts

@@ -42,7 +42,7 @@ def label_value(value: Any) -> str:
 
 
 def point_label(point: dict[str, Any]) -> str:
-    """``key=value ...`` of a grid point (see :func:`label_value`)."""
+    """``key=value ...`` of a grid point (see ``label_value``)."""
     return " ".join(f"{k}={label_value(v)}" for k, v in point.items())
 
 
