@@ -291,6 +291,7 @@ def test_a_worker_resolves_the_plugin_from_the_roots_its_cell_carries(site):
 
 
 def test_editing_the_rule_changes_the_code_digest(site):
+    _forget()  # whatever an earlier test in this process imported or pinned
     method = load_config(None, ["method.aggregator={rule: clipavg}"]).resolved()["method"]
     before = code_digest.of_method(method)
     rules = site / PKG / "rules.py"
