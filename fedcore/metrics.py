@@ -91,6 +91,34 @@ def jain_index(values: np.ndarray) -> float:
     return float(np.sum(values) ** 2 / (len(values) * sq)) if sq > 0 else 1.0
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "clients/accuracy_mean": (
+            "mean over clients of the global model's accuracy on each client's local test split"
+        ),
+        "clients/accuracy_std": "standard deviation of those client accuracies",
+        "clients/accuracy_worst10": (
+            "mean accuracy of the worst 10 % of clients (at least one client)"
+        ),
+        "clients/accuracy_best10": "mean accuracy of the best 10 % of clients",
+        "clients/jain_index": (
+            "Jain's fairness index of the client accuracies, (sum a)^2 / (n sum a^2); 1 = all equal"
+        ),
+        "repr/intra_class_variance": (
+            "mean over classes of the spread of the L2-normalised test embeddings around their "
+            "class mean"
+        ),
+        "repr/inter_class_distance": (
+            "mean squared distance between class means of the normalised test embeddings"
+        ),
+        "repr/intra_inter_ratio": (
+            "intra_class_variance / inter_class_distance (lower: tighter, better separated classes)"
+        ),
+    },
+}
+
+
 def fairness_summary(acc: np.ndarray, prefix: str = "clients") -> dict[str, float]:
     return {
         f"{prefix}/accuracy_mean": float(acc.mean()),

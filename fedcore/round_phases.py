@@ -152,6 +152,34 @@ def client_columns(
     return out
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "train/loss": (
+            "sample-weighted mean (float64) of the sampled clients' training loss over local steps"
+        ),
+        "agg/conflict_fraction": (
+            "share of accepted client updates with a negative dot product with the server step"
+        ),
+        "agg/rejected_clients": (
+            "sampled clients left out of the round: a stage rejected them (a sent vector or a "
+            "scalar the rule needs was NaN or Inf, or a filter of method.stages)"
+        ),
+        "agg/seconds": "wall-clock seconds of the rule's aggregate call",
+        "comm/bytes_up": (
+            "uplink bytes this round: compressed payloads, n_k (4 B) and BatchNorm statistics "
+            "(fp16)"
+        ),
+        "comm/bytes_up_total": "uplink bytes since round 1",
+        "comm/bytes_down": (
+            "downlink bytes this round: the model plus the rule's broadcast vectors, per sampled "
+            "client"
+        ),
+        "comm/bytes_down_total": "downlink bytes since round 1",
+    },
+}
+
+
 def round_metrics(
     msgs: list[Message], batch: UpdateBatch, result: Aggregate, seconds: float,
     bytes_down: int, totals: tuple[int, int],

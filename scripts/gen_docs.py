@@ -6,9 +6,10 @@
 Sources: the experiment config's pydantic models (docs/reference/config.md), the argparse
 parser of ``fedcore`` (docs/reference/cli.md), the method files in configs/methods with the
 registries of client algorithms, server rules and compressors and their ``HParams`` classes
-(docs/reference/methods.md and the table between the markers in README.md), and
-``fedcore.metric_catalogue`` (docs/reference/metrics.md). tests/test_docs_generated.py fails
-when a committed page differs from what this script generates.
+(docs/reference/methods.md and the table between the markers in README.md), and the metrics
+the emitting modules declare, gathered by ``fedcore.metric_catalogue`` (docs/reference/
+metrics.md). tests/test_docs_generated.py fails when a committed page differs from what this
+script generates.
 """
 
 from __future__ import annotations
@@ -394,10 +395,10 @@ def readme_methods_table() -> str:
 
 
 def metrics_page() -> str:
-    """Every metric name, from fedcore.metric_catalogue."""
-    from fedcore.metric_catalogue import CATALOGUE
+    """Every metric name, from the emitters' declarations (``fedcore.metric_catalogue``)."""
+    from fedcore.metric_catalogue import DECLARATION, SCOPES, catalogue
 
-    scopes = {
+    titles = {
         "round": "Per round (MLflow step = round)",
         "summary": "Run summary (logged once at the end)",
         "sweep": "Sweep parent run",
@@ -405,24 +406,27 @@ def metrics_page() -> str:
         "claims": "Claims parent run",
         "system": "System metrics",
     }
+    if set(titles) != set(SCOPES):
+        raise GenerationError(f"metrics page: titles for scopes {sorted(titles)}, the catalogue "
+                              f"has {sorted(SCOPES)}")
     parts = [
-        HEADER.format(src="fedcore/metric_catalogue.py"),
+        HEADER.format(src=f"the {DECLARATION} of the emitting modules"),
         "# Metrics\n\n"
         "Every metric fedcore records in MLflow, the module that emits it and its meaning. "
         "`<...>` stands for one name segment (e.g. `fedquad/fallback_clients`). Evaluation "
         "metrics (`test/*`, `clients/*`, `personal/*`, `repr/*`) are logged every `eval_every` "
         "rounds and at the last round; a rule's own metrics appear only in runs of that "
-        "rule. What else a run records: [provenance](../explanation/provenance.md).\n",
+        "rule. Each emitting module declares its names and meanings in its "
+        f"`{DECLARATION}`, and this page is generated from those declarations. What else a "
+        "run records: [provenance](../explanation/provenance.md).\n",
     ]
-    for scope, title in scopes.items():
-        entries = [d for d in CATALOGUE if d.scope == scope]
+    docs = catalogue()
+    for scope in SCOPES:
+        entries = [d for d in docs if d.scope == scope]
         if not entries:
             continue
-        parts.append(f"\n## {title}\n\n| metric | emitted by | meaning |\n|---|---|---|\n")
+        parts.append(f"\n## {titles[scope]}\n\n| metric | emitted by | meaning |\n|---|---|---|\n")
         parts += [f"| `{d.name}` | `{d.emitter}` | {_cell(d.meaning)} |\n" for d in entries]
-    unknown = {d.scope for d in CATALOGUE} - set(scopes)
-    if unknown:
-        raise GenerationError(f"metric catalogue: unknown scopes {sorted(unknown)}")
     return "".join(parts)
 
 

@@ -71,8 +71,9 @@ def test_a_new_cli_flag_makes_the_cli_page_stale(monkeypatch: pytest.MonkeyPatch
 def test_a_new_metric_makes_the_metrics_page_stale(monkeypatch: pytest.MonkeyPatch) -> None:
     import fedcore.metric_catalogue as cat
 
-    extra = cat.MetricDoc("agg/new_metric", "fedcore/simulation.py", "round", "new")
-    monkeypatch.setattr(cat, "CATALOGUE", (*cat.CATALOGUE, extra))
+    extra = cat.MetricDoc("agg/new_metric", "fedcore/round_phases.py", "round", "new")
+    declared = cat.catalogue()
+    monkeypatch.setattr(cat, "catalogue", lambda: (*declared, extra))
     page = gen.metrics_page()
     assert "`agg/new_metric`" in page and page != committed("docs/reference/metrics.md")
 

@@ -1,5 +1,8 @@
-"""Every metric fedcore records is in fedcore.metric_catalogue (so in docs/reference/metrics.md):
-the metric names written in the code, and every metric tiny untracked runs emit."""
+"""The metric catalogue is the emitters' declarations (``EMITTED_METRICS``, gathered by
+fedcore.metric_catalogue, rendered in docs/reference/metrics.md), and it matches what the code
+records both ways: every metric name written in the code and every metric a tiny run of each
+shipped method emits is declared, and every declared metric is emitted (by those runs, or, for
+the parent runs' metrics, written by the module that declares it)."""
 
 from __future__ import annotations
 
@@ -9,45 +12,81 @@ from pathlib import Path
 
 import pytest
 
+from fedcore.config import method_names
 from fedcore.configure import load_config
-from fedcore.metric_catalogue import CATALOGUE, MetricDoc, lookup
+from fedcore.metric_catalogue import (
+    DECLARATION,
+    DeclarationError,
+    MetricDoc,
+    build,
+    catalogue,
+    declaration,
+    declared,
+    lookup,
+)
 from fedcore.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = re.compile(r"[a-z][a-z0-9_]*/[A-Za-z0-9_]+")
+HOLE = re.compile(r"<[a-z_ ]+>")
 # Strings shaped like a metric name that are not metrics.
 NOT_METRICS = {
     "val/images": "a Tiny-ImageNet folder",
     "rejected_by/<x>": "a per-client column: the clients a stage rejected",
     "verdict/<x>": "a tag of the claims run (its metric is holds/<claim id>)",
 }
+RUN_SCOPES = ("round", "summary")  # what a simulation's run records
+# Declared metrics no fedcore code writes by name.
+NOT_WRITTEN = {"system/<name>": "MLflow's system-metrics monitor names them"}
+TINY = ["rounds=1", "model.name=mlp", "dataset.num_clients=6", "clients_per_round=3",
+        "local.steps=2", "target_accuracy=0.01"]
+# Runs beyond one of every shipped method, for the metrics that need a setting.
+EXTRA_RUNS = {
+    "held-out clients and a validation split": [
+        "method=fedavg", "dataset.val_fraction=0.2", "dataset.holdout_clients=0.34"],
+    "a stage that rejects": ["method=fedavg", "method.stages=[{stage: median_norm, factor: 0.5}]"],
+}
 
 
-def names_in_code() -> dict[str, str]:
-    """Metric-shaped string literals of fedcore/ and flows/ (f-strings with a constant first
-    segment, a placeholder as ``<x>``), by name, with where they occur."""
-    found: dict[str, str] = {}
-    sources = [*ROOT.joinpath("fedcore").rglob("*.py"), *ROOT.joinpath("flows").rglob("*.py")]
-    for path in sorted(sources):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                text = node.value
-            elif isinstance(node, ast.JoinedStr) and isinstance(node.values[0], ast.Constant):
-                text = "".join("<x>" if isinstance(v, ast.FormattedValue) else str(v.value)
-                               for v in node.values)
-            else:
-                continue
-            if NAME.fullmatch(text.replace("<x>", "x")) and not text.endswith("_"):
-                found.setdefault(text, f"{path.relative_to(ROOT)}:{node.lineno}")
+def names_in(path: Path, skip_declaration: bool = False) -> dict[str, int]:
+    """Metric-shaped string literals of one module (f-strings with a constant first segment, a
+    placeholder as ``<x>``), by name, with the line they first occur on; ``skip_declaration``:
+    not those of its ``EMITTED_METRICS``."""
+    tree = ast.parse(path.read_text())
+    skip = declaration(path.read_text()) if skip_declaration else None
+    inside = {id(n) for n in ast.walk(skip)} if skip is not None else set()
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if id(node) in inside:
+            continue
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        elif isinstance(node, ast.JoinedStr) and isinstance(node.values[0], ast.Constant):
+            text = "".join("<x>" if isinstance(v, ast.FormattedValue) else str(v.value)
+                           for v in node.values)
+        else:
+            continue
+        if NAME.fullmatch(text.replace("<x>", "x")) and not text.endswith("_"):
+            found.setdefault(text, node.lineno)
     return found
 
 
-def test_every_metric_name_in_the_code_is_catalogued() -> None:
+def names_in_code() -> dict[str, str]:
+    """Metric-shaped string literals of fedcore/ and flows/, by name, with where they occur."""
+    found: dict[str, str] = {}
+    sources = [*ROOT.joinpath("fedcore").rglob("*.py"), *ROOT.joinpath("flows").rglob("*.py")]
+    for path in sorted(sources):
+        for name, line in names_in(path).items():
+            found.setdefault(name, f"{path.relative_to(ROOT)}:{line}")
+    return found
+
+
+def test_every_metric_name_in_the_code_is_declared() -> None:
     missing = [f"{name} ({where})" for name, where in names_in_code().items()
                if name not in NOT_METRICS and lookup(name.replace("<x>", "x")) is None]
     assert not missing, (
-        "metrics missing from fedcore/metric_catalogue.py (add them, then run "
-        f"scripts/gen_docs.py): {missing}"
+        f"metrics no module declares: add each to the {DECLARATION} of the module that emits "
+        f"it, then run scripts/gen_docs.py: {missing}"
     )
 
 
@@ -57,31 +96,88 @@ def test_the_scan_finds_known_names() -> None:
         assert name in names
 
 
-@pytest.mark.parametrize("method, extra", [
-    ("ditto", []),
-    ("fedquad", []),
-    ("cser_topk", ["method.compression.H=1"]),
-])
-def test_every_metric_of_a_run_is_catalogued(method: str, extra: list[str]) -> None:
-    cfg = load_config(None, [f"method={method}", "rounds=1", "model.name=mlp",
-                             "dataset.num_clients=6", "clients_per_round=3", "local.steps=2",
-                             "target_accuracy=0.01", *extra])
-    result = Simulation(cfg).run()
-    emitted = {k for row in result.history for k in row if k != "round"} | set(result.summary)
-    assert "rounds_to_target" in emitted
-    missing = sorted(k for k in emitted if lookup(k) is None)
-    assert not missing, f"metrics missing from fedcore/metric_catalogue.py: {missing}"
+@pytest.fixture(scope="module")
+def emitted() -> dict[str, str]:
+    """Every metric (history and summary) of a one-round run of each shipped method and of
+    ``EXTRA_RUNS``, with the first run that emitted it."""
+    runs = {name: [f"method={name}"] for name in method_names()} | EXTRA_RUNS
+    out: dict[str, str] = {}
+    for run, overrides in runs.items():
+        result = Simulation(load_config(None, [*TINY, *overrides])).run()
+        for key in [k for row in result.history for k in row if k != "round"] + [*result.summary]:
+            out.setdefault(key, run)
+    return out
+
+
+def test_every_metric_of_a_run_is_declared(emitted: dict[str, str]) -> None:
+    assert {"rounds_to_target", "stages/median_norm/rejected", "unseen/accuracy"} <= set(emitted)
+    missing = sorted(f"{k} ({run})" for k, run in emitted.items() if lookup(k) is None)
+    assert not missing, (f"metrics a run emits that no module declares (add each to the "
+                         f"{DECLARATION} of the module that emits it): {missing}")
+
+
+def test_every_declared_run_metric_is_emitted(emitted: dict[str, str]) -> None:
+    covered = {lookup(k) for k in emitted}
+    unused = [f"{d.name} ({d.emitter})" for d in catalogue()
+              if d.scope in RUN_SCOPES and d not in covered]
+    assert not unused, (f"declared metrics no run emitted (remove the declaration, or add a run "
+                        f"that emits it to EXTRA_RUNS): {unused}")
+
+
+def test_every_declared_parent_metric_is_written_by_its_module() -> None:
+    parents = [d for d in catalogue() if d.scope not in RUN_SCOPES]
+    assert {d.scope for d in parents} == {"sweep", "study", "claims", "system"}
+    unwritten = [f"{d.name} ({d.emitter})" for d in parents if d.name not in NOT_WRITTEN
+                 and HOLE.sub("<x>", d.name) not in names_in(ROOT / d.emitter, True)]
+    assert not unwritten, f"declared metrics their module does not write: {unwritten}"
+
+
+def test_the_catalogue_is_the_emitters_declarations() -> None:
+    afl = lookup("afl/lambda_max")
+    assert afl is not None and afl.emitter == "fedcore/aggregators/afl.py"
+    assert lookup("train/loss") == MetricDoc(
+        "train/loss", "fedcore/round_phases.py", "round",
+        "sample-weighted mean (float64) of the sampled clients' training loss over local steps")
+    emitters = {d.emitter for d in catalogue()}
+    assert all(DECLARATION in (ROOT / e).read_text() for e in emitters)
+    assert "fedcore/metric_catalogue.py" not in emitters
 
 
 def test_lookup_matches_patterns_and_rejects_unknown() -> None:
     assert lookup("fedquad/fallback_clients") is not None
     assert lookup("system/gpu_0_memory_usage_megabytes") is not None
     assert lookup("cells/finished") is not None
+    assert lookup("best/final_accuracy").scope == "sweep"  # type: ignore[union-attr]
+    assert lookup("best/final_loss").scope == "study"  # type: ignore[union-attr]
     assert lookup("craft/no_such_metric") is None
     assert lookup("fedquad/sub/fallback_clients") is None
     assert not MetricDoc("a/<x>", "m", "round", "").matches("a/b/c")
 
 
-def test_catalogue_names_are_unique() -> None:
-    names = [d.name for d in CATALOGUE]
-    assert len(names) == len(set(names))
+def test_a_new_module_declares_its_metrics(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "rules").mkdir(parents=True)
+    (pkg / "rules" / "mine.py").write_text(
+        '"""A rule."""\n\nEMITTED_METRICS = {\n    "round": {\n        "mine/norm": (\n'
+        '            "norm of "\n            "the step"\n        ),\n    },\n'
+        '    "summary": {"mine/<x>/best": "best"},\n}\n')
+    (pkg / "other.py").write_text("METRICS = ('accuracy',)\n")
+    assert build(pkg) == (MetricDoc("mine/norm", "pkg/rules/mine.py", "round", "norm of the step"),
+                          MetricDoc("mine/<x>/best", "pkg/rules/mine.py", "summary", "best"))
+    (pkg / "twice.py").write_text('EMITTED_METRICS: dict = {"round": {"mine/norm": "again"}}\n')
+    with pytest.raises(DeclarationError, match="'mine/norm' is declared by both "
+                       "pkg/rules/mine.py and pkg/twice.py"):
+        build(pkg)
+
+
+@pytest.mark.parametrize("source, error", [
+    ('EMITTED_METRICS = {"epoch": {"a/b": "x"}}', "scope 'epoch' is not one of round, summary"),
+    ('EMITTED_METRICS = {"round": {"A/b": "x"}}', "metric name 'A/b' is not lower-case"),
+    ('EMITTED_METRICS = {"round": {"a/b": " "}}', "metric 'a/b' needs its meaning"),
+    ('EMITTED_METRICS = {"round": ["a/b"]}', r"EMITTED_METRICS\['round'\] must be a dict"),
+    ('EMITTED_METRICS = ("a/b",)', "must be a dict .* not tuple"),
+    ('EMITTED_METRICS = {"round": {f"a/{X}": "x"}}', "must be a literal"),
+])
+def test_a_bad_declaration_is_refused_naming_its_module(source: str, error: str) -> None:
+    with pytest.raises(DeclarationError, match=f"^fedcore/x.py: .*{error}"):
+        declared(source, "fedcore/x.py")

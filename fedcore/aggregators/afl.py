@@ -44,6 +44,20 @@ def lambda_step_too_large(lambda_lr: float, m: int, n: int) -> bool:
     return lambda_lr > m / n**2
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "afl/lambda_max": "largest mixture weight lambda",
+        "afl/lambda_entropy": "entropy of lambda",
+        "afl/effective_clients": (
+            "1 / sum lambda^2, the number of clients lambda effectively weights"
+        ),
+        "afl/zero_mass": "mass of lambda on clients at the lower bound",
+        "afl/weighted_loss": "lambda-weighted loss of the sampled clients",
+    },
+}
+
+
 @register("afl")
 class AFL(Aggregator):
     needs = frozenset({"loss_before"})

@@ -12,6 +12,17 @@ from fedcore.aggregators.craft import min_norm_solve
 from fedcore.registry import HParams as BaseHParams
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "config/length": (
+            "ConFIG's step length, the summed projection of the client pseudo-gradients"
+        ),
+        "config/conflict_after": "share of non-zero clients conflicting with ConFIG's direction",
+    },
+}
+
+
 @register("config")
 class ConFIG(Aggregator):
     """ConFIG_update with ProjectionLength on the client pseudo-gradients (docs/methods/config.md).

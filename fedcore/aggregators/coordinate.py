@@ -30,6 +30,14 @@ def num_trimmed(beta: float, m: int) -> int:
     return math.floor(beta * m + 1e-9)
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "trimmed_mean/num_trimmed": "values dropped per side and coordinate, floor(beta m)",
+    },
+}
+
+
 @register("trimmed_mean")
 class TrimmedMean(Aggregator):
     """Per coordinate: sort the m values, drop the floor(beta m) largest and smallest, average

@@ -41,6 +41,16 @@ def alignment_weights(
     return w, cos
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "cos_align/cos_mean": "mean cosine between client updates and their mean",
+        "cos_align/negative_fraction": "share of clients with a negative cosine",
+        "cos_align/weight_max": "largest client weight",
+    },
+}
+
+
 @register("cos_align")
 class CosAlign(Aggregator):
     class HParams(BaseHParams):

@@ -70,6 +70,21 @@ def _renormalise(w: torch.Tensor) -> torch.Tensor:
     return w / total if total > 0 else torch.full_like(w, 1.0 / w.numel())
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "craft/conflict_before": (
+            "share of (client, layer group) pairs conflicting with the plain mean"
+        ),
+        "craft/conflict_after": (
+            "share of (client, layer group) pairs conflicting with CRAFT's step (0 by construction "
+            "when the rows have full rank)"
+        ),
+        "craft/agg_norm": "norm of the aggregate g",
+    },
+}
+
+
 @register("craft")
 class CRAFT(Aggregator):
     """Layer-wise conflict-resolved aggregation (docs/methods/craft.md).

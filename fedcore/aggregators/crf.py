@@ -134,6 +134,19 @@ def crf_inference(deltas: torch.Tensor, num_samples: torch.Tensor, hp: CRF.HPara
     )
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "crf/expected_reliability_mean": (
+            "mean over clients of the CRF's expected reliability label"
+        ),
+        "crf/expected_reliability_min": "smallest expected reliability",
+        "crf/fallback": "1 when every weight vanished and FedAvg weights were used",
+        "crf/iterations_run": "mean-field iterations until convergence",
+    },
+}
+
+
 @register("crf")
 class CRF(Aggregator):
     """Weights w_k proportional to n_k E_Q[y_k], Q the mean-field posterior of a fully connected

@@ -44,6 +44,20 @@ def project_internal(
     return coef.to(g) @ g, projections
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "fedfv/internal_projections": (
+            "projections off conflicting gradients of this round's clients"
+        ),
+        "fedfv/external_projections": "projections off the recent history's conflicting gradients",
+        "fedfv/norm_ratio": (
+            "norm of the projected mean over the norm of the plain mean, before rescaling"
+        ),
+    },
+}
+
+
 @register("fedfv")
 class FedFV(Aggregator):
     """docs/methods/fedfv.md, following the official easyFL ``flgo/algorithm/fedfv.py``.

@@ -38,6 +38,18 @@ def _rescale_rows(rows: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
     return rows[nz] * (mu / norms[nz]).unsqueeze(1)
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "fedlf/history_rows": "history gradients of recently offline clients in the QP",
+        "fedlf/halvings": "halvings of the direction by the float guard",
+        "fedlf/fallback": "1 when the guard fell back to the QP's direction",
+        "fedlf/qp_nonoptimal": "layer QPs cvxopt did not solve to optimality",
+        "fedlf/min_cos": "smallest cosine between a client pseudo-gradient and the direction",
+    },
+}
+
+
 @register("fedlf")
 class FedLF(Aggregator):
     """docs/methods/fedlf.md, following ``gfedplat/algorithm/FedLF/FedLF.py`` (commit 7b6e0b7).

@@ -11,6 +11,14 @@ from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, registe
 from fedcore.registry import HParams as BaseHParams
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "fednova/tau_eff": "tau_eff = sum p_k ||a_k||_1, the rescaling of the normalised mean",
+    },
+}
+
+
 @register("fednova")
 class FedNova(Aggregator):
     """Averages the per-step directions Delta_k / ||a_k||_1, rescaled by tau_eff.

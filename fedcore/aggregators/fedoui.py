@@ -15,6 +15,18 @@ from fedcore.registry import HParams as BaseHParams
 WINDOW_ROUNDS = 5  # window "last5": this round's OUIs plus those of the previous 4 rounds
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "oui/mean": "mean OUI of the sampled clients",
+        "oui/beta_a": "alpha of the Beta fitted to the OUIs (NaN when no fit)",
+        "oui/beta_b": "beta of the fitted Beta",
+        "oui/fallback": "1 when the rank-percentile fallback replaced the Beta fit",
+        "oui/score_mean": "mean typicality score s_k",
+    },
+}
+
+
 @register("fedoui")
 class FedOUI(Aggregator):
     """Weights w_k ∝ n_k^rho (eps + s_k)^gamma, s_k the Beta typicality of client k's OUI.

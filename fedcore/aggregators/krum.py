@@ -34,6 +34,16 @@ def krum_scores(deltas: torch.Tensor, f: int) -> torch.Tensor:
     return nearest.sum(dim=1)
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "krum/num_byzantine": "f used this round (reduced to the largest valid f when m <= 2f + 2)",
+        "krum/f_reduced": "1 when the configured num_byzantine was reduced",
+        "krum/selected": "updates averaged (1 for Krum, M for Multi-Krum)",
+    },
+}
+
+
 @register("krum")
 class Krum(Aggregator):
     """Returns the delta of the client with the lowest Krum score. If m <= 2f + 2, f is reduced

@@ -12,6 +12,16 @@ from fedcore.registry import HParams as BaseHParams
 LOSS_OFFSET = 1e-8  # added to F_k, as in easyFL's qfedavg.py
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "qfedavg/loss_mean": "mean of the clients' loss F_k on the global model",
+        "qfedavg/step_scale": "sum of the per-client coefficients of the step",
+        "qfedavg/L": "mean Lipschitz estimate L = 1 / local lr of the round",
+    },
+}
+
+
 @register("qfedavg")
 class QFedAvg(Aggregator):
     """theta <- theta - sum_k D_k / sum_k h_k with the loss-reweighted D_k, h_k of

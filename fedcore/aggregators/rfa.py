@@ -53,6 +53,14 @@ def weiszfeld_start(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     return median if bool(at_median < at_mean) else mean
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "rfa/iterations_run": "smoothed Weiszfeld iterations run",
+    },
+}
+
+
 @register("rfa")
 class RFA(Aggregator):
     """Robust federated aggregation: R smoothed Weiszfeld steps with alpha_k = p_k."""

@@ -15,6 +15,15 @@ from fedcore.registry import HParams as BaseHParams
 from fedcore.requirements import Need, SendsUpdate
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "scafcom/gamma": "SCAFCOM's control-variate step size gamma",
+        "scafcom/c_norm": "norm of the server control variate c",
+    },
+}
+
+
 @register("scafcom")
 class Scafcom(ControlVariateServer):
     class HParams(BaseHParams):

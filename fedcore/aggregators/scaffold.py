@@ -41,6 +41,14 @@ class ControlVariateServer(Aggregator):
         self.c = state["c"].clone()
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "scaffold/c_norm": "norm of the server control variate c",
+    },
+}
+
+
 @register("scaffold")
 class Scaffold(ControlVariateServer):
     class HParams(BaseHParams):

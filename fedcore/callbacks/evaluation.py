@@ -66,6 +66,32 @@ class Evaluated:
     has_test: np.ndarray
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "test/accuracy": "accuracy of the global model on the global test set",
+        "test/loss": "mean cross-entropy of the global model on the global test set",
+        "val/accuracy": (
+            "accuracy of the global model on the validation set (dataset.val_fraction of the global"
+            " test split, held out of it; only when val_fraction > 0)"
+        ),
+        "val/loss": "mean cross-entropy of the global model on the validation set",
+        "unseen/accuracy": (
+            "with dataset.holdout_clients: mean over the held-out clients (never sampled for "
+            "training) of the global model's accuracy on each one's local test split; clients/* "
+            "then cover the training clients only"
+        ),
+        "unseen/accuracy_worst10": (
+            "mean accuracy of the worst 10 % of held-out clients (at least one client)"
+        ),
+        "unseen/participation_gap": (
+            "clients/accuracy_mean (training clients) minus unseen/accuracy: how much better the "
+            "global model does on clients that could train than on clients that never did"
+        ),
+    },
+}
+
+
 def evaluate(
     model: FedModel,
     params: torch.Tensor,

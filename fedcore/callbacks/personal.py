@@ -27,6 +27,32 @@ class Personalised(Protocol):
         """A client's personal (flat params, buffers) from its state; None: none yet."""
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "personal/accuracy_mean": (
+            "personalised methods (Ditto): mean accuracy of the clients' personal models"
+        ),
+        "personal/accuracy_std": "personal models: std of the accuracies",
+        "personal/accuracy_worst10": "personal models: worst-10 % mean",
+        "personal/accuracy_best10": "personal models: best-10 % mean",
+        "personal/jain_index": "personal models: Jain's index",
+    },
+    "summary": {
+        "final/personal_accuracy_mean": (
+            "personalised methods: personal/accuracy_mean at the last evaluation"
+        ),
+        "final/personal_accuracy_worst10": (
+            "personalised methods: personal/accuracy_worst10 at the last evaluation"
+        ),
+        "final/personal_accuracy_std": (
+            "personalised methods: personal/accuracy_std at the last evaluation"
+        ),
+        "final/personal_jain": "personalised methods: personal/jain_index at the last evaluation",
+    },
+}
+
+
 class PersonalEvaluation(Callback):
     """On evaluation rounds (those with a per-client table), after the global evaluation."""
 

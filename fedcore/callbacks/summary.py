@@ -14,6 +14,33 @@ if TYPE_CHECKING:
     from fedcore.records import Result
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "summary": {
+        "final/accuracy": "test/accuracy at the last evaluated round",
+        "final/loss": "test/loss at the last evaluated round",
+        "final/accuracy_worst10": "clients/accuracy_worst10 at the last evaluation",
+        "final/accuracy_std": "clients/accuracy_std at the last evaluation",
+        "final/accuracy_mean_clients": "clients/accuracy_mean at the last evaluation",
+        "final/unseen_accuracy": "unseen/accuracy at the last evaluation",
+        "final/unseen_accuracy_worst10": "unseen/accuracy_worst10 at the last evaluation",
+        "final/participation_gap": "unseen/participation_gap at the last evaluation",
+        "final/accuracy_last_k": (
+            "mean test accuracy of the last last_k evaluations (fewer if fewer were made): the "
+            "default primary endpoint of a comparison family"
+        ),
+        "auc/accuracy": "mean test accuracy over the evaluated rounds",
+        "auc/accuracy_trapz": (
+            "FedOUI's AUC: trapz(accuracy) / (R - 1) over the R evaluated rounds (R = 1: the one "
+            "accuracy)"
+        ),
+        "rounds_to_target": (
+            "first evaluated round whose test accuracy reached target_accuracy (absent if never)"
+        ),
+    },
+}
+
+
 # summary metric -> the metric of the last evaluated round it is
 FINAL = {
     "final/accuracy": "test/accuracy",

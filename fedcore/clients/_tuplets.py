@@ -133,6 +133,23 @@ def quadruplet_loss(
     return first + batch_mean(torch.relu(sq_dist(za, zp) - second + m2), weights)
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "<objective>/fallback_clients": (
+            "FedQuad, QuadrupletFL, TripletFL: sampled clients with too few classes for a full "
+            "tuplet, trained on a smaller one"
+        ),
+        "<objective>/ce_only_clients": (
+            "tuplet objectives: sampled clients that trained on cross-entropy alone"
+        ),
+        "<objective>/triplet_fallback_clients": (
+            "quadruplet objectives: sampled clients that fell back to triplets"
+        ),
+    },
+}
+
+
 class TupletClient(ClientAlgorithm):
     """CE over all images + beta * ``tuplet_loss`` on L2-normalised embeddings.
 

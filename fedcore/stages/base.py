@@ -110,6 +110,17 @@ class Stage(Component):
         """Restore :meth:`state_dict`."""
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "stages/<stage>/rejected": (
+            "sampled clients whose update that stage rejected this round (only in rounds where it "
+            "rejected one; the round's per-client table marks them in rejected_by/<stage>)"
+        ),
+    },
+}
+
+
 class Chain:
     """Stages in order; each driver phase calls one hook on every stage."""
 

@@ -25,6 +25,14 @@ class MedianNormHParams(HParams):
     factor: float = Field(3.0, gt=0.0, description="reject norms above factor x the median")
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "median_norm/median": "median norm of the updates the median_norm filter judged this round",
+    },
+}
+
+
 @register("median_norm")
 class MedianNorm(Stage):
     HParams: ClassVar[type[AnyHParams]] = MedianNormHParams

@@ -19,6 +19,15 @@ if TYPE_CHECKING:
     from fedcore.simulation import Result
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "claims": {
+        "holds/<claim id>": "1 when the claim holds (or the implementation check passes), else 0",
+        "claims/seconds": "wall-clock seconds of the claims run",
+    },
+}
+
+
 def run_claims_tracked(
     spec: ClaimsSpec,
     settings: TrackingSettings | None = None,

@@ -99,6 +99,16 @@ SWEEP_COLUMNS = ["cell", "status", "final/accuracy", "final/accuracy_worst10", "
                  "run_id"]
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "sweep": {
+        "cells/<status>": "cells of the sweep by status: finished, skipped, failed",
+        "best/final_accuracy": "highest final/accuracy among the sweep's cells",
+        "mean/final_accuracy": "mean final/accuracy of the sweep's cells",
+    },
+}
+
+
 def sweep_summary(
     client: MlflowClient, run_id: str, name: str, rows: list[dict[str, Any]]
 ) -> str:

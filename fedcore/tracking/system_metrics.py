@@ -46,6 +46,17 @@ class TorchCudaMonitor(BaseMetricsMonitor):
         return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "system": {
+        "system/<name>": (
+            "MLflow's system metrics: CPU, memory, disk, network, and on CUDA "
+            "gpu_<i>_memory_usage_* (sampled every system_metrics_interval seconds)"
+        ),
+    },
+}
+
+
 class RunSystemMetrics:
     """Samples the machine while one run trains; ``stop()`` before the run is terminated."""
 

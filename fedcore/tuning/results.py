@@ -157,6 +157,17 @@ def plots(study: optuna.Study, spec: StudySpec, out: Path) -> list[str]:
     return made
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "study": {
+        "trials/<state>": "trials of the study by state: complete, pruned, fail",
+        "best/<metric>": (
+            "best value of each objective metric of the study (also best/final_accuracy of a sweep)"
+        ),
+    },
+}
+
+
 def finish_parent(
     study: optuna.Study, spec: StudySpec, parent_run_id: str, status: str = "FINISHED"
 ) -> list[str]:

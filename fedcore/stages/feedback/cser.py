@@ -25,6 +25,14 @@ class CSERHParams(ResidualHParams):
     reset_frac: float = Field(default=0.1, gt=0.0, le=1.0)
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "cser/reset": "1 in the rounds CSER sends its residual digest (every H rounds)",
+    },
+}
+
+
 @register("cser")
 class CSER(ResidualFeedback):
     HParams: ClassVar[type[HParams]] = CSERHParams

@@ -54,6 +54,16 @@ def gradient_mismatch(
     return value
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "sapef/gradient_mismatch": (
+            "||grad f(w) - grad f(w - alpha e)||^2 on a probe of the test set"
+        ),
+    },
+}
+
+
 def round_gradient_mismatch(
     rc: StageContext, sampled: list[int], residuals: list[torch.Tensor | None], alpha: float
 ) -> dict[str, float]:

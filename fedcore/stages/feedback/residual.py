@@ -40,6 +40,17 @@ class ResidualHParams(HParams):
     probe_alpha: float = Field(default=1.0, ge=0.0)
 
 
+# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "sapef/residual_norm_mean": (
+            "mean norm of the sampled clients' error-feedback residuals (EF, SAEF, SA-PEF, CSER)"
+        ),
+        "sapef/alpha": "mean step-ahead coefficient alpha_r of the sampled clients",
+    },
+}
+
+
 class ResidualFeedback(ErrorFeedback):
     """Per-client residual bookkeeping; the residual lives in the client's store entry.
 
