@@ -63,11 +63,10 @@ def package_root() -> Path:
     return Path(next(iter(top.__path__)))
 
 
-def declaration(source: str) -> ast.expr | None:
-    """The value expression of the module-level ``EMITTED_METRICS`` of ``source``; None: none."""
-    if DECLARATION not in source:
-        return None
-    for node in ast.parse(source).body:
+def declaration(module: ast.Module) -> ast.expr | None:
+    """The value expression of the module-level ``EMITTED_METRICS`` of a parsed module; None:
+    it declares none."""
+    for node in module.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
@@ -82,7 +81,7 @@ def declaration(source: str) -> ast.expr | None:
 def declared(source: str, emitter: str) -> list[MetricDoc]:
     """The metrics a module's ``source`` declares, ``emitter`` its path; a
     :class:`DeclarationError` naming the module and the bad entry when one is malformed."""
-    value = declaration(source)
+    value = declaration(ast.parse(source)) if DECLARATION in source else None
     if value is None:
         return []
     try:

@@ -417,12 +417,12 @@ def metrics_page() -> str:
         "metrics (`test/*`, `clients/*`, `personal/*`, `repr/*`) are logged every `eval_every` "
         "rounds and at the last round; a rule's own metrics appear only in runs of that "
         "rule. Each emitting module declares its names and meanings in its "
-        f"`{DECLARATION}`, and this page is generated from those declarations. What else a "
+        f"`{DECLARATION}`; this page lists those declarations by scope and name. What else a "
         "run records: [provenance](../explanation/provenance.md).\n",
     ]
     docs = catalogue()
     for scope in SCOPES:
-        entries = [d for d in docs if d.scope == scope]
+        entries = sorted((d for d in docs if d.scope == scope), key=lambda d: d.name)
         if not entries:
             continue
         parts.append(f"\n## {titles[scope]}\n\n| metric | emitted by | meaning |\n|---|---|---|\n")

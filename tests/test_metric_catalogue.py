@@ -53,7 +53,7 @@ def names_in(path: Path, skip_declaration: bool = False) -> dict[str, int]:
     placeholder as ``<x>``), by name, with the line they first occur on; ``skip_declaration``:
     not those of its ``EMITTED_METRICS``."""
     tree = ast.parse(path.read_text())
-    skip = declaration(path.read_text()) if skip_declaration else None
+    skip = declaration(tree) if skip_declaration else None
     inside = {id(n) for n in ast.walk(skip)} if skip is not None else set()
     found: dict[str, int] = {}
     for node in ast.walk(tree):

@@ -11,7 +11,6 @@ from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, registe
 from fedcore.aggregators.craft import min_norm_solve
 from fedcore.registry import HParams as BaseHParams
 
-
 # What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
 EMITTED_METRICS = {
     "round": {

@@ -10,7 +10,6 @@ from pydantic import Field
 from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
 from fedcore.registry import HParams as BaseHParams
 
-
 # What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
 EMITTED_METRICS = {
     "round": {

@@ -14,7 +14,6 @@ from fedcore.aggregators.scaffold import ControlVariateServer
 from fedcore.registry import HParams as BaseHParams
 from fedcore.requirements import Need, SendsUpdate
 
-
 # What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
 EMITTED_METRICS = {
     "round": {
