@@ -8,7 +8,7 @@ module level: ``EMITTED_METRICS``, a literal mapping of scope to ``{name: meanin
     }
 
 The catalogue is built from these declarations (the module's path is the emitter). It reads them
-from the package's source with :func:`ast.literal_eval`, importing nothing, so an edge module
+from the package's source with ``ast.literal_eval``, importing nothing, so an edge module
 (MLflow, Optuna) declares its metrics the same way without the core importing it. The metric
 reference of the docs (``docs/reference/metrics.md``) is generated from the catalogue, and
 ``tests/test_metric_catalogue.py`` checks that every metric a run emits and every metric name
@@ -80,7 +80,7 @@ def declaration(module: ast.Module) -> ast.expr | None:
 
 def declared(source: str, emitter: str) -> list[MetricDoc]:
     """The metrics a module's ``source`` declares, ``emitter`` its path; a
-    :class:`DeclarationError` naming the module and the bad entry when one is malformed."""
+    ``DeclarationError`` naming the module and the bad entry when one is malformed."""
     value = declaration(ast.parse(source)) if DECLARATION in source else None
     if value is None:
         return []
@@ -113,7 +113,7 @@ def declared(source: str, emitter: str) -> list[MetricDoc]:
 
 def build(root: Path) -> tuple[MetricDoc, ...]:
     """The declarations of every module under package folder ``root``, by module path; a
-    :class:`DeclarationError` when two modules declare the same name."""
+    ``DeclarationError`` when two modules declare the same name."""
     docs: list[MetricDoc] = []
     for path in sorted(root.rglob("*.py")):
         docs += declared(path.read_text(), path.relative_to(root.parent).as_posix())
