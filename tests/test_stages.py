@@ -197,7 +197,7 @@ def test_median_norm_filter_rejects_an_outsized_update_from_the_config():
 
     cfg = load_config(None, [*TINY, "method.stages=[{stage: median_norm, factor: 3}]"])
     sim = Simulation(cfg)
-    assert [s.name for s in sim.chain.stages] == ["attack", "median_norm", "uplink", "non_finite"]
+    assert [s.name for s in sim.chain.stages] == ["attack", "uplink", "median_norm", "non_finite"]
     _with_stage(sim, Blow(), before_last=False)
     seen = _rule_rows(sim)
     outcome = sim.play_round(1, sampled=[0, 2, 4])
@@ -214,6 +214,8 @@ def test_median_norm_filter_rejects_an_outsized_update_from_the_config():
 
 class NeedsPlainSgd(Stage):
     """A stage declaring a requirement, named by import path in the test below."""
+
+    side = "client"
 
     @classmethod
     def requirements(cls, hp):
@@ -243,3 +245,49 @@ def test_every_component_kind_shares_the_base_and_is_checked_in_one_loop():
     with pytest.raises(ConfigError, match=r"^local.momentum: stage needs_plain_sgd needs plain "
                        r"SGD, got 0.9"):
         load_config(None, [f"method.stages=[{{stage: '{stage}'}}]", "local.momentum=0.9"])
+
+
+class WireTag(Stage):
+    """Wire side: sees what goes on the wire, before the built-in uplink compresses it."""
+
+    side = "wire"
+
+
+class ServerLook(Stage):
+    side = "server"
+
+
+class ClientTouch(Stage):
+    side = "client"
+
+
+class Sideways(Stage):
+    side = "sever"
+
+
+def test_a_stage_lands_where_its_side_says_with_the_config_order_within_a_side():
+    from fedcore.simulation import Simulation
+
+    from .conftest import TINY
+
+    listed = ", ".join(f"{{stage: '{__name__}:{cls}'}}"
+                       for cls in ("ServerLook", "WireTag", "ClientTouch"))
+    cfg = load_config(None, [*TINY, f"method.stages=[{listed}, {{stage: clip_noise}}]"])
+    sim = Simulation(cfg)
+    names = [type(s).__name__ for s in sim.chain.stages]
+    assert names == ["Attack", "ClientTouch", "ClipNoise", "WireTag", "Uplink", "ServerLook",
+                     "NonFinite"]
+    assert [s.side for s in sim.chain.stages] == [
+        "client", "client", "client", "wire", "wire", "server", "server"]
+
+
+def test_a_stage_without_a_valid_side_is_a_one_line_error():
+    from fedcore.stages.base import Chain
+
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, [f"method.stages=[{{stage: '{__name__}:Sideways'}}]"])
+    assert str(exc.value) == (
+        "method.stages[0].side: got 'sever'; allowed: client, wire, server")
+    with pytest.raises(ConfigError, match=r"^stage norm.side: not declared; allowed: client, "
+                       r"wire, server$"):
+        Chain([type("Norm", (Stage,), {"name": "norm"})()])

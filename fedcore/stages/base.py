@@ -9,6 +9,12 @@ what goes on the wire and its bytes), ``on_receive`` (server side, on each messa
 ``end_round`` (an extra server step and metrics). The round driver calls each hook on every
 stage in chain order; stages named in ``method.stages`` come from :data:`REGISTRY`.
 
+Each stage declares its ``side``: ``client`` (on the trained update before it is sent),
+``wire`` (what travels: compression, transport) or ``server`` (on receipt). The chain's order
+follows from the sides, client before wire before server; within a side the order given to
+:class:`Chain` is kept (the composition root gives: the built-in attack, the config's stages in
+``method.stages`` order, the built-in uplink, the built-in non-finite filter).
+
 Server-side verdicts compose: a message is accepted only if no stage rejected it, a stage
 cannot undo another's rejection, and each message records which stages rejected it
 (``Message.rejected_by``; the round's ``stages/<stage>/rejected`` metric counts them).
@@ -19,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fedcore.component import Component
+from fedcore.errors import ConfigError
 from fedcore.records import Message, RoundEnd, StageContext
 from fedcore.registry import HParams, Registry
 from fedcore.registry import HParams as AnyHParams
@@ -32,11 +39,22 @@ REGISTRY: Registry[Stage] = Registry(
     "stage", "stage", "fedcore.stages", "fedcore.stages.base:Stage"
 )
 register = REGISTRY.register
+SIDES = ("client", "wire", "server")  # the chain's order
 
 
 def stage_name(stage: Stage) -> str:
     """The stage's registered name (its class name when it has none)."""
     return str(getattr(stage, "name", type(stage).__name__))
+
+
+def side_rank(stage: type[Stage] | Stage, where: str) -> int:
+    """The place of the stage's declared ``side`` in :data:`SIDES`; a one-line ConfigError
+    naming ``<where>.side`` when it declares none or another."""
+    side = getattr(stage, "side", None)
+    if side not in SIDES:
+        got = "not declared" if side is None else f"got {side!r}"
+        raise ConfigError(f"{where}.side: {got}; allowed: {', '.join(SIDES)}")
+    return SIDES.index(side)
 
 
 def rejections(msgs: list[Message]) -> dict[str, list[int]]:
@@ -59,9 +77,9 @@ class Stage(Component):
     """One link of the chain; every hook does nothing unless a subclass says otherwise."""
 
     name: ClassVar[str]
+    side: ClassVar[str]  # one of SIDES: where in the chain the stage runs
     HParams: ClassVar[type[HParams]] = HParams
     hp: AnyHParams
-
 
     @property
     def needs_num_steps(self) -> bool:
@@ -111,10 +129,11 @@ class Stage(Component):
 
 
 class Chain:
-    """Stages in order; each driver phase calls one hook on every stage."""
+    """Stages ordered by side (client, wire, server; the given order within a side); each
+    driver phase calls one hook on every stage."""
 
     def __init__(self, stages: list[Stage]) -> None:
-        self.stages = list(stages)
+        self.stages = sorted(stages, key=lambda s: side_rank(s, f"stage {stage_name(s)}"))
 
     @property
     def needs_num_steps(self) -> bool:

@@ -27,6 +27,7 @@ class MedianNormHParams(HParams):
 
 @register("median_norm")
 class MedianNorm(Stage):
+    side = "server"
     HParams: ClassVar[type[AnyHParams]] = MedianNormHParams
     hp: MedianNormHParams
 

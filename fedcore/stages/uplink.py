@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 class Uplink(Stage):
     name = "uplink"
+    side = "wire"
 
     def __init__(self, compressor: Compressor, feedback: ErrorFeedback) -> None:
         super().__init__()
