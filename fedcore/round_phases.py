@@ -75,24 +75,16 @@ def update_batch(
     round: int,
     rule_sizes: Callable[[list[int]], Sequence[float]] | None = None,
 ) -> UpdateBatch:
-    """The accepted clients' vectors stacked as m x d matrices (zeros when no delta is sent);
+    """The accepted clients' uplink vectors, one mapping of m x d matrices by name: the batch's
+    ``deltas`` is its ``delta`` (zeros when no delta is sent), ``extras`` the others;
     ``rule_sizes``: the sampler's weights for the rule (the sample counts by default)."""
     received = [m for m in msgs if m.accepted]
     kept = [m.update for m in received]
     sizes = rule_sizes or list
-    if not kept:
-        deltas = params.new_zeros((0, layout.dim))
-    elif "delta" in uplink:
-        deltas = torch.stack([m.sent["delta"] for m in received])
-    else:
-        deltas = params.new_zeros((len(received), layout.dim))
-    extras = {
-        name: torch.stack([m.sent[name] for m in received])
-        for name in uplink
-        if name != "delta" and received
-    }
+    vectors = {name: torch.stack([m.sent[name] for m in received])
+               for name in uplink if received}
     return UpdateBatch(
-        deltas=deltas,
+        deltas=vectors.pop("delta", params.new_zeros((len(received), layout.dim))),
         num_samples=torch.tensor(sizes([u.num_samples for u in kept])),
         layout=layout,
         stats={k: torch.tensor([u.stats[k] for u in kept], dtype=torch.float64)
@@ -101,7 +93,7 @@ def update_batch(
         else {},
         client_ids=torch.tensor([u.client_id for u in kept], dtype=torch.long),
         round=round,
-        extras=extras,
+        extras=vectors,
         num_steps=torch.tensor([u.num_steps for u in kept], dtype=torch.long),
     )
 

@@ -291,3 +291,37 @@ def test_a_stage_without_a_valid_side_is_a_one_line_error():
     with pytest.raises(ConfigError, match=r"^stage norm.side: not declared; allowed: client, "
                        r"wire, server$"):
         Chain([type("Norm", (Stage,), {"name": "norm"})()])
+
+
+def test_every_uplink_vector_goes_through_one_mapping_with_no_delta_branch():
+    """The rule's batch stacks each uplink name (``delta`` is the batch's deltas, zeros when
+    not sent); error feedback corrects the vector its variant names, C alone the others."""
+    import torch
+
+    from fedcore.compression.topk import TopK
+    from fedcore.layout import ParamLayout
+    from fedcore.records import ClientUpdate, Message
+    from fedcore.round_phases import update_batch
+    from fedcore.stages.feedback import RESIDUAL
+    from fedcore.stages.feedback.ef import EF
+
+    layout = ParamLayout((), ((0, 4),), ("model",))
+    ups = [ClientUpdate(k, torch.zeros(4), 1, 1, torch.tensor(0.0), extras={"c": torch.ones(4) * k})
+           for k in range(3)]
+    msgs = [Message(u, {"c": u.vector("c")}) for u in ups]
+    msgs[1].reject("test")
+    batch = update_batch(msgs, ("c",), layout, torch.zeros(4), 1)
+    assert batch.deltas.tolist() == [[0.0] * 4] * 2
+    assert batch.extras["c"][:, 0].tolist() == [0.0, 2.0]
+
+    class CorrectsC(EF):
+        corrects = "c"
+
+    op = TopK(TopK.HParams(k_frac=0.25)).apply
+    vec = torch.tensor([4.0, 3.0, 2.0, 1.0])
+    for fb, kept in ((EF(), "delta"), (CorrectsC(), "c")):
+        for name in ("delta", "c"):
+            state: dict = {}
+            sent, _ = fb.compress_vector(name, op, vec, state)
+            assert sent.tolist() == [4.0, 0.0, 0.0, 0.0]
+            assert (RESIDUAL in state) == (name == kept)

@@ -1,7 +1,8 @@
 """The uplink stage: error feedback and the compressor on every uplink vector, and the bytes.
 
-``delta`` goes through the error-feedback variant around C; every other uplink vector through
-C alone. A randomized compressor draws from a stream per (seed, round, client)."""
+Every uplink vector goes to the error-feedback variant, which feeds back the compression
+error of the one it corrects (``ErrorFeedback.corrects``) and applies C alone to the others.
+A randomized compressor draws from a stream per (seed, round, client)."""
 
 from __future__ import annotations
 
@@ -52,13 +53,10 @@ class Uplink(Stage):
             gen = torch.Generator().manual_seed(
                 derive_seed(rc.cfg.seed, "compress", rc.round, up.client_id)
             )
+        state = rc.store[up.client_id]
         for name, vec in msg.sent.items():
-            if name == "delta":
-                out, nbytes = self.feedback.compress(
-                    self.compressor.apply, vec, rc.store[up.client_id], gen
-                )
-            else:
-                out, nbytes = self.compressor.apply(vec, gen)
+            out, nbytes = self.feedback.compress_vector(name, self.compressor.apply, vec, state,
+                                                        gen)
             msg.sent[name] = out
             msg.nbytes += nbytes
         msg.nbytes += side_bytes(up.buffers)  # n_k and BatchNorm statistics

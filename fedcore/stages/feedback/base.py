@@ -38,6 +38,7 @@ class ErrorFeedback(Component):
     HParams: ClassVar[type[HParams]] = HParams
     hp: AnyHParams
     active: ClassVar[bool] = False  # keeps a residual (BatchNorm variances moment-matched)
+    corrects: ClassVar[str] = "delta"  # the uplink vector whose compression error is fed back
     per_client_alpha: bool = False  # start_point needs the client's planned local steps
 
     def __init__(self, hparams: AnyHParams | None = None) -> None:
@@ -66,6 +67,20 @@ class ErrorFeedback(Component):
     ) -> tuple[torch.Tensor, int]:
         """(the delta as the server receives it, bytes on the wire)."""
         return op(delta, generator)
+
+    def compress_vector(
+        self,
+        name: str,
+        op: Operator,
+        vector: torch.Tensor,
+        state: dict[str, Any],
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, int]:
+        """The uplink vector ``name`` as the server receives it and its bytes: through
+        :meth:`compress` when it is the one this variant :attr:`corrects`, C alone otherwise."""
+        if name == self.corrects:
+            return self.compress(op, vector, state, generator)
+        return op(vector, generator)
 
     def end_round(self, client_ids: list[int], store: ClientStore) -> RoundEnd:
         """Close the round for the sampled clients: an extra server step or None, and metrics."""
