@@ -18,7 +18,7 @@ from fedcore.aggregators import Aggregate, UpdateBatch
 from fedcore.bn_statistics import average_bn_statistics
 from fedcore.layout import load_flat_params
 from fedcore.metrics import client_stat_metrics, conflict_fraction, per_sample_eval
-from fedcore.records import LocalSchedule
+from fedcore.records import Closing, LocalSchedule
 from fedcore.schedules import local_lr
 from fedcore.stages.base import rejections
 
@@ -114,18 +114,21 @@ def aggregate(
     return result, seconds
 
 
-def averaged_buffers(
-    ups: list[ClientUpdate], device: torch.device, moment_matched: bool,
+def closing(
+    params: torch.Tensor, ups: list[ClientUpdate], device: torch.device,
     rule_sizes: Callable[[list[int]], Sequence[float]] | None = None,
-) -> dict[str, torch.Tensor]:
-    """BatchNorm running statistics of the kept clients, by the sampler's weights (sample counts
-    by default; not part of theta; moment-matched variances when a stage asks for them); empty
-    when they send none."""
+) -> Closing:
+    """The server after the rule's step: ``params`` and the kept clients' BatchNorm running
+    statistics (not part of theta) averaged by the sampler's weights (sample counts by
+    default), empty when they send none; the stages' ``end_round`` may change both."""
     if not ups or not ups[0].buffers:
-        return {}
+        return Closing(params)
     sizes = (rule_sizes or list)([u.num_samples for u in ups])
     w = torch.tensor(sizes, dtype=torch.float32, device=device)
-    return average_bn_statistics([u.buffers for u in ups], w / w.sum(), moment_matched)
+    client_buffers = [u.buffers for u in ups]
+    weights = w / w.sum()
+    return Closing(params, average_bn_statistics(client_buffers, weights), client_buffers,
+                   weights)
 
 
 def client_columns(
@@ -150,16 +153,16 @@ def round_metrics(
 ) -> dict[str, float]:
     """The driver's own metrics of a round (training loss, conflict, rejections, timing,
     bytes; ``totals``: the uplink and downlink bytes since round 1) and the client
-    statistics."""
+    statistics. A rule whose batch carries no deltas may report its own
+    ``agg/conflict_fraction`` in its metrics, which are merged after these."""
     ups = [m.update for m in msgs]
     kept = sum(m.accepted for m in msgs)
     n = torch.tensor([float(u.num_samples) for u in ups], dtype=torch.float64)
     losses = torch.stack([u.train_loss for u in ups]).cpu().double()
     train_loss = float((losses * n).sum() / n.sum())
-    per_client = batch.deltas if result.client_deltas is None else result.client_deltas
     return {
         "train/loss": train_loss,
-        "agg/conflict_fraction": conflict_fraction(per_client, result.step) if kept else 0.0,
+        "agg/conflict_fraction": conflict_fraction(batch.deltas, result.step) if kept else 0.0,
         "agg/rejected_clients": float(len(ups) - kept),
         "agg/seconds": seconds,
         "comm/bytes_up": float(sum(m.nbytes for m in msgs)),

@@ -149,7 +149,6 @@ class Simulation:
             uplink=tuple(self.client_algo.uplink),
             needs=frozenset(self.aggregator.needs),
             downlink=self.aggregator.broadcast(),
-            needs_num_steps=self.chain.needs_num_steps,
         )
         rc.start_point = functools.partial(self.chain.start_point, rc)
         return rc
@@ -183,14 +182,13 @@ class Simulation:
         for m in msgs:
             state = self.store[m.update.client_id]
             self.client_algo.commit(Commit(state, m.update, m.sent, m.accepted))
-        closing = self.chain.end_round(rc, ids)
-        # apply
-        self.params = self.params + result.step
-        if closing.step is not None:  # a stage's extra server step
-            self.params = self.params + closing.step
-        self.buffers.update(
-            round_phases.averaged_buffers(kept, self.device, self.chain.moment_matched_bn,
-                                          self.sampler.rule_sizes))
+        # apply: the rule's step and the averaged BatchNorm statistics, then the stages close
+        # the round (and may change both)
+        closing = round_phases.closing(self.params + result.step, kept, self.device,
+                                       self.sampler.rule_sizes)
+        ending = self.chain.end_round(rc, ids, closing)
+        self.params = closing.params
+        self.buffers.update(closing.buffers)
         # round metrics
         bytes_down = len(ids) * sum(
             v.numel() * v.element_size() for v in (rc.params, *rc.downlink.values())
@@ -200,7 +198,7 @@ class Simulation:
         metrics = round_phases.round_metrics(
             msgs, batch, result, seconds, bytes_down, (self.bytes_up_total, self.bytes_down_total)
         )
-        for more in (result.metrics, verdicts, closing.metrics, opening,
+        for more in (result.metrics, verdicts, ending, opening,
                      round_phases.stat_metrics(msgs)):
             metrics.update(more)
         columns = round_phases.client_columns(msgs, result.client_values, self.data.num_clients)

@@ -325,3 +325,33 @@ def test_every_uplink_vector_goes_through_one_mapping_with_no_delta_branch():
             sent, _ = fb.compress_vector(name, op, vec, state)
             assert sent.tolist() == [4.0, 0.0, 0.0, 0.0]
             assert (RESIDUAL in state) == (name == kept)
+
+
+def test_a_stage_closes_the_round_through_end_round_and_may_move_the_model():
+    """An extra server step (CSER's kind) is what any stage may do to the ``Closing`` it is
+    handed once the rule's step is applied; the driver has no slot for it."""
+    import torch
+
+    from fedcore.simulation import Simulation
+    from fedcore.stages.base import Chain
+
+    from .conftest import TINY
+
+    class Nudge(Stage):
+        name = "nudge"
+        side = "server"
+
+        def end_round(self, rc, sampled, closing):
+            self.after_rule = closing.params.clone()
+            closing.params = closing.params + 1.0
+            return {"nudge/applied": 1.0}
+
+    plain = Simulation(load_config(None, TINY))
+    plain.play_round(1, sampled=[0, 2, 4])
+    sim = Simulation(load_config(None, TINY))
+    nudge = Nudge()
+    sim.chain = Chain([*sim.chain.stages, nudge])
+    outcome = sim.play_round(1, sampled=[0, 2, 4])
+    assert outcome.metrics["nudge/applied"] == 1.0
+    assert torch.equal(nudge.after_rule, plain.params)
+    assert torch.equal(sim.params, plain.params + 1.0)
