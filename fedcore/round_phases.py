@@ -19,6 +19,7 @@ from fedcore.bn_statistics import average_bn_statistics
 from fedcore.layout import load_flat_params
 from fedcore.metrics import client_stat_metrics, conflict_fraction, per_sample_eval
 from fedcore.records import Closing, LocalSchedule
+from fedcore.samplers import Population
 from fedcore.schedules import local_lr
 from fedcore.stages.base import rejections
 
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
     from fedcore.data.federated import FederatedData
     from fedcore.layout import ParamLayout
-    from fedcore.records import ClientUpdate, Message
+    from fedcore.records import ClientUpdate, Message, StageContext
+    from fedcore.samplers.base import Sampler
 
 
 @dataclass
@@ -51,6 +53,24 @@ def local_schedule(cfg: ExperimentConfig, round: int) -> LocalSchedule:
         momentum=loc.momentum,
         weight_decay=loc.weight_decay,
     )
+
+
+def sample(
+    sampler: Sampler, cfg: ExperimentConfig, data: FederatedData, ids: np.ndarray, round: int,
+    loss: Callable[[list[int]], np.ndarray],
+) -> np.ndarray:
+    """The round's clients, sorted, from ``sampler``, which sees the training population
+    ``ids`` only, numbered 0..n-1 (all clients when none is held out); ``loss``: the global
+    model's local loss of the named clients."""
+    pop = Population(
+        seed=cfg.seed,
+        round=round,
+        num_clients=len(ids),
+        per_round=cfg.clients_per_round,
+        sizes=np.array([data.clients[k].num_train for k in ids]),
+        local_loss=lambda chosen: loss([int(ids[k]) for k in chosen]),
+    )
+    return np.sort(ids[np.asarray(sampler.sample(pop), dtype=np.int64)])
 
 
 def local_loss(
@@ -145,6 +165,11 @@ def client_columns(
     for name, rejected in rejections(msgs).items():
         out[f"rejected_by/{name}"] = np.isin(np.arange(num_clients), rejected)
     return out
+
+
+def downlink_bytes(rc: StageContext, clients: int) -> int:
+    """What the round's ``clients`` receive: theta and the rule's downlink."""
+    return clients * sum(v.numel() * v.element_size() for v in (rc.params, *rc.downlink.values()))
 
 
 def round_metrics(

@@ -8,6 +8,7 @@ explicit ``engine.backend=vectorised`` is possible, so that it fails as a one-li
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Protocol
 
 from fedcore.config import ConfigError, ExperimentConfig
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from fedcore.models import FedModel
     from fedcore.round_context import RoundContext
 
+log = logging.getLogger("fedcore")
 BACKENDS = ("auto", "sequential", "vectorised")
 # Why ``auto`` keeps CPU runs sequential: vectorised / sequential client-steps per second
 # (benchmarks/vectorised.py, docs/how-to/gpu.md).
@@ -127,3 +129,16 @@ def build_engine(
     if cfg.engine.backend == "vectorised":
         raise unsupported(blocker)
     return sequential, "sequential", blocker
+
+
+def note_fallback(engine: Engine, name: str, reason: str) -> tuple[str, str]:
+    """(name, reason) of what trained: a vectorised engine that fell back to sequential
+    training (an objective it cannot express) makes them say so, once."""
+    from fedcore.engines import sequential
+
+    why = getattr(engine, "fallback", None)
+    if not why or name == sequential.NAME:
+        return name, reason
+    reason = f"the vectorised engine fell back to sequential training: {why}"
+    log.info("engine: %s (%s)", sequential.NAME, reason)
+    return sequential.NAME, reason
