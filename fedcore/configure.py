@@ -86,9 +86,9 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
     from fedcore.models.external import record_code
 
     record_code(cfg)
-    from fedcore.engines.select import validate_engine
+    from fedcore.engines.select import check_engine
 
-    validate_engine(cfg)
+    check_engine(cfg)
     return cfg
 
 

@@ -142,14 +142,22 @@ class Message:
 
 
 @dataclass
-class RoundEnd:
-    """What closing a round gives back: an extra server step (None: none) and metrics."""
+class Closing:
+    """The server's side of a closing round, handed to every stage's ``end_round`` in chain
+    order once the rule's step is applied: the model, which a stage may move further (an extra
+    server step), and the BatchNorm statistics the server will load (the kept clients'
+    weighted mean), which a stage may replace, from ``client_buffers`` (the kept clients', in
+    order) and their averaging ``weights`` (summing to one; None when no client sent any)."""
 
-    step: torch.Tensor | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
+    params: torch.Tensor
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    client_buffers: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    weights: torch.Tensor | None = None
 
 
-def no_start_point(client_id: int, num_steps: int | None) -> torch.Tensor | None:
+def no_start_point(
+    client_id: int, planned_steps: Callable[[], int]
+) -> torch.Tensor | None:
     """Every client starts at the global model."""
     return None
 
@@ -174,9 +182,9 @@ class StageContext:
     uplink: tuple[str, ...] = ("delta",)  # the vectors each client sends, in order
     needs: frozenset[str] = frozenset()  # the client scalars the rule reads
     downlink: dict[str, torch.Tensor] = field(default_factory=dict)  # Aggregator.broadcast()
-    # where client k's local SGD starts, given the local steps it will take (None: at theta_t)
-    start_point: Callable[[int, int | None], torch.Tensor | None] = no_start_point
-    needs_num_steps: bool = False  # start_point needs the client's planned local steps
+    # where client k's local SGD starts (None: at theta_t); the second argument computes, when
+    # called, the number of local steps the client will take
+    start_point: Callable[[int, Callable[[], int]], torch.Tensor | None] = no_start_point
 
 
 # --- callbacks -------------------------------------------------------------------------------

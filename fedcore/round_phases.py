@@ -18,7 +18,8 @@ from fedcore.aggregators import Aggregate, UpdateBatch
 from fedcore.bn_statistics import average_bn_statistics
 from fedcore.layout import load_flat_params
 from fedcore.metrics import client_stat_metrics, conflict_fraction, per_sample_eval
-from fedcore.records import LocalSchedule
+from fedcore.records import Closing, LocalSchedule
+from fedcore.samplers import Population
 from fedcore.schedules import local_lr
 from fedcore.stages.base import rejections
 
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
     from fedcore.data.federated import FederatedData
     from fedcore.layout import ParamLayout
-    from fedcore.records import ClientUpdate, Message
+    from fedcore.records import ClientUpdate, Message, StageContext
+    from fedcore.samplers.base import Sampler
 
 
 @dataclass
@@ -51,6 +53,24 @@ def local_schedule(cfg: ExperimentConfig, round: int) -> LocalSchedule:
         momentum=loc.momentum,
         weight_decay=loc.weight_decay,
     )
+
+
+def sample(
+    sampler: Sampler, cfg: ExperimentConfig, data: FederatedData, ids: np.ndarray, round: int,
+    loss: Callable[[list[int]], np.ndarray],
+) -> np.ndarray:
+    """The round's clients, sorted, from ``sampler``, which sees the training population
+    ``ids`` only, numbered 0..n-1 (all clients when none is held out); ``loss``: the global
+    model's local loss of the named clients."""
+    pop = Population(
+        seed=cfg.seed,
+        round=round,
+        num_clients=len(ids),
+        per_round=cfg.clients_per_round,
+        sizes=np.array([data.clients[k].num_train for k in ids]),
+        local_loss=lambda chosen: loss([int(ids[k]) for k in chosen]),
+    )
+    return np.sort(ids[np.asarray(sampler.sample(pop), dtype=np.int64)])
 
 
 def local_loss(
@@ -75,24 +95,16 @@ def update_batch(
     round: int,
     rule_sizes: Callable[[list[int]], Sequence[float]] | None = None,
 ) -> UpdateBatch:
-    """The accepted clients' vectors stacked as m x d matrices (zeros when no delta is sent);
+    """The accepted clients' uplink vectors, one mapping of m x d matrices by name: the batch's
+    ``deltas`` is its ``delta`` (zeros when no delta is sent), ``extras`` the others;
     ``rule_sizes``: the sampler's weights for the rule (the sample counts by default)."""
     received = [m for m in msgs if m.accepted]
     kept = [m.update for m in received]
     sizes = rule_sizes or list
-    if not kept:
-        deltas = params.new_zeros((0, layout.dim))
-    elif "delta" in uplink:
-        deltas = torch.stack([m.sent["delta"] for m in received])
-    else:
-        deltas = params.new_zeros((len(received), layout.dim))
-    extras = {
-        name: torch.stack([m.sent[name] for m in received])
-        for name in uplink
-        if name != "delta" and received
-    }
+    vectors = {name: torch.stack([m.sent[name] for m in received])
+               for name in uplink if received}
     return UpdateBatch(
-        deltas=deltas,
+        deltas=vectors.pop("delta", params.new_zeros((len(received), layout.dim))),
         num_samples=torch.tensor(sizes([u.num_samples for u in kept])),
         layout=layout,
         stats={k: torch.tensor([u.stats[k] for u in kept], dtype=torch.float64)
@@ -101,7 +113,7 @@ def update_batch(
         else {},
         client_ids=torch.tensor([u.client_id for u in kept], dtype=torch.long),
         round=round,
-        extras=extras,
+        extras=vectors,
         num_steps=torch.tensor([u.num_steps for u in kept], dtype=torch.long),
     )
 
@@ -122,18 +134,21 @@ def aggregate(
     return result, seconds
 
 
-def averaged_buffers(
-    ups: list[ClientUpdate], device: torch.device, moment_matched: bool,
+def closing(
+    params: torch.Tensor, ups: list[ClientUpdate], device: torch.device,
     rule_sizes: Callable[[list[int]], Sequence[float]] | None = None,
-) -> dict[str, torch.Tensor]:
-    """BatchNorm running statistics of the kept clients, by the sampler's weights (sample counts
-    by default; not part of theta; moment-matched variances when a stage asks for them); empty
-    when they send none."""
+) -> Closing:
+    """The server after the rule's step: ``params`` and the kept clients' BatchNorm running
+    statistics (not part of theta) averaged by the sampler's weights (sample counts by
+    default), empty when they send none; the stages' ``end_round`` may change both."""
     if not ups or not ups[0].buffers:
-        return {}
+        return Closing(params)
     sizes = (rule_sizes or list)([u.num_samples for u in ups])
     w = torch.tensor(sizes, dtype=torch.float32, device=device)
-    return average_bn_statistics([u.buffers for u in ups], w / w.sum(), moment_matched)
+    client_buffers = [u.buffers for u in ups]
+    weights = w / w.sum()
+    return Closing(params, average_bn_statistics(client_buffers, weights), client_buffers,
+                   weights)
 
 
 def client_columns(
@@ -180,22 +195,27 @@ EMITTED_METRICS = {
 }
 
 
+def downlink_bytes(rc: StageContext, clients: int) -> int:
+    """What the round's ``clients`` receive: theta and the rule's downlink."""
+    return clients * sum(v.numel() * v.element_size() for v in (rc.params, *rc.downlink.values()))
+
+
 def round_metrics(
     msgs: list[Message], batch: UpdateBatch, result: Aggregate, seconds: float,
     bytes_down: int, totals: tuple[int, int],
 ) -> dict[str, float]:
     """The driver's own metrics of a round (training loss, conflict, rejections, timing,
     bytes; ``totals``: the uplink and downlink bytes since round 1) and the client
-    statistics."""
+    statistics. A rule whose batch carries no deltas may report its own
+    ``agg/conflict_fraction`` in its metrics, which are merged after these."""
     ups = [m.update for m in msgs]
     kept = sum(m.accepted for m in msgs)
     n = torch.tensor([float(u.num_samples) for u in ups], dtype=torch.float64)
     losses = torch.stack([u.train_loss for u in ups]).cpu().double()
     train_loss = float((losses * n).sum() / n.sum())
-    per_client = batch.deltas if result.client_deltas is None else result.client_deltas
     return {
         "train/loss": train_loss,
-        "agg/conflict_fraction": conflict_fraction(per_client, result.step) if kept else 0.0,
+        "agg/conflict_fraction": conflict_fraction(batch.deltas, result.step) if kept else 0.0,
         "agg/rejected_clients": float(len(ups) - kept),
         "agg/seconds": seconds,
         "comm/bytes_up": float(sum(m.nbytes for m in msgs)),

@@ -21,14 +21,13 @@ from fedcore.compose import resolve_device
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedData
 from fedcore.data.holdout import held_out_clients, training_clients
-from fedcore.engines import sequential
+from fedcore.engines.select import note_fallback
 from fedcore.layout import flat_params
 from fedcore.models.external import ModelArg, is_opaque, with_initial_weights
 from fedcore.models.protocol import REPR_METRICS, has_embedding
 from fedcore.records import Result, RoundRecord, RunView
 from fedcore.round_context import RoundContext
 from fedcore.round_phases import RoundOutcome
-from fedcore.samplers import Population
 from fedcore.store import ClientStore
 
 __all__ = ["Callback", "ClientStore", "ClientTable", "Result", "Simulation", "resolve_device",
@@ -110,18 +109,10 @@ class Simulation:
         return self.client_algo.projection_dim
 
     def sample_clients(self, round: int) -> np.ndarray:
-        """The round's clients, sorted, from the sampler (``method.sampler``). The sampler sees
-        the training population only, numbered 0..n-1 (all clients when none is held out)."""
-        ids = self.training
-        pop = Population(
-            seed=self.cfg.seed,
-            round=round,
-            num_clients=len(ids),
-            per_round=self.cfg.clients_per_round,
-            sizes=np.array([self.data.clients[k].num_train for k in ids]),
-            local_loss=lambda chosen: self.local_loss([int(ids[k]) for k in chosen]),
-        )
-        return np.sort(ids[np.asarray(self.sampler.sample(pop), dtype=np.int64)])
+        """The round's clients, sorted, from the sampler (``method.sampler``), which sees the
+        training population only (``fedcore.round_phases.sample``)."""
+        return round_phases.sample(self.sampler, self.cfg, self.data, self.training, round,
+                                   self.local_loss)
 
     def local_loss(self, client_ids: list[int]) -> np.ndarray:
         """The global model's mean loss on each client's training split (eval mode)."""
@@ -149,7 +140,6 @@ class Simulation:
             uplink=tuple(self.client_algo.uplink),
             needs=frozenset(self.aggregator.needs),
             downlink=self.aggregator.broadcast(),
-            needs_num_steps=self.chain.needs_num_steps,
         )
         rc.start_point = functools.partial(self.chain.start_point, rc)
         return rc
@@ -166,7 +156,8 @@ class Simulation:
         opening = self.chain.begin_round(rc, ids)
         # train: the engine returns each client's trained update
         updates = self.engine.train_round(rc, ids, order)
-        self._note_fallback()
+        self.engine_name, self.engine_reason = note_fallback(self.engine, self.engine_name,
+                                                             self.engine_reason)
         ups = [updates[k] for k in ids]
         # client stages: change the trained updates before they are sent
         self.chain.client_side(ups, rc)
@@ -183,37 +174,25 @@ class Simulation:
         for m in msgs:
             state = self.store[m.update.client_id]
             self.client_algo.commit(Commit(state, m.update, m.sent, m.accepted))
-        closing = self.chain.end_round(rc, ids)
-        # apply
-        self.params = self.params + result.step
-        if closing.step is not None:  # a stage's extra server step
-            self.params = self.params + closing.step
-        self.buffers.update(
-            round_phases.averaged_buffers(kept, self.device, self.chain.moment_matched_bn,
-                                          self.sampler.rule_sizes))
+        # apply: the rule's step and the averaged BatchNorm statistics, then the stages close
+        # the round (and may change both)
+        closing = round_phases.closing(self.params + result.step, kept, self.device,
+                                       self.sampler.rule_sizes)
+        ending = self.chain.end_round(rc, ids, closing)
+        self.params = closing.params
+        self.buffers.update(closing.buffers)
         # round metrics
-        bytes_down = len(ids) * sum(
-            v.numel() * v.element_size() for v in (rc.params, *rc.downlink.values())
-        )
+        bytes_down = round_phases.downlink_bytes(rc, len(ids))
         self.bytes_up_total += sum(m.nbytes for m in msgs)
         self.bytes_down_total += bytes_down
         metrics = round_phases.round_metrics(
             msgs, batch, result, seconds, bytes_down, (self.bytes_up_total, self.bytes_down_total)
         )
-        for more in (result.metrics, verdicts, closing.metrics, opening,
+        for more in (result.metrics, verdicts, ending, opening,
                      round_phases.stat_metrics(msgs)):
             metrics.update(more)
         columns = round_phases.client_columns(msgs, result.client_values, self.data.num_clients)
         return RoundOutcome(metrics, columns)
-
-    def _note_fallback(self) -> None:
-        """``engine_name``/``engine_reason`` say what trained: a vectorised engine that fell back
-        to sequential training (an objective it cannot express) makes them say so."""
-        why = getattr(self.engine, "fallback", None)
-        if why and self.engine_name != sequential.NAME:
-            self.engine_name = sequential.NAME
-            self.engine_reason = f"the vectorised engine fell back to sequential training: {why}"
-            log.info("engine: %s (%s)", self.engine_name, self.engine_reason)
 
     def run(self, order_fn: Callable[[list[int]], list[int]] | None = None) -> Result:
         """Run all remaining rounds; rounds are numbered 1..R (the MLflow step).

@@ -12,7 +12,8 @@ from fedcore.clients import ClientUpdate, LocalSchedule
 from fedcore.compose import stage_chain
 from fedcore.config import ConfigError
 from fedcore.configure import load_config
-from fedcore.round_phases import averaged_buffers
+from fedcore.records import Closing
+from fedcore.round_phases import closing
 from fedcore.schedules import local_lr
 from fedcore.simulation import Simulation
 from fedcore.stages.feedback import RESIDUAL, alpha_star, build_feedback
@@ -76,7 +77,9 @@ def test_cser_reset_digest_by_hand():
     sched = LocalSchedule()
     store = {0: {}, 1: {}}
     ef.begin_round(1, sched)
-    assert ef.end_round([0, 1], store).step is None  # round 1: not a reset round
+    before = Closing(torch.zeros(10))
+    ef.end_round([0, 1], store, before)
+    assert torch.equal(before.params, torch.zeros(10))  # round 1: not a reset round
     ef.begin_round(2, sched)
     a = torch.tensor([5.0, -4, 3, 0.5, 0, 0, 0, 0, 0, 0.1])
     b = torch.tensor([0.0, 1, -2, 6, 0, 0, 0, 0, 0, 0])
@@ -84,14 +87,15 @@ def test_cser_reset_digest_by_hand():
     sent_b, _ = ef.compress(comp.apply, b, store[1])
     assert bytes_a == 8 * 1 + 8 * 2  # Top-1 update + top-2 digest
     assert torch.equal(sent_a, torch.tensor([5.0, 0, 0, 0, 0, 0, 0, 0, 0, 0]))
-    closing = ef.end_round([0, 1], store)
-    e_bar = closing.step
+    after = Closing(torch.zeros(10))
+    metrics = ef.end_round([0, 1], store, after)
+    e_bar = after.params  # the extra server step, added to the model after the rule's
     assert torch.allclose(e_bar, torch.tensor([0.0, -1.5, 0.5, 0, 0, 0, 0, 0, 0, 0]))
     expect_a = torch.tensor([0.0, -2.5, 2.5, 0.5, 0, 0, 0, 0, 0, 0.1])
     expect_b = torch.tensor([0.0, 2.5, -2.5, 0, 0, 0, 0, 0, 0, 0])
     assert torch.allclose(store[0][RESIDUAL], expect_a)
     assert torch.allclose(store[1][RESIDUAL], expect_b)
-    assert closing.metrics["cser/reset"] == 1.0
+    assert metrics["cser/reset"] == 1.0
 
 
 def test_support_normalised_averaging_by_hand():
@@ -140,9 +144,12 @@ def _bn_update(n, mean, var):
 
 
 def _averaged_buffers(spec):
+    """The BatchNorm statistics the server loads: averaged, then as the stages close the round."""
     chain = stage_chain(load_config(None, [f"method.compression={spec}"]), compression.build(spec))
     ups = [_bn_update(1, [0.0, 1.0], [1.0, 0.0]), _bn_update(3, [2.0, 1.0], [1.0, 0.0])]
-    return averaged_buffers(ups, torch.device("cpu"), chain.moment_matched_bn)
+    end = closing(torch.zeros(1), ups, torch.device("cpu"))
+    chain.end_round(SimpleNamespace(store={}), [], end)
+    return end.buffers
 
 
 @pytest.mark.parametrize("variant", ["ef", "saef", "sapef", "cser"])

@@ -32,6 +32,7 @@ def test_the_stage_guide_runs(project: Path, capsys: pytest.CaptureFixture[str])
         run_script(project, "check_cosine_filter.py")
         out = capsys.readouterr().out
     assert "rejected: 1.0" in out and "column: [2]" in out
+    assert "chain: attack -> flip_one -> uplink -> cosine_filter -> non_finite" in out
 
 
 def test_the_sampler_guide_runs(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

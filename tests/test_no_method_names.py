@@ -1,5 +1,6 @@
 """The round driver, the engines and the component base classes hold no method knowledge: no
-method's name appears in them, not even in a comment (issue 24)."""
+method's name appears in them, not even in a comment (issue 24), no slot that exists for one
+method's need, and no branch between the delta and the other uplink vectors (issue 37)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,23 @@ GENERIC = [
     "fedcore/clients/template.py",
     "fedcore/records.py",
     "fedcore/clients/plan.py",
+    "fedcore/round_phases.py",
+    "fedcore/run_state.py",
+    "fedcore/probes.py",
+    "fedcore/round_context.py",
+    "fedcore/stages/feedback/base.py",
+    "fedcore/stages/uplink.py",
 ]
+# what one method needed of the driver, now declared in the method's own file: CSER's extra
+# server step (a stage may move ``Closing.params``), SCAFCOM's implied client deltas (the rule
+# reports its own conflict), the error-feedback BatchNorm moment matching (the variant replaces
+# ``Closing.buffers``), SA-PEF's planned step count (``start_point`` calls ``planned_steps()``)
+SLOTS = [r"closing\.step", r"roundend", r"client_deltas", r"moment_matched", r"needs_num_steps",
+         r"\.active\b"]
+# the one accessor of an uplink vector by name (``ClientUpdate.vector``) may tell the delta
+# from the others; nothing else in generic code does
+DELTA_BRANCH = r"(==|!=)\s*[\"']delta[\"']|[\"']delta[\"']\s+(not\s+)?in\b"
+ONE_ACCESSOR = "fedcore/records.py"
 # names that are also plain words of the code (the ConFIG rule is "config", a robust rule is
 # "median"): matched only as a component name would be written, e.g. 'median' in quotes
 WORDS = {"config", "median", "none", "fedavg"}
@@ -53,3 +70,13 @@ def test_no_method_name_in_the_driver_engines_or_base_classes(path: str) -> None
                    if re.search(rf"(?<![a-z0-9_]){re.escape(w)}(?![a-z0-9_])", text))
     quoted = sorted(w for w in WORDS - {"none"} if re.search(rf"[\"']{w}[\"']", text))
     assert not found + quoted, f"{path} names methods: {found + quoted}"
+
+
+@pytest.mark.parametrize("path", GENERIC)
+def test_no_single_method_slot_or_delta_branch_in_generic_code(path: str) -> None:
+    text = (ROOT / path).read_text().lower()
+    slots = [s for s in SLOTS if re.search(s, text)]
+    assert not slots, f"{path} keeps a slot for one method's need: {slots}"
+    if path != ONE_ACCESSOR:
+        branch = re.search(DELTA_BRANCH, text)
+        assert branch is None, f"{path} branches on the delta: {branch.group(0)!r}"

@@ -197,7 +197,7 @@ def test_median_norm_filter_rejects_an_outsized_update_from_the_config():
 
     cfg = load_config(None, [*TINY, "method.stages=[{stage: median_norm, factor: 3}]"])
     sim = Simulation(cfg)
-    assert [s.name for s in sim.chain.stages] == ["attack", "median_norm", "uplink", "non_finite"]
+    assert [s.name for s in sim.chain.stages] == ["attack", "uplink", "median_norm", "non_finite"]
     _with_stage(sim, Blow(), before_last=False)
     seen = _rule_rows(sim)
     outcome = sim.play_round(1, sampled=[0, 2, 4])
@@ -214,6 +214,8 @@ def test_median_norm_filter_rejects_an_outsized_update_from_the_config():
 
 class NeedsPlainSgd(Stage):
     """A stage declaring a requirement, named by import path in the test below."""
+
+    side = "client"
 
     @classmethod
     def requirements(cls, hp):
@@ -243,3 +245,113 @@ def test_every_component_kind_shares_the_base_and_is_checked_in_one_loop():
     with pytest.raises(ConfigError, match=r"^local.momentum: stage needs_plain_sgd needs plain "
                        r"SGD, got 0.9"):
         load_config(None, [f"method.stages=[{{stage: '{stage}'}}]", "local.momentum=0.9"])
+
+
+class WireTag(Stage):
+    """Wire side: sees what goes on the wire, before the built-in uplink compresses it."""
+
+    side = "wire"
+
+
+class ServerLook(Stage):
+    side = "server"
+
+
+class ClientTouch(Stage):
+    side = "client"
+
+
+class Sideways(Stage):
+    side = "sever"
+
+
+def test_a_stage_lands_where_its_side_says_with_the_config_order_within_a_side():
+    from fedcore.simulation import Simulation
+
+    from .conftest import TINY
+
+    listed = ", ".join(f"{{stage: '{__name__}:{cls}'}}"
+                       for cls in ("ServerLook", "WireTag", "ClientTouch"))
+    cfg = load_config(None, [*TINY, f"method.stages=[{listed}, {{stage: clip_noise}}]"])
+    sim = Simulation(cfg)
+    names = [type(s).__name__ for s in sim.chain.stages]
+    assert names == ["Attack", "ClientTouch", "ClipNoise", "WireTag", "Uplink", "ServerLook",
+                     "NonFinite"]
+    assert [s.side for s in sim.chain.stages] == [
+        "client", "client", "client", "wire", "wire", "server", "server"]
+
+
+def test_a_stage_without_a_valid_side_is_a_one_line_error():
+    from fedcore.stages.base import Chain
+
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, [f"method.stages=[{{stage: '{__name__}:Sideways'}}]"])
+    assert str(exc.value) == (
+        "method.stages[0].side: got 'sever'; allowed: client, wire, server")
+    with pytest.raises(ConfigError, match=r"^stage norm.side: not declared; allowed: client, "
+                       r"wire, server$"):
+        Chain([type("Norm", (Stage,), {"name": "norm"})()])
+
+
+def test_every_uplink_vector_goes_through_one_mapping_with_no_delta_branch():
+    """The rule's batch stacks each uplink name (``delta`` is the batch's deltas, zeros when
+    not sent); error feedback corrects the vector its variant names, C alone the others."""
+    import torch
+
+    from fedcore.compression.topk import TopK
+    from fedcore.layout import ParamLayout
+    from fedcore.records import ClientUpdate, Message
+    from fedcore.round_phases import update_batch
+    from fedcore.stages.feedback import RESIDUAL
+    from fedcore.stages.feedback.ef import EF
+
+    layout = ParamLayout((), ((0, 4),), ("model",))
+    ups = [ClientUpdate(k, torch.zeros(4), 1, 1, torch.tensor(0.0), extras={"c": torch.ones(4) * k})
+           for k in range(3)]
+    msgs = [Message(u, {"c": u.vector("c")}) for u in ups]
+    msgs[1].reject("test")
+    batch = update_batch(msgs, ("c",), layout, torch.zeros(4), 1)
+    assert batch.deltas.tolist() == [[0.0] * 4] * 2
+    assert batch.extras["c"][:, 0].tolist() == [0.0, 2.0]
+
+    class CorrectsC(EF):
+        corrects = "c"
+
+    op = TopK(TopK.HParams(k_frac=0.25)).apply
+    vec = torch.tensor([4.0, 3.0, 2.0, 1.0])
+    for fb, kept in ((EF(), "delta"), (CorrectsC(), "c")):
+        for name in ("delta", "c"):
+            state: dict = {}
+            sent, _ = fb.compress_vector(name, op, vec, state)
+            assert sent.tolist() == [4.0, 0.0, 0.0, 0.0]
+            assert (RESIDUAL in state) == (name == kept)
+
+
+def test_a_stage_closes_the_round_through_end_round_and_may_move_the_model():
+    """An extra server step (CSER's kind) is what any stage may do to the ``Closing`` it is
+    handed once the rule's step is applied; the driver has no slot for it."""
+    import torch
+
+    from fedcore.simulation import Simulation
+    from fedcore.stages.base import Chain
+
+    from .conftest import TINY
+
+    class Nudge(Stage):
+        name = "nudge"
+        side = "server"
+
+        def end_round(self, rc, sampled, closing):
+            self.after_rule = closing.params.clone()
+            closing.params = closing.params + 1.0
+            return {"nudge/applied": 1.0}
+
+    plain = Simulation(load_config(None, TINY))
+    plain.play_round(1, sampled=[0, 2, 4])
+    sim = Simulation(load_config(None, TINY))
+    nudge = Nudge()
+    sim.chain = Chain([*sim.chain.stages, nudge])
+    outcome = sim.play_round(1, sampled=[0, 2, 4])
+    assert outcome.metrics["nudge/applied"] == 1.0
+    assert torch.equal(nudge.after_rule, plain.params)
+    assert torch.equal(sim.params, plain.params + 1.0)

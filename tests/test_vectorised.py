@@ -175,6 +175,18 @@ def test_explicit_vectorised_with_unsupported_setting_is_a_one_line_config_error
     assert "allowed:" in msg
 
 
+def test_the_engine_is_chosen_once_by_the_composition_root(monkeypatch):
+    import fedcore.engines.select as select
+
+    calls = []
+    real = select.choose_engine
+    monkeypatch.setattr(select, "choose_engine", lambda cfg: calls.append(cfg) or real(cfg))
+    cfg = load_config(None, [*TINY, "method=moon", "engine.backend=auto"])
+    assert calls == []  # config validation checks the value, it does not choose
+    assert Simulation(cfg).engine_name == "sequential"  # auto on cpu
+    assert len(calls) == 1
+
+
 def test_auto_falls_back_with_a_reason_and_picks_vectorised_where_supported(monkeypatch):
     for method in ("moon", "ditto"):
         assert choose_engine(load_config(None, [f"method={method}"]))[0] == "vectorised"

@@ -69,3 +69,21 @@ def test_stages_see_a_stage_context():
     (rc,) = seen
     assert isinstance(rc, StageContext) and rc.round == 1
     assert rc.uplink == ("delta",) and rc.needs == frozenset(sim.aggregator.needs)
+
+
+def test_the_driver_stays_small_and_hands_itself_to_no_component():
+    """``simulation.py`` under 300 lines; the simulation passes ``self`` only to the read-only
+    ``RunView`` and to its own state helpers (``fedcore.run_state``), never to a component."""
+    import ast
+    from pathlib import Path
+
+    import fedcore.simulation
+
+    source = Path(fedcore.simulation.__file__).read_text()
+    assert len(source.splitlines()) < 300
+    allowed = {"RunView", "run_state.state_of", "run_state.restore", "getattr"}  # its own field
+    given = {ast.unparse(node.func) for node in ast.walk(ast.parse(source))
+             if isinstance(node, ast.Call)
+             and any(isinstance(a, ast.Name) and a.id == "self"
+                     for a in [*node.args, *(k.value for k in node.keywords)])}
+    assert given <= allowed, f"the simulation is handed to {sorted(given - allowed)}"

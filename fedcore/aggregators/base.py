@@ -77,7 +77,6 @@ class Aggregate:
     step: torch.Tensor
     metrics: dict[str, float] = field(default_factory=dict)
     client_values: dict[str, torch.Tensor] = field(default_factory=dict)
-    client_deltas: torch.Tensor | None = None  # per-client model deltas when the batch has none
 
 
 class Aggregator(Component):

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from fedcore.aggregators.base import Aggregate, UpdateBatch, register
 from fedcore.aggregators.scaffold import ControlVariateServer
+from fedcore.metrics import conflict_fraction
 from fedcore.registry import HParams as BaseHParams
 from fedcore.requirements import Need, SendsUpdate
 
@@ -51,10 +52,9 @@ class Scafcom(ControlVariateServer):
         per_client = -gamma * (c + inc)  # each client's implied model delta (for metrics)
         step = per_client.mean(dim=0)  # = -gamma (c + mean_k d_k)
         self.c = c + inc.sum(dim=0) / self.num_clients
-        deltas = batch.deltas.clone()
-        deltas[moved.to(deltas.device)] = per_client
-        return Aggregate(
-            step,
-            {"scafcom/gamma": gamma, "scafcom/c_norm": float(self.c.norm())},
-            client_deltas=deltas,
-        )
+        deltas = batch.deltas.clone()  # the batch has no deltas: the implied ones measure
+        deltas[moved.to(deltas.device)] = per_client  # the round's conflict
+        return Aggregate(step, {
+            "scafcom/gamma": gamma, "scafcom/c_norm": float(self.c.norm()),
+            "agg/conflict_fraction": conflict_fraction(deltas, step),
+        })

@@ -37,14 +37,14 @@ class ScafcomClient(ControlledClient):
         c_i = control_of(ctx.state, ctx.global_params)
         update.stats["local_lr"] = ctx.schedule.lr
         if update.num_steps == 0:  # nothing learned: a zero increment, nothing committed
-            update.extras["cv_increment"] = torch.zeros_like(c_i)
+            update.set_vector("cv_increment", torch.zeros_like(c_i))
             return
         v = ctx.state.get(MOMENTUM)
         g_bar = self.mean_gradient(update, ctx)
         v_new = self.hp.beta * g_bar if v is None else (1 - self.hp.beta) * v.to(c_i) + (
             self.hp.beta * g_bar
         )
-        update.extras["cv_increment"] = v_new - c_i
+        update.set_vector("cv_increment", v_new - c_i)
         update.pending["v"] = v_new
 
     def commit(self, c: Commit) -> None:

@@ -125,7 +125,7 @@ class ScaffoldClient(ControlledClient):
         update.stats["local_lr"] = ctx.schedule.lr
         update.pending["delta_c"] = delta_c
         if "delta_c" in self.uplink:
-            update.extras["delta_c"] = delta_c
+            update.set_vector("delta_c", delta_c)
         else:  # reconstruct: commit what the server rebuilds from the delta it receives
             update.pending["c"] = server_control(ctx)
 

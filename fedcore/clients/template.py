@@ -11,6 +11,7 @@ follow-up pass runs last, once the update is formed.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, cast
 
@@ -77,8 +78,7 @@ def local_context(rc: StageContext, client_id: int, algo: ClientAlgorithm) -> Lo
         server_payload=rc.downlink,
         seed=rc.cfg.seed,
     )
-    steps = planned_steps(algo, ctx) if rc.needs_num_steps else None
-    ctx.start_params = rc.start_point(client_id, steps)
+    ctx.start_params = rc.start_point(client_id, functools.partial(planned_steps, algo, ctx))
     return ctx
 
 

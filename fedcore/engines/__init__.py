@@ -2,5 +2,6 @@
 
 ``sequential``: one client after the other (any objective, any model). ``vectorised``: all
 clients of a chunk at once with ``torch.func`` (fedcore/engines/vectorised.py). The choice and
-its reason come from ``fedcore.engines.select.choose_engine``.
+its reason are made once, by the composition root (``fedcore.compose`` calls
+``fedcore.engines.select.build_engine``).
 """

@@ -1,11 +1,14 @@
 """Which execution engine a configuration gets, and why (the support rules of the vectorised one).
 
-Rules are checked on the configuration alone so that an explicit ``engine.backend=vectorised``
-with an unsupported combination fails as a one-line ``ConfigError`` before any compute.
+The choice is made once, by the composition root (``fedcore.compose`` calls
+:func:`build_engine`); config validation only checks, with :func:`check_engine`, that an
+explicit ``engine.backend=vectorised`` is possible, so that it fails as a one-line
+``ConfigError`` before any compute.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Protocol
 
 from fedcore.config import ConfigError, ExperimentConfig
@@ -18,6 +21,7 @@ if TYPE_CHECKING:
     from fedcore.models import FedModel
     from fedcore.round_context import RoundContext
 
+log = logging.getLogger("fedcore")
 BACKENDS = ("auto", "sequential", "vectorised")
 # Why ``auto`` keeps CPU runs sequential: vectorised / sequential client-steps per second
 # (benchmarks/vectorised.py, docs/how-to/gpu.md).
@@ -64,22 +68,32 @@ def vectorised_blocker(cfg: ExperimentConfig) -> str | None:
     return None
 
 
+def unsupported(blocker: str) -> ConfigError:
+    """The one-line error of an explicit ``engine.backend=vectorised`` that cannot be had."""
+    return ConfigError(f"engine.backend: 'vectorised' unsupported here: {blocker}")
+
+
+def check_engine(cfg: ExperimentConfig) -> None:
+    """Config validation: raise the one-line ConfigError of an explicit ``vectorised`` that the
+    method or model rules out; chooses nothing (the composition root does)."""
+    if cfg.engine.backend == "vectorised":
+        blocker = vectorised_blocker(cfg)
+        if blocker is not None:
+            raise unsupported(blocker)
+
+
 def choose_engine(cfg: ExperimentConfig) -> tuple[str, str]:
-    """(engine name, reason) for ``cfg.engine.backend``; raises ConfigError if impossible."""
+    """(engine name, reason) for ``cfg.engine.backend``, on the configuration alone; raises
+    ConfigError if impossible."""
     backend = cfg.engine.backend
-    blocker = vectorised_blocker(cfg)
     if backend == "sequential":
         return "sequential", "engine.backend=sequential"
+    blocker = vectorised_blocker(cfg)
     if blocker is None:
         return "vectorised", f"engine.backend={backend}"
     if backend == "vectorised":
-        raise ConfigError(f"engine.backend: 'vectorised' unsupported here: {blocker}")
+        raise unsupported(blocker)
     return "sequential", blocker
-
-
-def validate_engine(cfg: ExperimentConfig) -> None:
-    """Raise the one-line ConfigError of an impossible explicit engine choice."""
-    choose_engine(cfg)
 
 
 def build_engine(
@@ -113,5 +127,18 @@ def build_engine(
         engine = VectorisedEngine(model, layout, in_shape, device, cfg.engine.max_clients_per_chunk)
         return engine, name, reason
     if cfg.engine.backend == "vectorised":
-        raise ConfigError(f"engine.backend: 'vectorised' unsupported here: {blocker}")
+        raise unsupported(blocker)
     return sequential, "sequential", blocker
+
+
+def note_fallback(engine: Engine, name: str, reason: str) -> tuple[str, str]:
+    """(name, reason) of what trained: a vectorised engine that fell back to sequential
+    training (an objective it cannot express) makes them say so, once."""
+    from fedcore.engines import sequential
+
+    why = getattr(engine, "fallback", None)
+    if not why or name == sequential.NAME:
+        return name, reason
+    reason = f"the vectorised engine fell back to sequential training: {why}"
+    log.info("engine: %s (%s)", sequential.NAME, reason)
+    return sequential.NAME, reason

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedcore.records import Message, RoundEnd, StageContext
+from fedcore.records import Closing, Message, StageContext
 from fedcore.stages.base import REGISTRY, Chain, Stage
 
-__all__ = ["REGISTRY", "Chain", "Message", "RoundEnd", "Stage", "StageContext"]
+__all__ = ["REGISTRY", "Chain", "Closing", "Message", "Stage", "StageContext"]

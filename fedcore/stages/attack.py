@@ -19,6 +19,7 @@ class Attack(Stage):
     the attack's own stream (``clients.attack``, ``clients.attack_strength``)."""
 
     name = "attack"
+    side = "client"
 
     def on_update(self, update: ClientUpdate, rc: StageContext) -> None:
         if update.client_id in rc.byzantine:

@@ -6,8 +6,15 @@ at the round's start), ``start_point`` (where a client's local training starts),
 ``on_update`` (client side, on the trained update before it is sent), ``on_send`` (the uplink:
 what goes on the wire and its bytes), ``on_receive`` (server side, on each message that arrived),
 ``receive_round`` (server side, once over all the round's messages, returning metrics) and
-``end_round`` (an extra server step and metrics). The round driver calls each hook on every
+``end_round`` (once the rule's step is applied: the server's ``Closing``, which a stage may
+change, e.g. an extra server step, and metrics). The round driver calls each hook on every
 stage in chain order; stages named in ``method.stages`` come from :data:`REGISTRY`.
+
+Each stage declares its ``side``: ``client`` (on the trained update before it is sent),
+``wire`` (what travels: compression, transport) or ``server`` (on receipt). The chain's order
+follows from the sides, client before wire before server; within a side the order given to
+:class:`Chain` is kept (the composition root gives: the built-in attack, the config's stages in
+``method.stages`` order, the built-in uplink, the built-in non-finite filter).
 
 Server-side verdicts compose: a message is accepted only if no stage rejected it, a stage
 cannot undo another's rejection, and each message records which stages rejected it
@@ -19,11 +26,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fedcore.component import Component
-from fedcore.records import Message, RoundEnd, StageContext
+from fedcore.errors import ConfigError
+from fedcore.records import Closing, Message, StageContext
 from fedcore.registry import HParams, Registry
 from fedcore.registry import HParams as AnyHParams
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
 
     from fedcore.records import ClientUpdate
@@ -32,11 +42,22 @@ REGISTRY: Registry[Stage] = Registry(
     "stage", "stage", "fedcore.stages", "fedcore.stages.base:Stage"
 )
 register = REGISTRY.register
+SIDES = ("client", "wire", "server")  # the chain's order
 
 
 def stage_name(stage: Stage) -> str:
     """The stage's registered name (its class name when it has none)."""
     return str(getattr(stage, "name", type(stage).__name__))
+
+
+def side_rank(stage: type[Stage] | Stage, where: str) -> int:
+    """The place of the stage's declared ``side`` in :data:`SIDES`; a one-line ConfigError
+    naming ``<where>.side`` when it declares none or another."""
+    side = getattr(stage, "side", None)
+    if side not in SIDES:
+        got = "not declared" if side is None else f"got {side!r}"
+        raise ConfigError(f"{where}.side: {got}; allowed: {', '.join(SIDES)}")
+    return SIDES.index(side)
 
 
 def rejections(msgs: list[Message]) -> dict[str, list[int]]:
@@ -59,28 +80,18 @@ class Stage(Component):
     """One link of the chain; every hook does nothing unless a subclass says otherwise."""
 
     name: ClassVar[str]
+    side: ClassVar[str]  # one of SIDES: where in the chain the stage runs
     HParams: ClassVar[type[HParams]] = HParams
     hp: AnyHParams
-
-
-    @property
-    def needs_num_steps(self) -> bool:
-        """True when :meth:`start_point` needs the client's planned local steps."""
-        return False
-
-    @property
-    def moment_matched_bn(self) -> bool:
-        """True when the server should moment-match BatchNorm variances."""
-        return False
-
     def begin_round(self, rc: StageContext, sampled: list[int]) -> dict[str, float]:
         """Metrics measured at the round's start, before any client trains."""
         return {}
 
     def start_point(
-        self, rc: StageContext, client_id: int, num_steps: int | None
+        self, rc: StageContext, client_id: int, planned_steps: Callable[[], int]
     ) -> torch.Tensor | None:
-        """Where the client's local training starts (None: this stage does not move it)."""
+        """Where the client's local training starts (None: this stage does not move it);
+        ``planned_steps()`` computes the number of local steps the client will take."""
         return None
 
     def on_update(self, update: ClientUpdate, rc: StageContext) -> None:
@@ -98,9 +109,12 @@ class Stage(Component):
         any of them (``msg.reject(self.name)``) and returns metrics."""
         return {}
 
-    def end_round(self, rc: StageContext, sampled: list[int]) -> RoundEnd:
-        """Close the round: an extra server step or None, and metrics."""
-        return RoundEnd()
+    def end_round(
+        self, rc: StageContext, sampled: list[int], closing: Closing
+    ) -> dict[str, float]:
+        """Close the round once the rule's step is applied: may change ``closing`` (move
+        ``closing.params``, replace ``closing.buffers``); returns metrics."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs of this stage (beyond the client store)."""
@@ -122,18 +136,11 @@ EMITTED_METRICS = {
 
 
 class Chain:
-    """Stages in order; each driver phase calls one hook on every stage."""
+    """Stages ordered by side (client, wire, server; the given order within a side); each
+    driver phase calls one hook on every stage."""
 
     def __init__(self, stages: list[Stage]) -> None:
-        self.stages = list(stages)
-
-    @property
-    def needs_num_steps(self) -> bool:
-        return any(s.needs_num_steps for s in self.stages)
-
-    @property
-    def moment_matched_bn(self) -> bool:
-        return any(s.moment_matched_bn for s in self.stages)
+        self.stages = sorted(stages, key=lambda s: side_rank(s, f"stage {stage_name(s)}"))
 
     def begin_round(self, rc: StageContext, sampled: list[int]) -> dict[str, float]:
         metrics: dict[str, float] = {}
@@ -142,11 +149,11 @@ class Chain:
         return metrics
 
     def start_point(
-        self, rc: StageContext, client_id: int, num_steps: int | None
+        self, rc: StageContext, client_id: int, planned_steps: Callable[[], int]
     ) -> torch.Tensor | None:
         """The first start point a stage gives (None: the global model)."""
         for s in self.stages:
-            point = s.start_point(rc, client_id, num_steps)
+            point = s.start_point(rc, client_id, planned_steps)
             if point is not None:
                 return point
         return None
@@ -179,15 +186,15 @@ class Chain:
             metrics[f"stages/{name}/rejected"] = float(len(ids))
         return metrics
 
-    def end_round(self, rc: StageContext, sampled: list[int]) -> RoundEnd:
-        """Every stage's closing; their steps add up, their metrics merge."""
-        out = RoundEnd()
+    def end_round(
+        self, rc: StageContext, sampled: list[int], closing: Closing
+    ) -> dict[str, float]:
+        """Every stage closes the round in chain order, each seeing ``closing`` as the earlier
+        ones left it; their metrics merge."""
+        metrics: dict[str, float] = {}
         for s in self.stages:
-            closing = s.end_round(rc, sampled)
-            if closing.step is not None:
-                out.step = closing.step if out.step is None else out.step + closing.step
-            out.metrics.update(closing.metrics)
-        return out
+            metrics.update(s.end_round(rc, sampled, closing))
+        return metrics
 
     def state_dict(self) -> list[dict[str, Any]]:
         return [s.state_dict() for s in self.stages]

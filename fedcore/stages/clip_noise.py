@@ -39,6 +39,7 @@ def clip_and_noise(
 
 @register("clip_noise")
 class ClipNoise(Stage):
+    side = "client"
     HParams: ClassVar[type[AnyHParams]] = ClipNoiseHParams
     hp: ClipNoiseHParams
 

@@ -25,6 +25,7 @@ class NonFinite(Stage):
     verdict adds to the other stages', never undoes one."""
 
     name = "non_finite"
+    side = "server"
 
     def on_update(self, update: ClientUpdate, rc: StageContext) -> None:
         needs = rc.needs

@@ -35,6 +35,7 @@ EMITTED_METRICS = {
 
 @register("median_norm")
 class MedianNorm(Stage):
+    side = "server"
     HParams: ClassVar[type[AnyHParams]] = MedianNormHParams
     hp: MedianNormHParams
 

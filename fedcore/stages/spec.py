@@ -1,5 +1,5 @@
 """``method.stages``: a list of ``{stage: NAME, **hparams}``, each validated against its
-stage's ``HParams`` (one-line errors)."""
+stage's ``HParams`` and its declared ``side`` (one-line errors)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from fedcore.component_spec import resolve_one
 from fedcore.errors import ConfigError
 from fedcore.limits import shown
-from fedcore.stages.base import REGISTRY
+from fedcore.stages.base import REGISTRY, side_rank
 
 
 def resolve_stages(specs: Any) -> list[dict[str, Any]] | None:
@@ -24,7 +24,9 @@ def resolve_stages(specs: Any) -> list[dict[str, Any]] | None:
         if not isinstance(spec, dict):
             raise ConfigError(f"{where}: expected a mapping {{stage: NAME, ...}} "
                               f"(got {shown(spec)})")
-        out.append(resolve_one(spec, where, REGISTRY))
+        resolved = resolve_one(spec, where, REGISTRY)
+        side_rank(REGISTRY.get(resolved[REGISTRY.key]), where)
+        out.append(resolved)
     return out
 
 

@@ -1,7 +1,8 @@
 """The uplink stage: error feedback and the compressor on every uplink vector, and the bytes.
 
-``delta`` goes through the error-feedback variant around C; every other uplink vector through
-C alone. A randomized compressor draws from a stream per (seed, round, client)."""
+Every uplink vector goes to the error-feedback variant, which feeds back the compression
+error of the one it corrects (``ErrorFeedback.corrects``) and applies C alone to the others.
+A randomized compressor draws from a stream per (seed, round, client)."""
 
 from __future__ import annotations
 
@@ -10,39 +11,34 @@ from typing import TYPE_CHECKING
 import torch
 
 from fedcore.compression.base import Compressor, side_bytes
-from fedcore.records import Message, RoundEnd
+from fedcore.records import Closing, Message
 from fedcore.seeding import derive_seed
 from fedcore.stages.base import Stage
 from fedcore.stages.feedback.base import ErrorFeedback
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fedcore.records import StageContext
 
 
 class Uplink(Stage):
     name = "uplink"
+    side = "wire"
 
     def __init__(self, compressor: Compressor, feedback: ErrorFeedback) -> None:
         super().__init__()
         self.compressor, self.feedback = compressor, feedback
-
-    @property
-    def needs_num_steps(self) -> bool:
-        return self.feedback.per_client_alpha
-
-    @property
-    def moment_matched_bn(self) -> bool:
-        """Error feedback with a residual moment-matches BatchNorm variances (sapef.md)."""
-        return self.feedback.active
 
     def begin_round(self, rc: StageContext, sampled: list[int]) -> dict[str, float]:
         self.feedback.begin_round(rc.round, rc.schedule)
         return self.feedback.probe(rc, sampled)
 
     def start_point(
-        self, rc: StageContext, client_id: int, num_steps: int | None
+        self, rc: StageContext, client_id: int, planned_steps: Callable[[], int]
     ) -> torch.Tensor | None:
-        return self.feedback.start_point(rc.params, rc.store[client_id], num_steps)
+        steps = planned_steps() if self.feedback.per_client_alpha else None
+        return self.feedback.start_point(rc.params, rc.store[client_id], steps)
 
     def on_send(self, msg: Message, rc: StageContext) -> None:
         up = msg.update
@@ -51,16 +47,15 @@ class Uplink(Stage):
             gen = torch.Generator().manual_seed(
                 derive_seed(rc.cfg.seed, "compress", rc.round, up.client_id)
             )
+        state = rc.store[up.client_id]
         for name, vec in msg.sent.items():
-            if name == "delta":
-                out, nbytes = self.feedback.compress(
-                    self.compressor.apply, vec, rc.store[up.client_id], gen
-                )
-            else:
-                out, nbytes = self.compressor.apply(vec, gen)
+            out, nbytes = self.feedback.compress_vector(name, self.compressor.apply, vec, state,
+                                                        gen)
             msg.sent[name] = out
             msg.nbytes += nbytes
         msg.nbytes += side_bytes(up.buffers)  # n_k and BatchNorm statistics
 
-    def end_round(self, rc: StageContext, sampled: list[int]) -> RoundEnd:
-        return self.feedback.end_round(sampled, rc.store)
+    def end_round(
+        self, rc: StageContext, sampled: list[int], closing: Closing
+    ) -> dict[str, float]:
+        return self.feedback.end_round(sampled, rc.store, closing)

@@ -2,7 +2,8 @@
 
 A variant wraps the compressor's operator C: it may move the point a client's local training
 starts from, turn the trained delta into what C compresses, keep per-client state in the client
-store, measure metrics at the round's start and add an extra server step when the round closes.
+store, measure metrics at the round's start and, when the round closes, add an extra server step
+or average the BatchNorm statistics its own way.
 Each variant's ``HParams`` lists exactly the knobs it reads (docs/methods/compression.md).
 """
 
@@ -14,12 +15,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from fedcore.component import Component
-from fedcore.records import RoundEnd
 from fedcore.registry import HParams, Registry
 from fedcore.registry import HParams as AnyHParams
 
 if TYPE_CHECKING:
-    from fedcore.records import LocalSchedule, StageContext
+    from fedcore.records import Closing, LocalSchedule, StageContext
     from fedcore.store import ClientStore
 
 REGISTRY: Registry[ErrorFeedback] = Registry(
@@ -37,7 +37,7 @@ class ErrorFeedback(Component):
     name: ClassVar[str]
     HParams: ClassVar[type[HParams]] = HParams
     hp: AnyHParams
-    active: ClassVar[bool] = False  # keeps a residual (BatchNorm variances moment-matched)
+    corrects: ClassVar[str] = "delta"  # the uplink vector whose compression error is fed back
     per_client_alpha: bool = False  # start_point needs the client's planned local steps
 
     def __init__(self, hparams: AnyHParams | None = None) -> None:
@@ -67,6 +67,23 @@ class ErrorFeedback(Component):
         """(the delta as the server receives it, bytes on the wire)."""
         return op(delta, generator)
 
-    def end_round(self, client_ids: list[int], store: ClientStore) -> RoundEnd:
-        """Close the round for the sampled clients: an extra server step or None, and metrics."""
-        return RoundEnd()
+    def compress_vector(
+        self,
+        name: str,
+        op: Operator,
+        vector: torch.Tensor,
+        state: dict[str, Any],
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, int]:
+        """The uplink vector ``name`` as the server receives it and its bytes: through
+        :meth:`compress` when it is the one this variant :attr:`corrects`, C alone otherwise."""
+        if name == self.corrects:
+            return self.compress(op, vector, state, generator)
+        return op(vector, generator)
+
+    def end_round(
+        self, client_ids: list[int], store: ClientStore, closing: Closing
+    ) -> dict[str, float]:
+        """Close the round for the sampled clients once the rule's step is applied (a variant
+        may move ``closing.params`` or replace ``closing.buffers``); returns metrics."""
+        return {}

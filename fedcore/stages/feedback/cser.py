@@ -10,7 +10,7 @@ import torch
 from pydantic import Field
 
 from fedcore.compression.topk import num_kept
-from fedcore.records import RoundEnd
+from fedcore.records import Closing
 from fedcore.registry import HParams
 from fedcore.stages.feedback.base import register
 from fedcore.stages.feedback.residual import RESIDUAL, ResidualFeedback, ResidualHParams
@@ -51,16 +51,20 @@ class CSER(ResidualFeedback):
         state[DIGEST], state[DIGEST_ROUND] = digest, self.round
         return 8 * k1
 
-    def end_round(self, client_ids: list[int], store: ClientStore) -> RoundEnd:
-        closing = super().end_round(client_ids, store)
-        metrics = closing.metrics
+    def end_round(
+        self, client_ids: list[int], store: ClientStore, closing: Closing
+    ) -> dict[str, float]:
+        """On a reset round the senders' digest mean e_bar is an extra server step, applied to
+        the model after the rule's step."""
+        metrics = super().end_round(client_ids, store, closing)
         reset = self.round % self.hp.H == 0
         metrics["cser/reset"] = float(reset)
         senders = [s for s in (store[k] for k in client_ids) if s.get(DIGEST_ROUND) == self.round]
         if not reset or not senders:
-            return RoundEnd(None, metrics)
+            return metrics
         e_bar = torch.stack([s[DIGEST] for s in senders]).sum(0) / len(senders)  # uniform mean
         for s in senders:  # reconciliation e <- e + (last_sent - e_bar), once e_bar is known
             s[RESIDUAL] = s[RESIDUAL] + (s.pop(DIGEST) - e_bar)
             del s[DIGEST_ROUND]
-        return RoundEnd(e_bar, metrics)  # applied to w like the main update
+        closing.params = closing.params + e_bar  # applied to w like the main update
+        return metrics

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from pydantic import Field
 
-from fedcore.records import RoundEnd
+from fedcore.bn_statistics import average_bn_statistics
 from fedcore.registry import HParams
 from fedcore.registry import HParams as AnyHParams
 from fedcore.stages.feedback.base import ErrorFeedback, Operator
 
 if TYPE_CHECKING:
-    from fedcore.records import LocalSchedule, StageContext
+    from fedcore.records import Closing, LocalSchedule, StageContext
     from fedcore.store import ClientStore
 
 RESIDUAL = "ef_residual"
@@ -58,7 +58,6 @@ class ResidualFeedback(ErrorFeedback):
 
     HParams: ClassVar[type[HParams]] = ResidualHParams
     hp: ResidualHParams
-    active: ClassVar[bool] = True
     fixed_alpha: ClassVar[float] = 0.0
 
     def __init__(self, hparams: AnyHParams | None = None) -> None:
@@ -121,7 +120,14 @@ class ResidualFeedback(ErrorFeedback):
         """A variant's extra work on the new residual (in place); the bytes it sends."""
         return 0
 
-    def end_round(self, client_ids: list[int], store: ClientStore) -> RoundEnd:
+    def end_round(
+        self, client_ids: list[int], store: ClientStore, closing: Closing
+    ) -> dict[str, float]:
+        """The residual metrics; the BatchNorm variances moment-matched, as the reference code
+        of the residual methods does (docs/methods/sapef.md)."""
+        if closing.client_buffers and closing.weights is not None:
+            closing.buffers = average_bn_statistics(closing.client_buffers, closing.weights,
+                                                    moment_match=True)
         states = [store[k] for k in client_ids]
         norms = [float(s[RESIDUAL].norm()) for s in states if RESIDUAL in s]
         alphas = [self.client_alpha(s) for s in states]
@@ -129,4 +135,4 @@ class ResidualFeedback(ErrorFeedback):
             "sapef/residual_norm_mean": float(sum(norms) / max(len(norms), 1)),
             "sapef/alpha": float(sum(alphas) / max(len(alphas), 1)),
         }
-        return RoundEnd(None, metrics)
+        return metrics
