@@ -389,10 +389,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; KEY=VALUE overrides may also follow the options
+    (``fedcore sweep main.yaml --workers 3 rounds=5``), which argparse alone refuses."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    target = next((n for n in ("overrides", "items") if hasattr(args, n)), None)
+    if extra and (target is None or any(x.startswith("-") or "=" not in x for x in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra and target is not None:
+        setattr(args, target, [*getattr(args, target), *extra])
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     atexit.unregister(_skip_final_collection)  # once, however often main runs in a process
     atexit.register(_skip_final_collection)  # registered first among fedcore's: runs last
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         with stopping.installed() if args.command in RESUME else nullcontext():
             code = _call(args)

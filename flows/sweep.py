@@ -286,21 +286,24 @@ def _run_looks(
     # recorded as the code of a cell that ran the old one
     codes = {c.config.config_hash(): code_digest.of_config(c.config) for c in spec.cells}
     needed: set[str] | None = None
-    for look in range(len(plan.looks)):
-        cells = spec.cells_for_look(look, needed)
-        if len(plan.looks) > 1:
-            print(f"look {look + 1} of {len(plan.looks)} ({plan.looks[look]} seeds): "
-                  f"{len(cells)} cells")
-        rows += _run_cells(spec, cells, codes, parent, settings, max_workers, runner,
-                           dask_address, api_url, cells_per_gpu, reuse_other_code, stop_event)
-        if stopping.requested() or look + 1 == len(plan.looks):
-            break
-        if spec.families:
-            wait_for_runs()  # every run of this look FINISHED before the families are read
-            needed = open_rows(spec, settings, reuse_other_code)
-            if not needed:
-                print("every comparison is decided: no further look")
+    # one task runner (one Dask cluster, its workers' imports and data caches) for every look
+    with (make_task_runner(runner, max_workers, dask_address, api_url) as task_runner,
+          relay_stop_to_dask(task_runner, stop_event)):
+        for look in range(len(plan.looks)):
+            cells = spec.cells_for_look(look, needed)
+            if len(plan.looks) > 1:
+                print(f"look {look + 1} of {len(plan.looks)} ({plan.looks[look]} seeds): "
+                      f"{len(cells)} cells")
+            rows += _run_cells(spec, cells, codes, parent, settings, task_runner, runner,
+                               cells_per_gpu, reuse_other_code, stop_event)
+            if stopping.requested() or look + 1 == len(plan.looks):
                 break
+            if spec.families:
+                wait_for_runs()  # every run of this look FINISHED before the families are read
+                needed = open_rows(spec, settings, reuse_other_code)
+                if not needed:
+                    print("every comparison is decided: no further look")
+                    break
     return rows
 
 
@@ -317,48 +320,45 @@ def open_rows(spec: SweepSpec, settings: TrackingSettings, reuse_other_code: boo
 
 def _run_cells(
     spec: SweepSpec, cells: list[Cell], codes: dict[str, str], parent: str,
-    settings: TrackingSettings,
-    max_workers: int, runner: str, dask_address: str | None, api_url: str | None,
+    settings: TrackingSettings, task_runner: Any, runner: str,
     cells_per_gpu: int, reuse_other_code: bool, stop_event: str | None,
 ) -> list[dict[str, Any]]:
-    """Submit ``cells`` to the task runner and collect one row per cell, in grid order."""
+    """Submit ``cells`` to ``task_runner`` and collect one row per cell, in grid order."""
     rows: list[dict[str, Any]] = []
     if not cells:
         return rows
     every = dict(zip((c.config.config_hash() for c in spec.cells), cell_identities(spec.cells),
                      strict=True))  # names from the whole sweep: the same in every look
     identities = [every[c.config.config_hash()] for c in cells]
-    with (make_task_runner(runner, max_workers, dask_address, api_url) as task_runner,
-          relay_stop_to_dask(task_runner, stop_event)):
-        futures = [
-            (
-                cell,
-                task_runner.submit(
-                    simulate_cell.with_options(task_run_name=task_run_name(identity)),
-                    {
-                        "resolved": cell.config.resolved(),
-                        "parent_run_id": parent,
-                        "sweep": spec.name,
-                        "settings": settings,
-                        "cells_per_gpu": cells_per_gpu,
-                        "finish_in_background": runner == "thread",
-                        "reuse_other_code": reuse_other_code,
-                        "stop_event": stop_event,
-                        "plugin_paths": plugins.import_roots(cell.config.resolved()["method"]),
-                        "identity": identity,
-                        "code": codes[cell.config.config_hash()],
-                    },
-                ),
-            )
-            for cell, identity in zip(cells, identities, strict=True)
-        ]
-        index: dict[PrefectFuture[Any], int] = {f: i for i, (_, f) in enumerate(futures)}
-        progress = Progress(len(futures))
-        done: dict[int, dict[str, Any]] = {}
-        for future in as_completed([f for _, f in futures]):
-            i = index[future]
-            done[i] = {**_row(cells[i], future), "run_name": identities[i]["run_name"]}
-            error = f": {done[i]['error']}" if "error" in done[i] else ""
-            print(progress.line(done[i]["status"], identities[i]["run_name"] + error))
+    futures = [
+        (
+            cell,
+            task_runner.submit(
+                simulate_cell.with_options(task_run_name=task_run_name(identity)),
+                {
+                    "resolved": cell.config.resolved(),
+                    "parent_run_id": parent,
+                    "sweep": spec.name,
+                    "settings": settings,
+                    "cells_per_gpu": cells_per_gpu,
+                    "finish_in_background": runner == "thread",
+                    "reuse_other_code": reuse_other_code,
+                    "stop_event": stop_event,
+                    "plugin_paths": plugins.import_roots(cell.config.resolved()["method"]),
+                    "identity": identity,
+                    "code": codes[cell.config.config_hash()],
+                },
+            ),
+        )
+        for cell, identity in zip(cells, identities, strict=True)
+    ]
+    index: dict[PrefectFuture[Any], int] = {f: i for i, (_, f) in enumerate(futures)}
+    progress = Progress(len(futures))
+    done: dict[int, dict[str, Any]] = {}
+    for future in as_completed([f for _, f in futures]):
+        i = index[future]
+        done[i] = {**_row(cells[i], future), "run_name": identities[i]["run_name"]}
+        error = f": {done[i]['error']}" if "error" in done[i] else ""
+        print(progress.line(done[i]["status"], identities[i]["run_name"] + error))
     rows = [done[i] for i in range(len(futures))]
     return rows

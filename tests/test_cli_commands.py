@@ -102,3 +102,21 @@ def test_the_exit_skips_the_final_garbage_collection_once_registered():
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "1 True"
+
+
+def test_overrides_may_follow_the_options_as_run_main_passes_them():
+    """`./run-main.sh rounds=5` runs `fedcore sweep main.yaml --runner dask --workers 3
+    rounds=5`: the overrides after the options are the sweep's, and a stray option is still
+    refused."""
+    import pytest
+
+    from fedcore.cli import parse
+
+    args = parse(["sweep", "configs/sweeps/main.yaml", "--runner", "dask", "--workers", "3",
+                  "rounds=5", "seed=1"])
+    assert args.overrides == ["rounds=5", "seed=1"] and args.workers == 3
+    assert parse(["report", "s.yaml", "--latex", "rounds=5"]).overrides == ["rounds=5"]
+    with pytest.raises(SystemExit):
+        parse(["sweep", "s.yaml", "--workers", "3", "--bogus"])
+    with pytest.raises(SystemExit):
+        parse(["ui", "rounds=5"])

@@ -101,3 +101,30 @@ def test_cli_exit_code_2_without_traceback(tracking):
     assert proc.stderr.strip() == ("fedcore: error: dataset.alpha: Input should be greater "
                                    "than 0 (got -1)")
     assert _no_runs(tracking)
+
+
+def test_short_rounds_reach_the_store_in_one_batch_and_all_of_them(tracking, monkeypatch):
+    """Rounds shorter than METRICS_EVERY_S are handed to MLflow together (one log_batch for
+    the run's rounds, not one per round), and none is missing at the run's end; with the
+    interval at 0 every round is its own batch again."""
+    from fedcore.tracking import mlflow_tracker
+    from fedcore.tracking.run_store import MlflowRunStore
+
+    batches: list[set[int]] = []
+    real = MlflowRunStore.log_metrics
+
+    def spy(self, run_id, metrics):
+        batches.append({step for _, _, _, step in metrics})
+        return real(self, run_id, metrics)
+
+    monkeypatch.setattr(MlflowRunStore, "log_metrics", spy)
+    monkeypatch.setattr(mlflow_tracker, "METRICS_EVERY_S", 3600.0)
+    cfg = load_config(None, [*TINY, "rounds=4"])
+    run_id, _ = run_tracked(cfg)
+    assert batches == [{1, 2, 3, 4}, {4}]  # the four rounds, then the summary at round 4
+    client = MlflowClient(tracking.tracking_uri)
+    assert [m.step for m in client.get_metric_history(run_id, "test/accuracy")] == [1, 2, 3, 4]
+    batches.clear()
+    monkeypatch.setattr(mlflow_tracker, "METRICS_EVERY_S", 0.0)
+    run_tracked(load_config(None, [*TINY, "rounds=4", "seed=1"]))
+    assert batches[:4] == [{1}, {2}, {3}, {4}]

@@ -53,6 +53,7 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 STOPPED_TAG = "fedcore.stopped"  # why a callback ended the run early (the run is KILLED)
 CONVERGED_TAG = "fedcore.converged"  # why a callback finished the run early (it is FINISHED)
+METRICS_EVERY_S = 2.0  # the longest a finished round's metrics wait before they are handed over
 class _Writers:
     """The process's two background MLflow writers, started on first use.
 
@@ -130,10 +131,12 @@ class MLflowTracker(Callback):
     Uses explicit run ids (no thread-local active run), so it works from worker threads and
     Dask workers; ``parent_run_id`` nests the run under a sweep or a study.
 
-    Writes stay off the training path: params and each round's metrics go to a background
-    writer thread, one round in flight at most (a round waits for the previous round's write
-    before handing over its own), so a killed process loses at most the round that ended last
-    and every earlier round is in the store; an exception, Ctrl-C or the run's end wait for the
+    Writes stay off the training path: params and the rounds' metrics go to a background
+    writer thread, one write in flight at most. Rounds are handed over together, at most
+    :data:`METRICS_EVERY_S` seconds after the first of them ended (one MLflow batch for many
+    short rounds costs a third of one batch per round), so a killed process loses at most the
+    rounds of its last seconds, which a resumed run logs again from its checkpoint; an
+    exception, Ctrl-C, a checkpoint or the run's end hand over every round and wait for the
     writer first. With ``finish_in_background`` the run's end (summary metrics, per-client table,
     figures, FINISHED) is written by a second thread while the caller goes on (a sweep's next
     cell); :func:`wait_for_runs` waits for it. ``figures=False`` leaves out the run's two
@@ -154,6 +157,8 @@ class MLflowTracker(Callback):
         self.figures = figures
         self.finished: Future[None] | None = None  # the background end of the run, if any
         self._pending: Future[None] | None = None  # the last write handed to the metrics writer
+        self._rounds: list[tuple[dict[str, float], int]] = []  # ended, not yet handed over
+        self._first_waiting = 0.0  # when the oldest of them ended (time.monotonic)
         self.store = MlflowRunStore(self.settings)
         if figures:  # matplotlib imported by a helper process while the run trains (after a
             figure_helper.start()  # new store's schema: not competing with its migrations)
@@ -194,14 +199,24 @@ class MLflowTracker(Callback):
 
     def _write(self, fn: Callable[..., None], *args: Any) -> None:
         """Hand ``fn(*args)`` to the metrics writer once the previous write is done."""
-        self.flush()
+        self._wait()
         self._pending = WRITERS.submit("metrics", fn, *args)
 
-    def flush(self) -> None:
-        """Wait for the last handed-over write; its error, if any, is raised here."""
+    def _wait(self) -> None:
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()
+
+    def _hand_over_rounds(self) -> None:
+        rounds, self._rounds = self._rounds, []
+        if rounds:
+            self._write(self._log_rounds, rounds)
+
+    def flush(self) -> None:
+        """Hand over the rounds not yet handed over and wait until every write is done; a
+        write's error, if any, is raised here."""
+        self._hand_over_rounds()
+        self._wait()
 
     def resume(self, run_id: str, method: dict[str, Any] | None = None) -> None:
         """Continue an unfinished run: RUNNING again, and no (metric, step) is logged twice.
@@ -233,9 +248,10 @@ class MLflowTracker(Callback):
                 f"{k}: {v}" for k, v in run.skipped_metrics.items()
             )
         self._write(self._log_start, tags, dataset_description(run))
-        for h in run.history:  # rounds restored from a checkpoint, if the run lacks them
-            self._write(self._log_metrics, {k: v for k, v in h.items() if k != "round"},
-                        int(h["round"]))
+        restored = [({k: v for k, v in h.items() if k != "round"}, int(h["round"]))
+                    for h in run.history]  # rounds restored from a checkpoint
+        if restored:  # the ones the run lacks, in one batch
+            self._write(self._log_rounds, restored)
 
     def _log_tags(self, tags: dict[str, str]) -> None:
         self.store.log_tags(self.active_run_id, tags)
@@ -248,16 +264,25 @@ class MLflowTracker(Callback):
 
     def _log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Log the metrics this run does not have at ``step`` yet."""
+        self._log_rounds([(metrics, step)])
+
+    def _log_rounds(self, rounds: list[tuple[dict[str, float], int]]) -> None:
+        """Log, in one batch, the metrics of ``rounds`` (metrics, step) that this run does not
+        have yet."""
         ts = int(time.time() * 1000)
-        new = {k: v for k, v in metrics.items() if (k, step) not in self._logged}
-        self.store.log_metrics(self.active_run_id,
-                               [(k, float(v), ts, step) for k, v in new.items()])
-        self._logged.update((k, step) for k in new)
+        rows = [(k, float(v), ts, step) for metrics, step in rounds
+                for k, v in metrics.items() if (k, step) not in self._logged]
+        self.store.log_metrics(self.active_run_id, rows)
+        self._logged.update((k, step) for k, _, _, step in rows)
 
     def on_round_end(self, record: RoundRecord) -> RoundVerdict | None:
         """Hand the round's metrics to the writer: those of every callback before this one
         (``run_tracked`` puts the tracker after the user's callbacks)."""
-        self._write(self._log_metrics, dict(record.metrics), record.round)
+        if not self._rounds:
+            self._first_waiting = time.monotonic()
+        self._rounds.append((dict(record.metrics), record.round))
+        if time.monotonic() - self._first_waiting >= METRICS_EVERY_S:
+            self._hand_over_rounds()
         run = self._run
         name = getattr(run, "engine_name", None)
         if run is not None and name and name != getattr(self, "_engine_tagged", name):
@@ -267,7 +292,9 @@ class MLflowTracker(Callback):
         return None
 
     def on_checkpoint(self, path: Path) -> None:
-        """Upload the newest checkpoint as ``checkpoint/checkpoint.pt`` (replacing the last)."""
+        """Upload the newest checkpoint as ``checkpoint/checkpoint.pt`` (replacing the last),
+        once the rounds it holds are in the store."""
+        self.flush()
         self.store.upload_checkpoint(self.active_run_id, str(path))
 
     def download_checkpoint(self, key: bytes | None = None) -> dict[str, Any] | None:
