@@ -24,15 +24,20 @@ from .conftest import TINY
 ROOT = Path(__file__).resolve().parents[1]
 
 KILLED_RUN = textwrap.dedent("""
-    import os, signal, sys
+    import os, signal, sys, time
     from fedcore.callbacks import Callback
     from fedcore.configure import load_config
+    from fedcore.tracking import mlflow_tracker
     from fedcore.tracking.runner import run_tracked
 
     KILL_AT = int(sys.argv[1])
+    mlflow_tracker.METRICS_EVERY_S = float(sys.argv[2])
+    SLOW_ROUND = int(sys.argv[3])  # this round lasts longer than METRICS_EVERY_S
 
     class KillAt(Callback):
         def on_round_end(self, record):
+            if record.round == SLOW_ROUND:
+                time.sleep(mlflow_tracker.METRICS_EVERY_S + 0.2)
             if record.round == KILL_AT:  # SIGKILL: no handler, no flush, no atexit
                 os.kill(os.getpid(), signal.SIGKILL)
 
@@ -42,16 +47,36 @@ KILLED_RUN = textwrap.dedent("""
 """)
 
 
-def test_a_killed_run_keeps_every_round_before_the_last(tracking, tmp_path):
-    """SIGKILL at the end of round 7, before the tracker (the last callback) hands it over:
-    rounds 1-5 are in the store with all their metrics (the writer has at most one round in
-    flight, round 6); the run is left RUNNING."""
+def _killed_at_7(tmp_path: Path, every_s: float, slow_round: int) -> None:
     script = tmp_path / "killed_run.py"
     script.write_text(KILLED_RUN)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(script), "7"], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, str(script), "7", str(every_s), str(slow_round)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+
+
+def test_rounds_older_than_the_hand_over_interval_survive_a_kill(tracking, tmp_path):
+    """Rounds 1-4 are short; round 5 lasts longer than METRICS_EVERY_S, so rounds 1-5 are
+    handed over together at its end; 6 and 7 wait for the next hand-over when SIGKILL comes:
+    the store has exactly rounds 1-5, each with all its metrics."""
+    _killed_at_7(tmp_path, 1.0, 5)
+    db = tracking.tracking_uri.removeprefix("sqlite:///")
+    with sqlite3.connect(db) as con:
+        (run_id,), = con.execute("SELECT run_uuid FROM runs").fetchall()
+        per_step = dict(con.execute(
+            "SELECT step, COUNT(*) FROM metrics WHERE run_uuid = ? AND key NOT LIKE 'system/%' "
+            "GROUP BY step", (run_id,)).fetchall())
+    assert set(per_step) == {1, 2, 3, 4, 5}, per_step
+    assert len(set(per_step.values())) == 1 and per_step[1] >= 10, per_step
+
+
+def test_a_killed_run_keeps_every_round_before_the_last(tracking, tmp_path):
+    """With every round handed over at its end (METRICS_EVERY_S = 0), SIGKILL at the end of
+    round 7, before the tracker (the last callback) hands it over: rounds 1-5 are in the store
+    with all their metrics (the writer has at most one write in flight, round 6); the run is
+    left RUNNING."""
+    _killed_at_7(tmp_path, 0.0, 0)
     db = tracking.tracking_uri.removeprefix("sqlite:///")
     with sqlite3.connect(db) as con:
         (run_id, status), = con.execute("SELECT run_uuid, status FROM runs").fetchall()
