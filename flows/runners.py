@@ -84,6 +84,19 @@ def worker_env(api_url: str | None = None) -> dict[str, str]:
     return env
 
 
+def unset_malloc_trim() -> None:
+    """Start this process's Dask workers without ``MALLOC_TRIM_THRESHOLD_``.
+
+    Dask sets it (65536) in every worker it spawns; glibc then turns off its dynamic mmap
+    threshold, so each tensor of 128 KiB or more is mapped, faulted in and zeroed anew at every
+    step: a main-job cell trained 1.2-1.4x slower on a worker than in the flow's process
+    (``benchmarks/worker_malloc.py``). Workers started elsewhere (``--dask-address``) need the
+    same (docs/how-to/scale-out.md)."""
+    import dask
+
+    dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None})
+
+
 def make_task_runner(
     runner: str, workers: int, dask_address: str | None = None, api_url: str | None = None
 ) -> TaskRunner:
@@ -95,6 +108,7 @@ def make_task_runner(
         return ThreadPoolTaskRunner(max_workers=workers)
     from prefect_dask.task_runners import DaskTaskRunner
 
+    unset_malloc_trim()
     if dask_address:
         return DaskTaskRunner(address=dask_address)
     return DaskTaskRunner(

@@ -151,3 +151,24 @@ def test_dropout_cells_in_parallel_threads_equal_cells_run_alone(engine):
     strip = [{k: v for k, v in h.items() if k != "agg/seconds"} for h in alone[0]]
     assert strip == [{k: v for k, v in h.items() if k != "agg/seconds"} for h in parallel[0]]
     assert [h["train/loss"] for h in alone[1]] == [h["train/loss"] for h in parallel[1]]
+
+
+def _worker_malloc_setting() -> str | None:
+    import os
+
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_")
+
+
+def test_local_cluster_workers_start_without_dasks_malloc_trim_setting():
+    """Dask gives its workers MALLOC_TRIM_THRESHOLD_=65536 (1.2-1.4x slower training,
+    benchmarks/worker_malloc.py); the LocalCluster of a dask sweep starts them without it."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    from flows.runners import make_task_runner
+
+    dask.config.refresh()  # Dask's defaults: the variable is set for its workers
+    make_task_runner("dask", 1)
+    with (LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                       dashboard_address=None) as cluster, Client(cluster) as client):
+        assert client.submit(_worker_malloc_setting).result() is None
