@@ -2,7 +2,7 @@
 
 The top-level ``configs/`` folder (methods, experiments, studies, sweeps, claims) ships inside
 the package as ``fedcore/_configs``, so an installed fedcore finds its own defaults without a
-checkout (``fedcore.config.config_dir``). It stays at the top level of the repository.
+checkout (``fedcore.core.config.config_dir``). It stays at the top level of the repository.
 
 Files that ``fedcore tune --best`` wrote into ``configs/`` are a local result, not part of
 fedcore: in a git checkout only the files git tracks ship; elsewhere (an unpacked sdist, a
@@ -50,5 +50,5 @@ def config_data():
 setup(
     packages=find_packages(include=["fedcore*", "flows*"]) + config_packages,
     package_dir={CONFIGS: "configs"},
-    package_data={"fedcore.data": ["digits.npz"], **config_data()},
+    package_data={"fedcore.core.data": ["digits.npz"], **config_data()},
 )

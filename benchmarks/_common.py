@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fedcore.data.idx import repack_mnist_t10k
+from fedcore.core.data.idx import repack_mnist_t10k
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -31,10 +31,10 @@ def bare(cfg: object, rounds: int) -> None:
     """The simulation's clients, batches and plain SGD steps on one model (no ``torch.optim``,
     whose first step imports ``torch._dynamo``), and one test-set pass (and one over the
     clients' test splits) per round."""
-    from fedcore.callbacks.evaluation import client_tests
-    from fedcore.clients.base import minibatches
-    from fedcore.seeding import derive_seed
-    from fedcore.simulation import Simulation
+    from fedcore.core.callbacks.evaluation import client_tests
+    from fedcore.core.clients.base import minibatches
+    from fedcore.core.config.seeding import derive_seed
+    from fedcore.core.round.simulation import Simulation
 
     sim = Simulation(cfg)  # type: ignore[arg-type]
     tests = client_tests(sim.data)
@@ -65,7 +65,7 @@ def main() -> None:
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{store}/mlflow.db"
     os.environ["FEDCORE_ARTIFACT_LOCATION"] = f"{store}/artifacts"
     torch.set_num_threads(1)
-    from fedcore.configure import load_config
+    from fedcore.core.compose.configure import load_config
 
     cfg = load_config(None, [*TASK, f"rounds={rounds}"])
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -73,7 +73,7 @@ def main() -> None:
     if measure == "bare":
         bare(cfg, rounds)
     elif measure == "untracked":
-        from fedcore.simulation import Simulation
+        from fedcore.core.round.simulation import Simulation
 
         Simulation(cfg).run()
     elif measure == "tracked":

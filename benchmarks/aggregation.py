@@ -11,10 +11,10 @@ import argparse
 import torch
 
 from benchmarks._common import best_of, print_table
-from fedcore import aggregators
-from fedcore.aggregators import UpdateBatch
-from fedcore.layout import ParamLayout
-from fedcore.models import build_model
+from fedcore.core import aggregators
+from fedcore.core.aggregators import UpdateBatch
+from fedcore.core.models import build_model
+from fedcore.core.models.layout import ParamLayout
 
 SHAPES = {"cnn": (1, 28, 28), "resnet20": (3, 32, 32), "mlp": (1, 28, 28)}
 

@@ -56,8 +56,8 @@ def one(mode: str, clients: int, rounds: int, root: str, store: str) -> dict[str
     import torch
 
     torch.set_num_threads(1)
-    from fedcore.configure import load_config
-    from fedcore.simulation import Simulation
+    from fedcore.core.compose.configure import load_config
+    from fedcore.core.round.simulation import Simulation
 
     out = {"imported": _resident()}
     cfg = load_config(None, [
@@ -124,8 +124,8 @@ def run_end(rounds: int, repeats: int) -> None:
 
     torch.set_num_threads(1)
     from benchmarks._fresh import TASK
-    from fedcore.configure import load_config
-    from fedcore.simulation import Simulation
+    from fedcore.core.compose.configure import load_config
+    from fedcore.core.round.simulation import Simulation
     from fedcore.tracking import figure_helper, run_store
     from fedcore.tracking.mlflow_tracker import MLflowTracker
     from fedcore.tracking.runner import run_tracked

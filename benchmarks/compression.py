@@ -14,12 +14,12 @@ import argparse
 import torch
 
 from benchmarks._common import best_of, print_table
-from fedcore import compression
-from fedcore.clients import LocalSchedule
-from fedcore.layout import ParamLayout
-from fedcore.models import build_model
-from fedcore.simulation import ClientStore
-from fedcore.stages.feedback import RESIDUAL, build_feedback
+from fedcore.core import compression
+from fedcore.core.clients import LocalSchedule
+from fedcore.core.models import build_model
+from fedcore.core.models.layout import ParamLayout
+from fedcore.core.round.simulation import ClientStore
+from fedcore.core.stages.feedback import RESIDUAL, build_feedback
 
 SHAPES = {"cnn": (1, 28, 28), "resnet20": (3, 32, 32), "mlp": (1, 28, 28)}
 

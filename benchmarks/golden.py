@@ -54,8 +54,8 @@ def _exact(value: Any) -> Any:
 
 def record_one(overrides: list[str], tracked: bool) -> dict[str, Any]:
     """One config's history, client tables and summary (and, tracked, the store's metrics)."""
-    from fedcore.configure import load_config
-    from fedcore.simulation import Simulation
+    from fedcore.core.compose.configure import load_config
+    from fedcore.core.round.simulation import Simulation
 
     cfg = load_config(None, [*COMMON, *overrides])
     out: dict[str, Any] = {}
@@ -80,8 +80,8 @@ def record_one(overrides: list[str], tracked: bool) -> dict[str, Any]:
 
 def every_method() -> dict[str, list[str]]:
     """Every shipped method config on the MLP: sequential, and vectorised where it applies."""
-    from fedcore.config import ConfigError, method_names
-    from fedcore.configure import load_config
+    from fedcore.core.compose.configure import load_config
+    from fedcore.core.config import ConfigError, method_names
 
     out: dict[str, list[str]] = {}
     for name in method_names():

@@ -34,13 +34,13 @@ from pathlib import Path
 
 import torch
 
-from fedcore.callbacks import Callback, RoundRecord
-from fedcore.config import ExperimentConfig, config_dir
-from fedcore.configure import load_config
-from fedcore.data.federated import FederatedData, build_federated_data
-from fedcore.engines.select import vectorised_blocker
-from fedcore.records import RunView
-from fedcore.simulation import Simulation, resolve_device
+from fedcore.core.callbacks import Callback, RoundRecord
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ExperimentConfig, config_dir
+from fedcore.core.data.federated import FederatedData, build_federated_data
+from fedcore.core.engines.select import vectorised_blocker
+from fedcore.core.records import RunView
+from fedcore.core.round.simulation import Simulation, resolve_device
 
 EXPERIMENTS = config_dir() / "experiments"
 PROJECT_ROUNDS = 500

@@ -12,9 +12,9 @@ import argparse
 import time
 
 from benchmarks._common import print_table
-from fedcore.configure import load_config
-from fedcore.probes import run_round
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round.probes import run_round
+from fedcore.core.round.simulation import Simulation
 
 METHODS = ("fedavg", "fedquad", "quadrupletfl", "tripletfl", "supconfl", "moon", "ditto")
 

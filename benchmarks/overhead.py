@@ -39,9 +39,9 @@ import torch
 
 from benchmarks._common import ROOT, print_table
 from benchmarks.round_overhead import bare_round
-from fedcore.callbacks.evaluation import client_tests
-from fedcore.configure import load_config
-from fedcore.simulation import Simulation
+from fedcore.core.callbacks.evaluation import client_tests
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round.simulation import Simulation
 
 TASK = ["model.name=cnn", "dataset.num_clients=20", "clients_per_round=5", "local.epochs=1",
         "local.batch_size=32", "local.lr=0.05", "eval_every=1", "seed=0", "device=cpu"]

@@ -31,8 +31,8 @@ ENDPOINT = "test accuracy at the last round"
 
 def runs_frame() -> pd.DataFrame:
     """One row per run: row, method, dataset, alpha, seed, accuracy, worst10, unseen, gap."""
-    from fedcore.configure import load_config
-    from fedcore.simulation import run
+    from fedcore.core.compose.configure import load_config
+    from fedcore.core.round.simulation import run
 
     records = []
     for alpha in ALPHAS:

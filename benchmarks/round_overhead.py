@@ -11,10 +11,10 @@ import argparse
 import torch
 
 from benchmarks._common import best_of, print_table, shared_mnist_root
-from fedcore.clients.base import minibatches
-from fedcore.configure import load_config
-from fedcore.seeding import derive_seed
-from fedcore.simulation import Simulation
+from fedcore.core.clients.base import minibatches
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config.seeding import derive_seed
+from fedcore.core.round.simulation import Simulation
 
 
 def bare_round(sim: Simulation, r: int, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:

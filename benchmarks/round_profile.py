@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from fedcore.callbacks import evaluation
-from fedcore.config import config_dir
-from fedcore.configure import load_config
-from fedcore.simulation import Simulation
+from fedcore.core.callbacks import evaluation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import config_dir
+from fedcore.core.round.simulation import Simulation
 
 RECIPE = config_dir() / "experiments" / "craft.yaml"
 # operators that are the model's forward/backward (the SGD kernels); the rest is overhead

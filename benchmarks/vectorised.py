@@ -21,10 +21,10 @@ import time
 import torch
 
 from benchmarks._common import print_table, shared_mnist_root
-from fedcore.configure import load_config
-from fedcore.engines import sequential
-from fedcore.engines.vectorised import VectorisedEngine
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.engines import sequential
+from fedcore.core.engines.vectorised import VectorisedEngine
+from fedcore.core.round.simulation import Simulation
 
 NUM_CLIENTS = 50
 

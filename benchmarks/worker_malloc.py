@@ -4,7 +4,7 @@ Dask starts each worker process with ``MALLOC_TRIM_THRESHOLD_=65536``
 (``distributed.nanny.pre-spawn-environ``). Setting it turns off glibc's adaptive mmap threshold,
 so every allocation of 128 KiB or more (the MLP's 200x200 weight, its gradient, the flat
 parameter vectors) is mapped, faulted in and zeroed again at every step. fedcore's own
-LocalCluster leaves it unset (``flows.runners.unset_malloc_trim``).
+LocalCluster leaves it unset (``fedcore.flows.runners.unset_malloc_trim``).
 
 Each measure is a fresh process that trains ``--cells`` cells of the main job
 (``configs/sweeps/main.yaml``, look 1, spread over its rows) after one warm-up cell, untracked,
@@ -33,8 +33,8 @@ def child(cells: int) -> None:
     """Train ``cells`` main-job cells here; print {cpu, wall} per cell as JSON."""
     import torch
 
+    from fedcore.core.round.simulation import Simulation
     from fedcore.pipeline.sweep import load_sweep
-    from fedcore.simulation import Simulation
 
     torch.set_num_threads(1)
     look = load_sweep(ROOT / "configs" / "sweeps" / "main.yaml").cells_for_look(0)

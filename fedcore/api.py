@@ -4,11 +4,12 @@ Config in: [`load_config`][fedcore.api.load_config] / [`build_config`][fedcore.a
 Own data: [`federate`][fedcore.api.federate] (numpy arrays, tensors or a torch Dataset, split by the
 partitioners) or a hand-made `FederatedData`. Own model: any ``nn.Module``, class or factory
 (``model=``), or ``model.name=package.module:Name``. Result out: [`run`][fedcore.api.run] /
-[`Simulation`][fedcore.simulation.Simulation] give a
-[`Result`][fedcore.simulation.Result] (``rounds_frame()``, ``clients_frame()``). Recorded:
-[`run_tracked`][fedcore.api.run_tracked] (one MLflow run), [`sweep_runs`][fedcore.api.sweep_runs] (a
-sweep's cells as a DataFrame), [`load_model`][fedcore.api.load_model] (a run's final model). The
-last three need MLflow and are imported on first use.
+[`Simulation`][fedcore.core.round.simulation.Simulation] give a
+[`Result`][fedcore.core.round.simulation.Result] (``rounds_frame()``, ``clients_frame()``).
+Recorded: [`run_tracked`][fedcore.api.run_tracked] (one MLflow run),
+[`sweep_runs`][fedcore.api.sweep_runs] (a sweep's cells as a DataFrame),
+[`load_model`][fedcore.api.load_model] (a run's final model). The last three need MLflow and are
+imported on first use.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from fedcore.config import ConfigError, ExperimentConfig
-from fedcore.configure import build_config, load_config
-from fedcore.data.federated import FederatedData
-from fedcore.data.own import content_digest, federate
-from fedcore.data.partition import dirichlet_partition, iid_partition, shard_partition
-from fedcore.models import FedModel
-from fedcore.models.protocol import EmbeddingModel
-from fedcore.simulation import ClientTable, Result, Simulation, run
+from fedcore.core.compose.configure import build_config, load_config
+from fedcore.core.config import ConfigError, ExperimentConfig
+from fedcore.core.data.federated import FederatedData
+from fedcore.core.data.own import content_digest, federate
+from fedcore.core.data.partition import dirichlet_partition, iid_partition, shard_partition
+from fedcore.core.models import FedModel
+from fedcore.core.models.protocol import EmbeddingModel
+from fedcore.core.round.simulation import ClientTable, Result, Simulation, run
 
 if TYPE_CHECKING:
     from fedcore.tracking.models import load_model

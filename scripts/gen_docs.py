@@ -7,7 +7,7 @@ Sources: the experiment config's pydantic models (docs/reference/config.md), the
 parser of ``fedcore`` (docs/reference/cli.md), the method files in configs/methods with the
 registries of client algorithms, server rules and compressors and their ``HParams`` classes
 (docs/reference/methods.md and the table between the markers in README.md), and the metrics
-the emitting modules declare, gathered by ``fedcore.metric_catalogue`` (docs/reference/
+the emitting modules declare, gathered by ``fedcore.core.metrics.catalogue`` (docs/reference/
 metrics.md). tests/test_docs_generated.py fails when a committed page differs from what this
 script generates.
 """
@@ -111,7 +111,7 @@ KEY_MEANINGS: dict[str, str] = {
     "`config_hash`",
 }
 
-# Keys typed str that take a built-in name (the tuple of fedcore.config) or the user's own.
+# Keys typed str that take a built-in name (the tuple of fedcore.core.config) or the user's own.
 OPEN_NAMES: dict[str, tuple[str, str]] = {
     "dataset.name": ("DATASETS", "or own data's name (from Python)"),
     "model.name": ("MODELS", "or an import path `package.module:Name`"),
@@ -216,8 +216,8 @@ def config_page() -> str:
     """Every key of the experiment config, from the pydantic models."""
     from pydantic import BaseModel
 
-    from fedcore import config
-    from fedcore.config import ExperimentConfig
+    from fedcore.core import config
+    from fedcore.core.config import ExperimentConfig
 
     rows: list[str] = []
 
@@ -254,7 +254,7 @@ def config_page() -> str:
         rows.append(f"| `{key}.*` | mapping | see [methods](methods.md) | "
                     f"{_cell(KEY_MEANINGS[key])} |")
     return (
-        HEADER.format(src="fedcore/config.py")
+        HEADER.format(src="fedcore/core/config/__init__.py")
         + "# Experiment config keys\n\n"
         "Every key of an experiment (`configs/experiment.yaml`, a recipe in "
         "`configs/experiments/`, or `KEY=VALUE` overrides with dotted keys). Unknown keys, "
@@ -290,7 +290,7 @@ def cli_page() -> str:
         for name, sub in subs.choices.items():
             sections.append(f"## `fedcore {name}`\n\n```text\n{sub.format_help().rstrip()}\n```\n")
     return (
-        HEADER.format(src="the parser of fedcore/cli.py")
+        HEADER.format(src="the parser of fedcore/cli/__init__.py")
         + "# Command line\n\n"
         "`.venv/bin/fedcore` (or `python -m fedcore`). Bad input is one line on stderr and "
         "exit code 2, before any compute; a failure exits 1; a stop by SIGINT or SIGTERM "
@@ -327,12 +327,12 @@ def _spec_text(spec: dict[str, Any], key: str) -> str:
 
 
 def _registries() -> list[tuple[str, str, Any]]:
-    from fedcore.aggregators.base import REGISTRY as RULES
-    from fedcore.clients.base import REGISTRY as CLIENTS
-    from fedcore.compression.base import REGISTRY as COMPRESSORS
-    from fedcore.samplers.base import REGISTRY as SAMPLERS
-    from fedcore.stages.base import REGISTRY as STAGES
-    from fedcore.stages.feedback.base import REGISTRY as FEEDBACK
+    from fedcore.core.aggregators.base import REGISTRY as RULES
+    from fedcore.core.clients.base import REGISTRY as CLIENTS
+    from fedcore.core.compression.base import REGISTRY as COMPRESSORS
+    from fedcore.core.samplers.base import REGISTRY as SAMPLERS
+    from fedcore.core.stages.base import REGISTRY as STAGES
+    from fedcore.core.stages.feedback.base import REGISTRY as FEEDBACK
 
     return [("Client objectives", "method.client.algorithm", CLIENTS),
             ("Server rules", "method.aggregator.rule", RULES),
@@ -395,8 +395,8 @@ def readme_methods_table() -> str:
 
 
 def metrics_page() -> str:
-    """Every metric name, from the emitters' declarations (``fedcore.metric_catalogue``)."""
-    from fedcore.metric_catalogue import DECLARATION, SCOPES, catalogue
+    """Every metric name, from the emitters' declarations (``fedcore.core.metrics.catalogue``)."""
+    from fedcore.core.metrics.catalogue import DECLARATION, SCOPES, catalogue
 
     titles = {
         "round": "Per round (MLflow step = round)",

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.adversaries import attack_update, choose_clients, flip_labels
-from fedcore.configure import load_config
-from fedcore.probes import train_client
-from fedcore.seeding import numpy_rng
-from fedcore.simulation import Simulation
-from fedcore.stages.attack import attack
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config.seeding import numpy_rng
+from fedcore.core.data.adversaries import attack_update, choose_clients, flip_labels
+from fedcore.core.round.probes import train_client
+from fedcore.core.round.simulation import Simulation
+from fedcore.core.stages.attack import attack
 from fedcore.tracking.mlflow_tracker import run_tags
 
 from .conftest import TINY

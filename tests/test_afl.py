@@ -5,13 +5,13 @@ import logging
 import pytest
 import torch
 
-from fedcore import aggregators
-from fedcore.aggregators import UpdateBatch
-from fedcore.aggregators.afl import project_simplex
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
-from fedcore.layout import ParamLayout
-from fedcore.probes import run_round
+from fedcore.core import aggregators
+from fedcore.core.aggregators import UpdateBatch
+from fedcore.core.aggregators.afl import project_simplex
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError
+from fedcore.core.models.layout import ParamLayout
+from fedcore.core.round.probes import run_round
 
 
 def _afl(n=4, **hp):
@@ -153,7 +153,7 @@ def test_lambda_floor_must_fit():
 def test_lambda_starts_uniform_whatever_the_sample_sizes():
     """lambda_0 = 1/N as in the reference codes (docs/methods/afl.md says why not n_k / n): the
     first round weights the sampled clients equally, whatever their sizes."""
-    from fedcore.simulation import Simulation
+    from fedcore.core.round.simulation import Simulation
 
     from .conftest import TINY
 

@@ -1,4 +1,4 @@
-"""ConFIG (docs/methods/config.md) on plain tensors through fedcore.aggregators.build."""
+"""ConFIG (docs/methods/config.md) on plain tensors through fedcore.core.aggregators.build."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pydantic
 import pytest
 import torch
 
-from fedcore.aggregators import UpdateBatch, build
-from fedcore.layout import ParamLayout
+from fedcore.core.aggregators import UpdateBatch, build
+from fedcore.core.models.layout import ParamLayout
 
 
 def batch(pseudo_grads: torch.Tensor, n=None, layout=None) -> UpdateBatch:

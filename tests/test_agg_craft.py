@@ -1,4 +1,4 @@
-"""CRAFT (docs/methods/craft.md) on plain tensors through fedcore.aggregators.build."""
+"""CRAFT (docs/methods/craft.md) on plain tensors through fedcore.core.aggregators.build."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from fedcore.aggregators import UpdateBatch, build
-from fedcore.aggregators.craft import min_norm_solve
-from fedcore.layout import ParamLayout
+from fedcore.core.aggregators import UpdateBatch, build
+from fedcore.core.aggregators.craft import min_norm_solve
+from fedcore.core.models.layout import ParamLayout
 
 
 def layout_of(*sizes: int) -> ParamLayout:

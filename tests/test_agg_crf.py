@@ -10,8 +10,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from fedcore.aggregators import UpdateBatch, build
-from fedcore.aggregators.crf import crf_inference, pairwise_messages
+from fedcore.core.aggregators import UpdateBatch, build
+from fedcore.core.aggregators.crf import crf_inference, pairwise_messages
 
 EPS = 1e-12
 
@@ -358,7 +358,7 @@ def test_pairwise_term_is_normalised_by_m_minus_1_as_specified():
     the same posterior for m = 3 and m = 30; without the division the pairwise pull would grow
     9x from m = 3 to m = 30 (and 9x at m = 10 against m = 2, the reading of the spec that the
     code was once suspected of)."""
-    from fedcore.aggregators.crf import CRF, crf_inference
+    from fedcore.core.aggregators.crf import CRF, crf_inference
 
     hp = CRF.HParams()
     q = {}

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from fedcore import aggregators
-from fedcore.aggregators import UpdateBatch
-from fedcore.aggregators.fedfv import project_internal
+from fedcore.core import aggregators
+from fedcore.core.aggregators import UpdateBatch
+from fedcore.core.aggregators.fedfv import project_internal
 
 
 def _batch(g, losses, ids=None, round=1):

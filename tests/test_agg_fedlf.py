@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
-from fedcore import aggregators
-from fedcore.aggregators import UpdateBatch, fedlf
-from fedcore.aggregators._min_norm import min_norm_weights
-from fedcore.aggregators.fedlf import fairness_vector
-from fedcore.layout import ParamLayout
+from fedcore.core import aggregators
+from fedcore.core.aggregators import UpdateBatch, fedlf
+from fedcore.core.aggregators._min_norm import min_norm_weights
+from fedcore.core.aggregators.fedlf import fairness_vector
+from fedcore.core.models.layout import ParamLayout
 
 
 def _batch(g, losses, ids=None, round=1, groups=None):

@@ -8,12 +8,12 @@ import pydantic
 import pytest
 import torch
 
-from fedcore import aggregators, clients
-from fedcore.aggregators import UpdateBatch
-from fedcore.clients import ClientData, LocalContext, LocalSchedule
-from fedcore.clients.extras import accumulation_norm
-from fedcore.layout import ParamLayout, flat_params
-from fedcore.models import build_model
+from fedcore.core import aggregators, clients
+from fedcore.core.aggregators import UpdateBatch
+from fedcore.core.clients import ClientData, LocalContext, LocalSchedule
+from fedcore.core.clients.extras import accumulation_norm
+from fedcore.core.models import build_model
+from fedcore.core.models.layout import ParamLayout, flat_params
 
 
 def batch(deltas, n, **stats) -> UpdateBatch:
@@ -176,8 +176,8 @@ def test_qfedavg_validation_and_needs():
 
 
 def test_qfedavg_L_follows_the_decayed_local_lr_in_a_run():
-    from fedcore.configure import load_config
-    from fedcore.simulation import Simulation
+    from fedcore.core.compose.configure import load_config
+    from fedcore.core.round.simulation import Simulation
 
     from .conftest import TINY
 

@@ -10,16 +10,16 @@ import pytest
 import torch
 from scipy import stats
 
-from fedcore import aggregators
-from fedcore import oui as oui_lib
-from fedcore.aggregators import UpdateBatch
-from fedcore.clients import ClientData, LocalContext, LocalSchedule
-from fedcore.clients.extras import AFTER_TRAINING
-from fedcore.configure import load_config
-from fedcore.layout import ParamLayout, flat_params
-from fedcore.models import build_model
-from fedcore.probes import run_round
-from fedcore.simulation import Simulation
+from fedcore.core import aggregators
+from fedcore.core.aggregators import UpdateBatch
+from fedcore.core.clients import ClientData, LocalContext, LocalSchedule
+from fedcore.core.clients.extras import AFTER_TRAINING
+from fedcore.core.compose.configure import load_config
+from fedcore.core.models import build_model
+from fedcore.core.models.layout import ParamLayout, flat_params
+from fedcore.core.numerics import oui as oui_lib
+from fedcore.core.round.probes import run_round
+from fedcore.core.round.simulation import Simulation
 
 from .conftest import TINY
 

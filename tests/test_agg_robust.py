@@ -9,9 +9,9 @@ import torch
 from pydantic import ValidationError
 from scipy.optimize import minimize
 
-from fedcore.aggregators import UpdateBatch, build
-from fedcore.aggregators.krum import effective_byzantine, krum_scores
-from fedcore.aggregators.rfa import smoothed_weiszfeld
+from fedcore.core.aggregators import UpdateBatch, build
+from fedcore.core.aggregators.krum import effective_byzantine, krum_scores
+from fedcore.core.aggregators.rfa import smoothed_weiszfeld
 
 
 def step(rule: str, deltas: torch.Tensor, n=None, **hp) -> tuple[torch.Tensor, dict]:

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedcore.configure import load_config
-from fedcore.data.federated import build_federated_data
-from fedcore.probes import run_round, train_client
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.data.federated import build_federated_data
+from fedcore.core.round.probes import run_round, train_client
+from fedcore.core.round.simulation import Simulation
 
 METHODS = sorted(p.stem for p in Path("configs/methods").glob("*.yaml"))
 ROBUST = {"krum", "multikrum", "median", "trimmed_mean", "rfa", "geometric_median"}

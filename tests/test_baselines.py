@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from fedcore import aggregators
-from fedcore.aggregators import UpdateBatch
-from fedcore.configure import load_config
-from fedcore.simulation import Simulation
+from fedcore.core import aggregators
+from fedcore.core.aggregators import UpdateBatch
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round.simulation import Simulation
 
 from .conftest import TINY
 
@@ -84,9 +84,9 @@ def test_fedprox_with_mu_zero_equals_fedavg():
 def test_fedprox_local_steps_by_hand():
     # mu > 0: w <- w - lr (grad CE(w) + mu (w - theta_t)) with momentum 0.5, three full-batch
     # steps on a 4-sample linear problem, written out without the client code.
-    from fedcore import clients
-    from fedcore.clients import ClientData, LocalContext, LocalSchedule
-    from fedcore.layout import ParamLayout, flat_params, load_flat_params
+    from fedcore.core import clients
+    from fedcore.core.clients import ClientData, LocalContext, LocalSchedule
+    from fedcore.core.models.layout import ParamLayout, flat_params, load_flat_params
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
-from fedcore import checkpoint, clients
-from fedcore.callbacks import Callback, RoundVerdict
-from fedcore.callbacks.personal import PersonalEvaluation
-from fedcore.configure import load_config
-from fedcore.simulation import Simulation
+from fedcore.core import clients
+from fedcore.core.callbacks import Callback, RoundVerdict
+from fedcore.core.callbacks.personal import PersonalEvaluation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round import checkpoint
+from fedcore.core.round.simulation import Simulation
 from fedcore.tracking.runner import run_tracked
 
 from .conftest import TINY

@@ -13,12 +13,12 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from fedcore import checkpoint
-from fedcore.callbacks import Callback
-from fedcore.config import project_root
-from fedcore.configure import load_config
-from fedcore.probes import run_round
-from fedcore.simulation import Simulation
+from fedcore.core.callbacks import Callback
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import project_root
+from fedcore.core.round import checkpoint
+from fedcore.core.round.probes import run_round
+from fedcore.core.round.simulation import Simulation
 from fedcore.tracking.runner import run_tracked
 
 FAST = ["model.name=mlp", "dataset.num_clients=6", "clients_per_round=3", "local.epochs=1",
@@ -287,7 +287,7 @@ def test_callbacks_get_every_report_from_the_explicit_protocol(tmp_path):
         def on_run_start(self, sim):
             raise AssertionError("not reached")
 
-    with pytest.raises(TypeError, match="Duck is not a fedcore.callbacks.Callback"):
+    with pytest.raises(TypeError, match="Duck is not a fedcore.core.callbacks.Callback"):
         Simulation(cfg, [Duck()]).run()
 
 

@@ -7,7 +7,8 @@ import math
 import pytest
 import yaml
 
-from fedcore.config import ConfigError, config_dir
+from fedcore.core.config import ConfigError, config_dir
+from fedcore.core.round.simulation import Result
 from fedcore.pipeline.claims import (
     evaluate,
     experiments,
@@ -19,7 +20,6 @@ from fedcore.pipeline.claims import (
     training_state,
     verdict,
 )
-from fedcore.simulation import Result
 
 TINY = {"rounds": 2, "dataset.num_clients": 6, "clients_per_round": 3, "local.steps": 2}
 PAPERS = {"CRAFT", "CRF", "FedOUI", "SA-PEF", "FedQuad"}
@@ -259,7 +259,7 @@ def test_tracked_claims_are_one_parent_run_with_the_table(tracking, tmp_path, ca
 
 
 def test_prefect_flow_claims(tracking, tmp_path, prefect_harness):
-    from flows.claims import claims
+    from fedcore.flows.claims import claims
 
     out = claims(str(_file(tmp_path, [CONTRADICTED], seeds=[0, 1, 2])))
     assert out["holds"] == {"frozen_at_least_fedavg": False}
@@ -270,7 +270,7 @@ def test_prefect_flow_claims(tracking, tmp_path, prefect_harness):
 def test_the_shipped_claims_run_on_real_mnist_given_a_root(tmp_path):
     from pathlib import Path
 
-    from fedcore.data.idx import repack_mnist_t10k
+    from fedcore.core.data.idx import repack_mnist_t10k
 
     src = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist-t10k"
     if not (src / "t10k-images-idx3-ubyte.gz").is_file():

@@ -28,7 +28,7 @@ def test_version_and_python_m_fedcore():
 
 def test_help_lists_every_command_and_run_lists_keys_and_methods():
     from fedcore.cli import config_keys
-    from fedcore.config import method_names
+    from fedcore.core.config import method_names
 
     top = _python("--help").stdout
     for command in ("run", "sweep", "report", "tune", "ui"):
@@ -48,7 +48,7 @@ def _free_port() -> int:
 
 
 def test_ui_serves_the_project_store_and_prints_the_training_view_link(tracking, tmp_path):
-    from fedcore.configure import load_config
+    from fedcore.core.compose.configure import load_config
     from fedcore.tracking.runner import run_tracked
 
     run_tracked(load_config(None, ["rounds=1", "model.name=mlp", "dataset.num_clients=6",

@@ -3,9 +3,9 @@ numbers about the clients (losses, learning rates, sample counts), not model ten
 
 import math
 
-from fedcore.configure import load_config
-from fedcore.probes import run_round
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round.probes import run_round
+from fedcore.core.round.simulation import Simulation
 
 from .conftest import TINY
 

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
-from fedcore.probes import run_round
-from fedcore.simulation import Simulation
-from fedcore.stages.clip_noise import clip_and_noise
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError
+from fedcore.core.round.probes import run_round
+from fedcore.core.round.simulation import Simulation
+from fedcore.core.stages.clip_noise import clip_and_noise
 
 from .conftest import TINY
 

@@ -1,7 +1,8 @@
 """Which code made a number: runs and checkpoints carry a code digest; sweeps, reports and
 resumes reuse only work of the same code (docs/explanation/provenance.md).
 
-A code change is simulated by monkeypatching ``fedcore.code_digest.current`` in this process.
+A code change is simulated by monkeypatching ``fedcore.core.round.code_digest.current`` in this
+process.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 import fedcore
-from fedcore import checkpoint, code_digest
-from fedcore.callbacks import Callback
-from fedcore.configure import load_config
+from fedcore.core.callbacks import Callback
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round import checkpoint, code_digest
+from fedcore.core.round.simulation import Simulation
 from fedcore.pipeline.sweep import load_sweep
-from fedcore.simulation import Simulation
 from fedcore.tracking.provenance import CODE_DIGEST_TAG
 from fedcore.tracking.report import build_report
 from fedcore.tracking.runner import SUPERSEDED_TAG, other_code_note, run_tracked
@@ -169,7 +170,7 @@ def test_sweep_reruns_cells_of_other_code_and_reports_the_new_runs(
     prefect_harness, tracking, tmp_path, monkeypatch, capsys
 ):
     from fedcore.cli import main
-    from flows.sweep import sweep
+    from fedcore.flows.sweep import sweep
 
     path = _sweep_file(tmp_path)
     first = sweep(str(path))

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedcore.config import config_dir, read_yaml
-from fedcore.configure import build_config
-from fedcore.engines.sequential import client_seed
+from fedcore.core.compose.configure import build_config
+from fedcore.core.config import config_dir, read_yaml
+from fedcore.core.engines.sequential import client_seed
+from fedcore.core.round.simulation import Simulation
 from fedcore.pipeline.comparison import reference_rows, with_intervals
-from fedcore.simulation import Simulation
 
 SMALL = {"model.name": "mlp", "rounds": 3, "dataset.alpha": 0.1, "dataset.num_clients": 10,
          "clients_per_round": 5, "local.epochs": 1}

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from matplotlib.container import ErrorbarContainer
 
-from fedcore.config import config_dir, method_names
+from fedcore.core.config import config_dir, method_names
 from fedcore.pipeline.stats import mean_interval
 from fedcore.tracking.comparison_plots import (
     CONVERGENCE_TITLE,

@@ -6,17 +6,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fedcore import compression
-from fedcore.aggregators import UpdateBatch, build
-from fedcore.clients import ClientUpdate, LocalSchedule
-from fedcore.compose import stage_chain
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
-from fedcore.records import Closing
-from fedcore.round_phases import closing
-from fedcore.schedules import local_lr
-from fedcore.simulation import Simulation
-from fedcore.stages.feedback import RESIDUAL, alpha_star, build_feedback
+from fedcore.core import compression
+from fedcore.core.aggregators import UpdateBatch, build
+from fedcore.core.clients import ClientUpdate, LocalSchedule
+from fedcore.core.compose.assembly import stage_chain
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError
+from fedcore.core.records import Closing
+from fedcore.core.round.round_phases import closing
+from fedcore.core.round.schedules import local_lr
+from fedcore.core.round.simulation import Simulation
+from fedcore.core.stages.feedback import RESIDUAL, alpha_star, build_feedback
 
 
 def _x(d=1000, seed=0):

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from fedcore import aggregators
-from fedcore.aggregators import UpdateBatch
-from fedcore.aggregators.cos_align import alignment_weights
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
+from fedcore.core import aggregators
+from fedcore.core.aggregators import UpdateBatch
+from fedcore.core.aggregators.cos_align import alignment_weights
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError
 
 
 def _t(*v):

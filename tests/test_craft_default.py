@@ -8,8 +8,8 @@ rounds. This test runs the shipped file unchanged, so no test hides how the defa
 
 import pytest
 
-from fedcore.configure import load_config
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round.simulation import Simulation
 
 
 @pytest.mark.slow

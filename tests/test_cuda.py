@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedcore.configure import load_config
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round.simulation import Simulation
 from fedcore.tracking.runner import run_tracked
 
 from .conftest import TINY

@@ -1,4 +1,4 @@
-"""Tests for fedcore.data.datasets: digits, and torchvision's loaders on files in their real
+"""Tests for fedcore.core.data.datasets: digits, and torchvision's loaders on files in their real
 on-disk formats (IDX for MNIST-like, pickled batches for CIFAR). No network is used."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.data.datasets import (
+from fedcore.core.data.datasets import (
     DATASET_NAMES,
     DatasetArrays,
     DatasetUnavailableError,
     load_dataset,
 )
-from fedcore.data.idx import read_idx, repack_mnist_t10k, write_mnist_like
+from fedcore.core.data.idx import read_idx, repack_mnist_t10k, write_mnist_like
 
 MNIST_FILES = [
     "train-images-idx3-ubyte",

@@ -1,4 +1,4 @@
-"""The embedded digits (fedcore/data/digits.npz) and its split, against scikit-learn's."""
+"""The embedded digits (fedcore/core/data/digits.npz) and its split, against scikit-learn's."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.configure import load_config
-from fedcore.data.datasets import load_dataset
-from fedcore.data.digits import digits_arrays, stratified_split
-from fedcore.data.federated import partition_digest
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.data.datasets import load_dataset
+from fedcore.core.data.digits import digits_arrays, stratified_split
+from fedcore.core.data.federated import partition_digest
+from fedcore.core.round.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +86,7 @@ def test_split_rejects_too_small_parts():
 
 def test_loading_digits_imports_no_sklearn():
     code = (
-        "import sys; from fedcore.data.datasets import load_dataset; load_dataset('digits'); "
+        "import sys; from fedcore.core.data.datasets import load_dataset; load_dataset('digits'); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -5,12 +5,12 @@ import math
 import pytest
 import torch
 
-from fedcore import clients
-from fedcore.clients.template import run_follow_up
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
-from fedcore.probes import run_round
-from fedcore.simulation import Simulation
+from fedcore.core import clients
+from fedcore.core.clients.template import run_follow_up
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError
+from fedcore.core.round.probes import run_round
+from fedcore.core.round.simulation import Simulation
 
 from .conftest import TINY
 
@@ -42,8 +42,8 @@ def test_personal_models_persist_for_clients_not_sampled():
 
 def _personal_context(lam, momentum, steps=3):
     """A one-client LocalContext on a 4-sample linear problem, with theta_t != v_k."""
-    from fedcore.clients import ClientData, LocalContext, LocalSchedule
-    from fedcore.layout import ParamLayout, flat_params
+    from fedcore.core.clients import ClientData, LocalContext, LocalSchedule
+    from fedcore.core.models.layout import ParamLayout, flat_params
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
@@ -60,7 +60,7 @@ def _personal_context(lam, momentum, steps=3):
 
 def _spec_personal_steps(model, v, theta, x, y, lam, lr, momentum, steps):
     """SGD with momentum on grad F_k(v) + lam (v - theta) (ditto.md, as easyFL does)."""
-    from fedcore.layout import load_flat_params
+    from fedcore.core.models.layout import load_flat_params
 
     buf = torch.zeros_like(v)
     for _ in range(steps):
@@ -88,7 +88,7 @@ def test_personal_pull_toward_the_global_model_is_the_sgd_step():
     algo, ctx, model, x, y = _personal_context(1.0, 0.0, steps=1)
     v0, theta = ctx.state["ditto_personal"].clone(), ctx.global_params.clone()
     run_follow_up(ctx, algo.personal_training(ctx))
-    from fedcore.layout import load_flat_params
+    from fedcore.core.models.layout import load_flat_params
 
     load_flat_params(model, v0)
     model.zero_grad()

@@ -41,11 +41,11 @@ def test_generated_pages_are_current() -> None:
 
 
 def test_a_new_config_key_makes_the_config_page_stale(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fedcore.config
+    import fedcore.core.config
 
-    bigger = create_model("ExperimentConfig", __base__=fedcore.config.ExperimentConfig,
+    bigger = create_model("ExperimentConfig", __base__=fedcore.core.config.ExperimentConfig,
                           new_knob=(int, 3))
-    monkeypatch.setattr(fedcore.config, "ExperimentConfig", bigger)
+    monkeypatch.setattr(fedcore.core.config, "ExperimentConfig", bigger)
     with pytest.raises(gen.GenerationError, match="new_knob"):
         gen.config_page()  # a key without a meaning is refused
     monkeypatch.setitem(gen.KEY_MEANINGS, "new_knob", "a new knob")
@@ -69,9 +69,9 @@ def test_a_new_cli_flag_makes_the_cli_page_stale(monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_new_metric_makes_the_metrics_page_stale(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fedcore.metric_catalogue as cat
+    import fedcore.core.metrics.catalogue as cat
 
-    extra = cat.MetricDoc("agg/new_metric", "fedcore/round_phases.py", "round", "new")
+    extra = cat.MetricDoc("agg/new_metric", "fedcore/core/round/round_phases.py", "round", "new")
     declared = cat.catalogue()
     monkeypatch.setattr(cat, "catalogue", lambda: (*declared, extra))
     page = gen.metrics_page()
@@ -94,7 +94,7 @@ def test_a_new_method_makes_the_tables_stale(monkeypatch: pytest.MonkeyPatch) ->
 def test_a_new_hyper_parameter_makes_the_methods_page_stale(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fedcore.aggregators.base import REGISTRY
+    from fedcore.core.aggregators.base import REGISTRY
 
     cls = REGISTRY.get("fedavg")
     monkeypatch.setattr(cls, "HParams", create_model("HParams", __base__=cls.HParams,

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from fedcore.callbacks import Callback, RoundVerdict
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
-from fedcore.simulation import Simulation
+from fedcore.core.callbacks import Callback, RoundVerdict
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError
+from fedcore.core.round.simulation import Simulation
 
 from .conftest import TINY
 
@@ -90,10 +90,10 @@ def test_a_paused_run_resumes_with_its_callback_state(tmp_path):
 
 
 def test_a_sweep_rerun_skips_the_early_stopped_cell(tracking, tmp_path):
+    from fedcore.flows.sweep import _simulate_cell
     from fedcore.pipeline.sweep import load_sweep
     from fedcore.tracking import get_experiment_id, mlflow_client
     from fedcore.tracking.mlflow_tracker import CONVERGED_TAG, wait_for_runs
-    from flows.sweep import _simulate_cell
 
     path = tmp_path / "early.yaml"
     fixed = dict(item.split("=", 1) for item in EARLY if not item.startswith("callbacks"))
@@ -115,7 +115,7 @@ def test_a_sweep_rerun_skips_the_early_stopped_cell(tracking, tmp_path):
 
 
 def test_a_validation_split_of_own_data_is_refused():
-    from fedcore.data.federated import build_federated_data
+    from fedcore.core.data.federated import build_federated_data
 
     cfg = load_config(None, [*TINY, "dataset.val_fraction=0.2"])
     other = load_config(None, [*TINY, "seed=1"])

@@ -5,11 +5,11 @@ import functools
 import pytest
 import torch
 
-from fedcore.configure import load_config
-from fedcore.layout import flat_params
-from fedcore.probes import run_round
-from fedcore.simulation import Simulation
-from fedcore.stages.feedback import RESIDUAL
+from fedcore.core.compose.configure import load_config
+from fedcore.core.models.layout import flat_params
+from fedcore.core.round.probes import run_round
+from fedcore.core.round.simulation import Simulation
+from fedcore.core.stages.feedback import RESIDUAL
 
 from .conftest import TINY
 

@@ -13,14 +13,14 @@ import textwrap
 import pytest
 import torch
 
-from fedcore.metrics import (
+from fedcore.core.metrics import (
     EVAL_BATCH_CPU,
     embeddings,
     eval_batch_size,
     eval_with_embeddings,
     per_sample_eval,
 )
-from fedcore.models.cnn import CNN
+from fedcore.core.models.cnn import CNN
 
 
 def _model_and_data() -> tuple[CNN, torch.Tensor, torch.Tensor]:
@@ -47,8 +47,8 @@ def test_small_cpu_passes_give_the_one_pass_numbers_bit_for_bit():
 def test_evaluating_2000_mnist_sized_images_on_the_cpu_stays_small():
     code = textwrap.dedent("""
         import resource, torch
-        from fedcore.metrics import eval_with_embeddings
-        from fedcore.models.cnn import CNN
+        from fedcore.core.metrics import eval_with_embeddings
+        from fedcore.core.models.cnn import CNN
         torch.set_num_threads(1)
         model = CNN(in_shape=(1, 28, 28), num_classes=10)
         x, y = torch.randn(2000, 1, 28, 28), torch.randint(0, 10, (2000,))

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from fedcore.configure import load_config
+from fedcore.core.compose.configure import load_config
 from fedcore.tracking.retry import is_locked, with_retry
 from fedcore.tracking.runner import run_tracked
 
@@ -45,7 +45,7 @@ def _runs_by_hash(client, exp):
 
 def test_sweep_marks_failures_and_rerun_retries_only_unfinished(prefect_harness, tracking,
                                                                 tmp_path):
-    from flows.sweep import sweep
+    from fedcore.flows.sweep import sweep
 
     not_a_dir = tmp_path / "occupied"
     not_a_dir.write_text("a file where the checkpoint folder should go")

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedcore.config import ConfigError, config_dir, read_yaml
-from fedcore.configure import build_config
+from fedcore.core.compose.configure import build_config
+from fedcore.core.config import ConfigError, config_dir, read_yaml
+from fedcore.core.round.simulation import run
 from fedcore.pipeline.families import (
     Family,
     SeedPlan,
@@ -23,7 +24,6 @@ from fedcore.pipeline.families import (
     seed_plan,
 )
 from fedcore.pipeline.sweep import load_sweep
-from fedcore.simulation import run
 
 SPREAD = 0.021  # the main job's median paired sd of the primary endpoint (issue 34)
 TRIALS = 2000
@@ -187,8 +187,8 @@ def test_the_main_job_asks_the_five_papers_questions():
 @pytest.mark.slow
 def test_a_killed_sweep_with_looks_resumes_without_rerunning_finished_seeds(
         tracking, tmp_path, prefect_harness):
+    from fedcore.flows.sweep import parent_run, sweep
     from fedcore.tracking.runner import run_tracked, runs_with_hash
-    from flows.sweep import parent_run, sweep
 
     path = _sweep(tmp_path, "looks", {"seeds": {"looks": [2, 3]}, "families": [
         {"name": "f", "reference": "fedavg", "baselines": ["krum"]}]})

@@ -4,17 +4,17 @@ import pytest
 import torch
 from torch import nn
 
-from fedcore import aggregators, clients
-from fedcore.aggregators import UpdateBatch
-from fedcore.clients import ClientData, Commit, LocalContext, LocalSchedule
-from fedcore.clients.feddyn import GRADIENT, FedDynClient
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
-from fedcore.engines import sequential
-from fedcore.engines.vectorised import VectorisedEngine
-from fedcore.layout import ParamLayout
-from fedcore.probes import run_round
-from fedcore.simulation import Simulation
+from fedcore.core import aggregators, clients
+from fedcore.core.aggregators import UpdateBatch
+from fedcore.core.clients import ClientData, Commit, LocalContext, LocalSchedule
+from fedcore.core.clients.feddyn import GRADIENT, FedDynClient
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError
+from fedcore.core.engines import sequential
+from fedcore.core.engines.vectorised import VectorisedEngine
+from fedcore.core.models.layout import ParamLayout
+from fedcore.core.round.probes import run_round
+from fedcore.core.round.simulation import Simulation
 
 from .conftest import TINY
 

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.callbacks.summary import auc_trapz, summarize
-from fedcore.config import config_dir, read_yaml
-from fedcore.configure import build_config
-from fedcore.data.datasets import load_dataset
-from fedcore.data.federated import build_federated_data, partition_indices
-from fedcore.metrics import label_mix, label_mix_accuracy, per_sample_eval
-from fedcore.probes import evaluate
-from fedcore.simulation import Simulation, run
+from fedcore.core.callbacks.summary import auc_trapz, summarize
+from fedcore.core.compose.configure import build_config
+from fedcore.core.config import config_dir, read_yaml
+from fedcore.core.data.datasets import load_dataset
+from fedcore.core.data.federated import build_federated_data, partition_indices
+from fedcore.core.metrics import label_mix, label_mix_accuracy, per_sample_eval
+from fedcore.core.round.probes import evaluate
+from fedcore.core.round.simulation import Simulation, run
 
 
 def _history(acc: list[float]) -> list[dict[str, float]]:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from fedcore.configure import load_config
+from fedcore.core.compose.configure import load_config
 from fedcore.tracking import figure_helper, plots
 from fedcore.tracking.runner import run_tracked
 

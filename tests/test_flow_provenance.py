@@ -34,7 +34,7 @@ def test_sweep_flow_names_tasks_publishes_artifact_and_links_runs(prefect_harnes
         FlowRunFilterId,
     )
 
-    from flows.sweep import sweep
+    from fedcore.flows.sweep import sweep
 
     path = _sweep_file(tmp_path)
     state = sweep(str(path), ["rounds=2"], return_state=True)
@@ -91,10 +91,10 @@ def test_sweep_flow_names_tasks_publishes_artifact_and_links_runs(prefect_harnes
 def _schemas() -> dict:
     from prefect.utilities.callables import parameter_schema
 
-    from flows.report import report
-    from flows.simulate import simulate
-    from flows.sweep import sweep
-    from flows.tune import tune
+    from fedcore.flows.report import report
+    from fedcore.flows.simulate import simulate
+    from fedcore.flows.sweep import sweep
+    from fedcore.flows.tune import tune
 
     return {f.name: parameter_schema(f.fn).model_dump_for_openapi()
             for f in (simulate, sweep, tune, report)}
@@ -116,7 +116,7 @@ def test_bad_deployment_parameters_are_refused_at_creation(prefect_harness, bad)
     from prefect.client.orchestration import get_client
     from prefect.exceptions import PrefectHTTPStatusError
 
-    from flows.sweep import sweep
+    from fedcore.flows.sweep import sweep
 
     schema = _schemas()["sweep"]
 

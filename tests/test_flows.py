@@ -21,7 +21,7 @@ def _sweep_file(tmp_path: Path) -> Path:
 
 
 def test_sweep_runs_cells_nested_and_skips_finished_on_rerun(prefect_harness, tracking, tmp_path):
-    from flows.sweep import sweep
+    from fedcore.flows.sweep import sweep
 
     path = _sweep_file(tmp_path)
     first = sweep(str(path))
@@ -48,7 +48,7 @@ def test_sweep_runs_cells_nested_and_skips_finished_on_rerun(prefect_harness, tr
 
 
 def test_simulate_flow_records_one_run(prefect_harness, tracking):
-    from flows.simulate import simulate
+    from fedcore.flows.simulate import simulate
 
     out = simulate(None, ["rounds=2", "model.name=mlp", "dataset.num_clients=6",
                           "clients_per_round=2"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import wheel_list
-from fedcore.config import checkout_root
+from fedcore.core.config import checkout_root
 
 ROOT = checkout_root()
 pytestmark = pytest.mark.skipif(ROOT is None, reason="needs the source checkout (benchmarks/)")

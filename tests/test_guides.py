@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fedcore.callbacks.configured import REGISTRY as CALLBACKS
-from fedcore.samplers.base import REGISTRY as SAMPLERS
-from fedcore.stages.base import REGISTRY as STAGES
+from fedcore.core.callbacks.configured import REGISTRY as CALLBACKS
+from fedcore.core.samplers.base import REGISTRY as SAMPLERS
+from fedcore.core.stages.base import REGISTRY as STAGES
 
 from .test_tutorials import BLOCK, install, project, run_script
 
@@ -27,7 +27,7 @@ def guide(page: str) -> dict[str, str]:
 
 def test_the_stage_guide_runs(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = guide("add-a-stage.md")
-    assert set(files) == {"fedcore/stages/cosine_filter.py", "check_cosine_filter.py"}
+    assert set(files) == {"fedcore/core/stages/cosine_filter.py", "check_cosine_filter.py"}
     with install(project, files, STAGES, "cosine_filter"):
         run_script(project, "check_cosine_filter.py")
         out = capsys.readouterr().out
@@ -37,7 +37,7 @@ def test_the_stage_guide_runs(project: Path, capsys: pytest.CaptureFixture[str])
 
 def test_the_sampler_guide_runs(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = guide("add-a-sampler.md")
-    assert set(files) == {"fedcore/samplers/by_size.py", "check_by_size.py"}
+    assert set(files) == {"fedcore/core/samplers/by_size.py", "check_by_size.py"}
     with install(project, files, SAMPLERS, "by_size"):
         run_script(project, "check_by_size.py")
         out = capsys.readouterr().out
@@ -47,7 +47,7 @@ def test_the_sampler_guide_runs(project: Path, capsys: pytest.CaptureFixture[str
 
 def test_the_callback_guide_runs(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = guide("add-a-callback.md")
-    assert set(files) == {"fedcore/callbacks/plateau.py", "check_plateau.py"}
+    assert set(files) == {"fedcore/core/callbacks/plateau.py", "check_plateau.py"}
     with install(project, files, CALLBACKS, "plateau"):
         run_script(project, "check_plateau.py")
         out = capsys.readouterr().out

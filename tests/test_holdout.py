@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
-from fedcore.samplers import Population
-from fedcore.samplers.uniform import Uniform
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError
+from fedcore.core.round.simulation import Simulation
+from fedcore.core.samplers import Population
+from fedcore.core.samplers.uniform import Uniform
 
 SMALL = ["model.name=mlp", "device=cpu", "rounds=2", "local.epochs=1", "local.steps=2",
          "dataset.num_clients=20", "clients_per_round=5"]
@@ -120,7 +120,7 @@ def test_own_data_keeps_the_runs_holdout_drawn_from_its_partition_seed():
     import torch
     from torch import nn
 
-    from fedcore.data.own import federate
+    from fedcore.core.data.own import federate
 
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(240, 8, generator=g), torch.randint(0, 3, (240,), generator=g)

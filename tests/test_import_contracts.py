@@ -13,8 +13,9 @@ import pytest
 import fedcore
 
 ROOT = Path(fedcore.__file__).resolve().parent
-COMPONENTS = ("fedcore.aggregators", "fedcore.clients", "fedcore.compression", "fedcore.engines",
-              "fedcore.simulation", "fedcore.data", "fedcore.models")
+COMPONENTS = ("fedcore.core.aggregators", "fedcore.core.clients", "fedcore.core.compression",
+              "fedcore.core.engines",
+              "fedcore.core.round.simulation", "fedcore.core.data", "fedcore.core.models")
 
 
 def _layers() -> list[str]:
@@ -34,13 +35,13 @@ def test_every_module_of_the_package_has_a_layer() -> None:
 
 
 def test_the_schema_imports_no_component_and_no_cycle_runs_through_it() -> None:
-    """fedcore.config and everything it imports are leaves: no component, driver or edge is
+    """fedcore.core.config and everything it imports are leaves: no component, driver or edge is
     loaded by importing the schema (it was one cycle with 20 modules of the core)."""
     grimp = pytest.importorskip("grimp")
     graph = grimp.build_graph("fedcore", cache_dir=None)  # type-checking imports included
-    upstream = graph.find_upstream_modules("fedcore.config")
+    upstream = graph.find_upstream_modules("fedcore.core.config")
     assert sorted(m for m in upstream if m.startswith(COMPONENTS)) == []
-    assert "fedcore.config" not in {
+    assert "fedcore.core.config" not in {
         m for u in upstream for m in graph.find_upstream_modules(u)
     }
 
@@ -62,14 +63,14 @@ def test_the_cli_and_a_schema_error_load_no_torch():
     components) are imported: the registries load on the first component check."""
     code = (
         "from fedcore import cli\n"
-        "from fedcore.configure import load_config\n"
-        "from fedcore.errors import ConfigError\n"
+        "from fedcore.core.compose.configure import load_config\n"
+        "from fedcore.core.config.errors import ConfigError\n"
         "try:\n"
         "    load_config(None, ['rounds=zero'])\n"
         "except ConfigError:\n"
         "    pass\n"
     )
-    assert _loaded_after(code, ("torch", "fedcore.clients", "fedcore.aggregators")) == []
+    assert _loaded_after(code, ("torch", "fedcore.core.clients", "fedcore.core.aggregators")) == []
 
 
 def test_the_tracker_reaches_mlflow_only_through_the_run_store():

@@ -2,9 +2,9 @@
 
 import pytest
 
-from fedcore.config import method_names
-from fedcore.configure import load_config
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import method_names
+from fedcore.core.round.simulation import Simulation
 
 pytestmark = pytest.mark.slow  # end to end (see docs/how-to/tests.md)
 

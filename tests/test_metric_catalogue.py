@@ -1,5 +1,5 @@
 """The metric catalogue is the emitters' declarations (``EMITTED_METRICS``, gathered by
-fedcore.metric_catalogue, rendered in docs/reference/metrics.md), and it matches what the code
+fedcore.core.metrics.catalogue, rendered in docs/reference/metrics.md), and it matches what the code
 records both ways: every metric name written in the code and every metric a tiny run of each
 shipped method emits is declared, and every declared metric is emitted (by those runs, or, for
 the parent runs' metrics, written by the module that declares it)."""
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fedcore.config import method_names
-from fedcore.configure import load_config
-from fedcore.metric_catalogue import (
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import method_names
+from fedcore.core.metrics.catalogue import (
     DECLARATION,
     DeclarationError,
     MetricDoc,
@@ -24,7 +24,7 @@ from fedcore.metric_catalogue import (
     declared,
     lookup,
 )
-from fedcore.simulation import Simulation
+from fedcore.core.round.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = re.compile(r"[a-z][a-z0-9_]*/[A-Za-z0-9_]+")
@@ -134,13 +134,13 @@ def test_every_declared_parent_metric_is_written_by_its_module() -> None:
 
 def test_the_catalogue_is_the_emitters_declarations() -> None:
     afl = lookup("afl/lambda_max")
-    assert afl is not None and afl.emitter == "fedcore/aggregators/afl.py"
+    assert afl is not None and afl.emitter == "fedcore/core/aggregators/afl.py"
     assert lookup("train/loss") == MetricDoc(
-        "train/loss", "fedcore/round_phases.py", "round",
+        "train/loss", "fedcore/core/round/round_phases.py", "round",
         "sample-weighted mean (float64) of the sampled clients' training loss over local steps")
     emitters = {d.emitter for d in catalogue()}
     assert all(DECLARATION in (ROOT / e).read_text() for e in emitters)
-    assert "fedcore/metric_catalogue.py" not in emitters
+    assert "fedcore/core/metrics/catalogue.py" not in emitters
 
 
 def test_lookup_matches_patterns_and_rejects_unknown() -> None:

@@ -1,4 +1,5 @@
-"""Tests for fedcore.models: shapes, parameter counts, norms, shortcuts, errors, determinism."""
+"""Tests for fedcore.core.models: shapes, parameter counts, norms, shortcuts, errors,
+determinism."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedcore.models import MODEL_NAMES, FedModel, build_model
+from fedcore.core.models import MODEL_NAMES, FedModel, build_model
 
 SMALL_SHAPES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
 RESNETS = ("resnet20", "resnet56", "resnet110")
@@ -135,7 +136,7 @@ def test_norm_variants_buffers() -> None:
 
 
 def test_group_norm_layout_groups_conv_with_norm() -> None:
-    from fedcore.layout import ParamLayout
+    from fedcore.core.models.layout import ParamLayout
 
     model = build_model("resnet20", (3, 32, 32), 10, norm="group")
     layout = ParamLayout.from_model(model)
@@ -146,7 +147,7 @@ def test_group_norm_layout_groups_conv_with_norm() -> None:
 
 
 def test_batch_norm_layout_groups_conv_with_norm_like_group_norm() -> None:
-    from fedcore.layout import ParamLayout
+    from fedcore.core.models.layout import ParamLayout
 
     bn = ParamLayout.from_model(build_model("resnet20", (3, 32, 32), 10, norm="batch"))
     gn = ParamLayout.from_model(build_model("resnet20", (3, 32, 32), 10, norm="group"))
@@ -195,7 +196,7 @@ def test_deterministic_construction(name: str) -> None:
 
 def test_smallcnn_is_fedouis_model() -> None:
     # conv3x3(32) -> pool -> conv3x3(64) -> pool -> fc128 -> fc10, ReLU (FedOUI's SmallCNN)
-    from fedcore.configure import load_config
+    from fedcore.core.compose.configure import load_config
 
     model = build_model("smallcnn", (3, 32, 32), 10).eval()
     shapes = [tuple(p.shape) for p in model.parameters()]

@@ -12,15 +12,15 @@ import pytest
 import torch
 from PIL import Image
 
-from fedcore.config import ConfigError, DatasetConfig
-from fedcore.configure import load_config
-from fedcore.data import federated, leaf, tiny_imagenet
-from fedcore.data.datasets import DatasetArrays, DatasetUnavailableError, load_dataset
-from fedcore.data.federated import build_federated_data, partition_indices
-from fedcore.data.partition import group_by_owner, natural_partition
-from fedcore.data.tiny_imagenet import MEAN, STD
-from fedcore.models import build_model
-from fedcore.simulation import run
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError, DatasetConfig
+from fedcore.core.data import federated, leaf, tiny_imagenet
+from fedcore.core.data.datasets import DatasetArrays, DatasetUnavailableError, load_dataset
+from fedcore.core.data.federated import build_federated_data, partition_indices
+from fedcore.core.data.partition import group_by_owner, natural_partition
+from fedcore.core.data.tiny_imagenet import MEAN, STD
+from fedcore.core.models import build_model
+from fedcore.core.round.simulation import run
 
 # writer -> (train samples, test samples), as LEAF's ``-t sample`` split writes them
 WRITERS = {"f0000_14": (6, 2), "f0001_41": (4, 1), "f0002_33": (9, 3), "f0003_07": (5, 1),

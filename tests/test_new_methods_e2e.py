@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from fedcore.clients.scaffold import CONTROL
-from fedcore.configure import load_config
-from fedcore.probes import run_round
-from fedcore.simulation import Simulation
+from fedcore.core.clients.scaffold import CONTROL
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round.probes import run_round
+from fedcore.core.round.simulation import Simulation
 
 from .test_checkpoint import assert_resume_is_bit_identical
 

@@ -9,35 +9,35 @@ from pathlib import Path
 
 import pytest
 
-from fedcore.aggregators.base import REGISTRY as RULES
-from fedcore.clients.base import REGISTRY as CLIENTS
-from fedcore.config import method_names
+from fedcore.core.aggregators.base import REGISTRY as RULES
+from fedcore.core.clients.base import REGISTRY as CLIENTS
+from fedcore.core.config import method_names
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERIC = [
-    "fedcore/simulation.py",
-    "fedcore/compose.py",
-    "fedcore/engines/__init__.py",
-    "fedcore/engines/select.py",
-    "fedcore/engines/sequential.py",
-    "fedcore/engines/vectorised.py",
-    "fedcore/stages/base.py",
-    "fedcore/samplers/base.py",
-    "fedcore/clients/base.py",
-    "fedcore/aggregators/base.py",
-    "fedcore/compression/base.py",
-    "fedcore/callbacks/__init__.py",
-    "fedcore/callbacks/base.py",
-    "fedcore/callbacks/chain.py",
-    "fedcore/clients/template.py",
-    "fedcore/records.py",
-    "fedcore/clients/plan.py",
-    "fedcore/round_phases.py",
-    "fedcore/run_state.py",
-    "fedcore/probes.py",
-    "fedcore/round_context.py",
-    "fedcore/stages/feedback/base.py",
-    "fedcore/stages/uplink.py",
+    "fedcore/core/round/simulation.py",
+    "fedcore/core/compose/assembly.py",
+    "fedcore/core/engines/__init__.py",
+    "fedcore/core/engines/select.py",
+    "fedcore/core/engines/sequential.py",
+    "fedcore/core/engines/vectorised.py",
+    "fedcore/core/stages/base.py",
+    "fedcore/core/samplers/base.py",
+    "fedcore/core/clients/base.py",
+    "fedcore/core/aggregators/base.py",
+    "fedcore/core/compression/base.py",
+    "fedcore/core/callbacks/__init__.py",
+    "fedcore/core/callbacks/base.py",
+    "fedcore/core/callbacks/chain.py",
+    "fedcore/core/clients/template.py",
+    "fedcore/core/records/__init__.py",
+    "fedcore/core/clients/plan.py",
+    "fedcore/core/round/round_phases.py",
+    "fedcore/core/round/run_state.py",
+    "fedcore/core/round/probes.py",
+    "fedcore/core/engines/round_context.py",
+    "fedcore/core/stages/feedback/base.py",
+    "fedcore/core/stages/uplink.py",
 ]
 # what one method needed of the driver, now declared in the method's own file: CSER's extra
 # server step (a stage may move ``Closing.params``), SCAFCOM's implied client deltas (the rule
@@ -48,7 +48,7 @@ SLOTS = [r"closing\.step", r"roundend", r"client_deltas", r"moment_matched", r"n
 # the one accessor of an uplink vector by name (``ClientUpdate.vector``) may tell the delta
 # from the others; nothing else in generic code does
 DELTA_BRANCH = r"(==|!=)\s*[\"']delta[\"']|[\"']delta[\"']\s+(not\s+)?in\b"
-ONE_ACCESSOR = "fedcore/records.py"
+ONE_ACCESSOR = "fedcore/core/records/__init__.py"
 # names that are also plain words of the code (the ConFIG rule is "config", a robust rule is
 # "median"): matched only as a component name would be written, e.g. 'median' in quotes
 WORDS = {"config", "median", "none", "fedavg"}

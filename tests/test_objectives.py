@@ -5,18 +5,18 @@ import math
 import pytest
 import torch
 
-from fedcore import clients
-from fedcore.clients import Batch, ClientData, LocalContext, LocalSchedule
-from fedcore.clients._tuplets import quadruplet_loss, sample_tuplets, triplet_loss
-from fedcore.clients.moon import moon_contrastive
-from fedcore.clients.supconfl import supcon_loss
-from fedcore.clients.template import frozen_copy
-from fedcore.configure import load_config
-from fedcore.layout import ParamLayout, flat_params, load_flat_params
-from fedcore.metrics import client_stat_metrics, representation_stats
-from fedcore.models import build_model
-from fedcore.probes import run_round, train_client
-from fedcore.simulation import Simulation
+from fedcore.core import clients
+from fedcore.core.clients import Batch, ClientData, LocalContext, LocalSchedule
+from fedcore.core.clients._tuplets import quadruplet_loss, sample_tuplets, triplet_loss
+from fedcore.core.clients.moon import moon_contrastive
+from fedcore.core.clients.supconfl import supcon_loss
+from fedcore.core.clients.template import frozen_copy
+from fedcore.core.compose.configure import load_config
+from fedcore.core.metrics import client_stat_metrics, representation_stats
+from fedcore.core.models import build_model
+from fedcore.core.models.layout import ParamLayout, flat_params, load_flat_params
+from fedcore.core.round.probes import run_round, train_client
+from fedcore.core.round.simulation import Simulation
 
 from .conftest import TINY
 
@@ -286,8 +286,8 @@ def test_bad_hyperparameters_are_rejected(spec, field):
 def test_tuplet_distances_are_at_most_two_on_the_embedding_used():
     # The embeddings are L2-normalised post-ReLU features (non-negative), so
     # D = ||z_i - z_j||^2 = 2 - 2 cos <= 2: a margin >= 2 can never be met.
-    from fedcore.clients._tuplets import sq_dist
-    from fedcore.models import build_model
+    from fedcore.core.clients._tuplets import sq_dist
+    from fedcore.core.models import build_model
 
     torch.manual_seed(0)
     for name in ("mlp", "cnn", "smallcnn", "resnet20"):

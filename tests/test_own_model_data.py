@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch import nn
 
-from fedcore.config import ConfigError, config_dir, read_yaml
-from fedcore.configure import load_config
-from fedcore.data.own import content_digest, federate
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError, config_dir, read_yaml
+from fedcore.core.data.own import content_digest, federate
+from fedcore.core.round.simulation import Simulation
 
 TINY = ["rounds=2", "dataset.num_clients=4", "clients_per_round=2", "local.epochs=1"]
 
@@ -256,7 +256,7 @@ def test_own_numpy_data_is_in_the_config_and_its_hash_matches_no_shipped_config(
 
 
 def test_hand_made_federated_data_is_not_recorded_as_the_configs_dataset():
-    from fedcore.data.federated import FederatedData
+    from fedcore.core.data.federated import FederatedData
 
     x, y = _blobs(n=60)
     built = federate(x, y, num_clients=3, partition="iid")
@@ -296,8 +296,8 @@ def test_own_data_name_in_a_config_without_the_data_is_refused():
 
 
 def test_plain_module_trains_on_the_vectorised_engine_as_on_the_sequential_one(user_package):
-    from fedcore.engines import sequential
-    from fedcore.engines.vectorised import VectorisedEngine
+    from fedcore.core.engines import sequential
+    from fedcore.core.engines.vectorised import VectorisedEngine
 
     cfg = load_config(None, [*TINY, "model.name=userpkg.nets:small_net", "engine=vectorised"])
     sim = Simulation(cfg)

@@ -60,7 +60,7 @@ def test_wheel_ships_every_config_and_runs_its_default_outside_a_checkout(wheel,
     assert shipped and shipped <= names, sorted(shipped - names)[:5]
     for folder in ("methods", "experiments"):  # results of tune --best stay local
         assert f"fedcore/_configs/{folder}/mystudy_best.yaml" not in names
-    assert "fedcore/data/digits.npz" in names
+    assert "fedcore/core/data/digits.npz" in names
     assert not any(n.startswith("configs/") for n in names)  # only inside the package
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
@@ -86,8 +86,8 @@ def test_wheel_ships_every_config_and_runs_its_default_outside_a_checkout(wheel,
 
 def test_core_runs_without_the_pipeline_extra(tmp_path):
     code = BLOCKER.format(blocked=PIPELINE) + f"""
-from fedcore.configure import load_config
-from fedcore.simulation import run
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round.simulation import run
 from fedcore.cli import main
 tiny = ["rounds=1", "model.name=mlp", "dataset.num_clients=6", "clients_per_round=3"]
 result = run(load_config(None, tiny))
@@ -113,7 +113,7 @@ assert not loaded, loaded
 
 
 def test_configs_come_from_the_package_when_there_is_no_checkout(monkeypatch):
-    from fedcore import config
+    from fedcore.core import config
 
     monkeypatch.delenv("FEDCORE_HOME", raising=False)
     assert config.config_dir() == ROOT / "configs"  # a checkout: its own configs/

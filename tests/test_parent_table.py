@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedcore.config import config_dir
+from fedcore.core.config import config_dir
 from fedcore.pipeline.sweep import load_sweep
 from fedcore.tracking import load_settings, mlflow_client
 from fedcore.tracking.parents import (
@@ -66,9 +66,9 @@ def test_logged_table_is_an_mlflow_table_artifact_of_the_run(tracking, tmp_path)
 
 @pytest.mark.slow
 def test_the_report_logs_the_variant_table_to_the_sweep_parent(tracking, tmp_path):
+    from fedcore.flows.sweep import parent_run
     from fedcore.tracking.report import build_report
     from fedcore.tracking.runner import run_tracked
-    from flows.sweep import parent_run
 
     path = tmp_path / "v.yaml"
     path.write_text(yaml.safe_dump({

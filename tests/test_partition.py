@@ -1,15 +1,15 @@
 import numpy as np
 import pytest
 
-from fedcore.config import DatasetConfig
-from fedcore.data.federated import partition_indices
-from fedcore.data.partition import (
+from fedcore.core.config import DatasetConfig
+from fedcore.core.config.seeding import numpy_rng
+from fedcore.core.data.federated import partition_indices
+from fedcore.core.data.partition import (
     dirichlet_partition,
     iid_partition,
     shard_partition,
     split_local,
 )
-from fedcore.seeding import numpy_rng
 
 LABELS = np.repeat(np.arange(10), 100)
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import yaml
 
-from fedcore.config import ConfigError, config_dir
-from fedcore.configure import build_config, load_config
-from fedcore.metrics import jain_index
+from fedcore.core.compose.configure import build_config, load_config
+from fedcore.core.config import ConfigError, config_dir
+from fedcore.core.metrics import jain_index
+from fedcore.core.round.simulation import Simulation
 from fedcore.pipeline.hparams import hparams_changes, hparams_label, hparams_tags, regime
-from fedcore.simulation import Simulation
 
 from .conftest import TINY
 
@@ -47,7 +47,7 @@ def _study(tmp_path, method, metric):
 
 
 def test_a_study_can_maximise_personal_accuracy_of_ditto_only(tmp_path):
-    from fedcore.tuning.spec import load_study
+    from fedcore.pipeline.study_spec import load_study
 
     spec = load_study(_study(tmp_path, "ditto", "final/personal_accuracy_worst10"))
     assert spec.metrics == ("final/personal_accuracy_worst10",)
@@ -135,9 +135,9 @@ def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(track
 
 
 def test_main_job_runs_every_method_at_paper_but_two_tuned_rows_from_equal_studies():
-    from fedcore.config import read_yaml
+    from fedcore.core.config import read_yaml
+    from fedcore.pipeline.study_spec import load_study
     from fedcore.pipeline.sweep import load_sweep
-    from fedcore.tuning.spec import load_study
 
     spec = load_sweep(config_dir() / "sweeps" / "main.yaml")
     labels: dict[str, set] = {}

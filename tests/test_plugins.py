@@ -14,12 +14,13 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from fedcore import code_digest, plugins
-from fedcore.aggregators.base import REGISTRY as AGG
-from fedcore.clients.base import REGISTRY as CLIENTS
-from fedcore.compression.base import REGISTRY as COMP
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
+from fedcore.core.aggregators.base import REGISTRY as AGG
+from fedcore.core.clients.base import REGISTRY as CLIENTS
+from fedcore.core.compose import plugins
+from fedcore.core.compose.configure import load_config
+from fedcore.core.compression.base import REGISTRY as COMP
+from fedcore.core.config import ConfigError
+from fedcore.core.round import code_digest
 from fedcore.tracking.provenance import CODE_DIGEST_TAG, code_label
 
 PKG = "fcplug"
@@ -28,8 +29,8 @@ RULE = '''\
 import torch
 from pydantic import Field
 
-from fedcore.aggregators.base import Aggregate, Aggregator, UpdateBatch, weighted_mean
-from fedcore.registry import HParams
+from fedcore.core.aggregators.base import Aggregate, Aggregator, UpdateBatch, weighted_mean
+from fedcore.core.config.registry import HParams
 
 SCALE = 1.0
 
@@ -48,8 +49,8 @@ OBJECTIVE = '''\
 from pydantic import Field
 from torch.nn.functional import cross_entropy
 
-from fedcore.clients.base import ClientAlgorithm
-from fedcore.registry import HParams
+from fedcore.core.clients.base import ClientAlgorithm
+from fedcore.core.config.registry import HParams
 
 
 class SmoothCE(ClientAlgorithm):
@@ -123,7 +124,7 @@ def _commit(site: Path) -> str:
      "('fcplug.rules:Nope')"),
     ("method.aggregator.rule=fcplug.objectives:SmoothCE",
      "method.aggregator.rule: 'fcplug.objectives:SmoothCE' is not a valid aggregator rule: it "
-     "must be a class subclassing fedcore.aggregators.base.Aggregator"),
+     "must be a class subclassing fedcore.core.aggregators.base.Aggregator"),
     ("method.aggregator.rule=fcplug.broken:Rule",
      "method.aggregator.rule: cannot import module 'fcplug.broken' of 'fcplug.broken:Rule' "
      "(RuntimeError: boom)"),
@@ -215,7 +216,7 @@ def _sweep(tmp_path: Path) -> Path:
 def test_sweep_on_threads_and_dask_reruns_cells_after_the_rule_changes(
     site, prefect_harness, tracking, tmp_path
 ):
-    from flows.sweep import sweep
+    from fedcore.flows.sweep import sweep
 
     path = _sweep(tmp_path)
     first = sweep(str(path), max_workers=2)
@@ -242,7 +243,7 @@ def test_sweep_on_threads_and_dask_reruns_cells_after_the_rule_changes(
 
 
 def test_a_worker_that_cannot_import_the_plugin_names_itself(site, tracking):
-    from flows.sweep import _simulate_cell
+    from fedcore.flows.sweep import _simulate_cell
 
     cfg = load_config(None, [f"{k}={v}" for k, v in TINY.items()]).resolved()
     cfg["method"]["aggregator"] = {"rule": "nomodule_xyz.rules:Rule"}
@@ -326,7 +327,7 @@ def test_a_rule_edited_after_it_was_imported_keeps_the_digest_of_the_code_loaded
 
 
 def test_a_worker_that_loaded_other_code_than_the_sweep_fails_its_cell(site, tracking):
-    from flows.sweep import _simulate_cell
+    from fedcore.flows.sweep import _simulate_cell
 
     cfg = load_config(None, [f"{k}={v}" for k, v in TINY.items()]).resolved()
     with pytest.raises(ConfigError, match=r"^cell \w+: host .+ loaded other code \(digest "

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
-from fedcore.probes import run_round
-from fedcore.samplers import Population, build
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError
+from fedcore.core.round.probes import run_round
+from fedcore.core.round.simulation import Simulation
+from fedcore.core.samplers import Population, build
 
 from .conftest import TINY
 
@@ -69,8 +69,8 @@ def test_aggregate_shares_follow_the_data_shares():
     follow the data shares, so over many rounds each client's share of FedAvg's aggregate is its
     data share (up to Monte-Carlo error and the without-replacement candidate draw); weighting
     by n_k again gives the smallest tenth of the data about 0.28 of its share."""
-    from fedcore.aggregators import REGISTRY as RULES
-    from fedcore.aggregators import UpdateBatch
+    from fedcore.core.aggregators import REGISTRY as RULES
+    from fedcore.core.aggregators import UpdateBatch
 
     sizes = np.linspace(10, 100, 100).round().astype(int)
     n, m, rounds = len(sizes), 5, 4000

@@ -14,9 +14,9 @@ import torch
 from mlflow.tracking import MlflowClient
 
 import fedcore
-from fedcore.configure import load_config
-from fedcore.data.federated import build_federated_data, partition_digest
-from fedcore.metrics import per_sample_eval
+from fedcore.core.compose.configure import load_config
+from fedcore.core.data.federated import build_federated_data, partition_digest
+from fedcore.core.metrics import per_sample_eval
 from fedcore.tracking.runner import run_tracked
 
 from .conftest import TINY
@@ -62,7 +62,7 @@ def test_dataset_input_on_the_run(tracking):
     assert all(len(x) == 1 for x in inputs)
     first = inputs[0][0]
     assert first.dataset.name == "digits"
-    assert "fedcore/data/digits.npz" in json.loads(first.dataset.source)["uri"]
+    assert "fedcore/core/data/digits.npz" in json.loads(first.dataset.source)["uri"]
     assert first.dataset.digest == partition_digest(_data())
     tags = {t.key: t.value for t in first.tags}
     assert tags == {"mlflow.data.context": "train", "partition": "dirichlet", "alpha": "0.1",
@@ -103,7 +103,7 @@ def test_final_model_is_an_mlflow_model_with_the_final_accuracy(tracking, tmp_pa
 
 
 def test_load_model_still_reads_runs_recorded_before_the_mlflow_model(tracking, tmp_path):
-    from fedcore.models import build_model
+    from fedcore.core.models import build_model
     from fedcore.tracking import get_experiment_id, load_model, mlflow_client
 
     model = build_model("mlp", (1, 8, 8), 10)
@@ -119,7 +119,7 @@ def test_load_model_still_reads_runs_recorded_before_the_mlflow_model(tracking, 
 
 
 def test_personal_models_are_logged_for_ditto(tracking):
-    from fedcore.simulation import Simulation
+    from fedcore.core.round.simulation import Simulation
     from fedcore.tracking import MLflowTracker, load_model
 
     cfg = load_config(None, [*TINY, "method=ditto"])
@@ -156,7 +156,7 @@ def test_system_metrics_on_by_default_and_off_by_switch(tracking):
 
 
 def test_mlflow_yml_switch_is_validated(tmp_path):
-    from fedcore.config import ConfigError
+    from fedcore.core.config import ConfigError
     from fedcore.tracking.settings import load_settings
 
     (tmp_path / "mlflow.yml").write_text("system_metrics: maybe\n")

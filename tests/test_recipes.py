@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from fedcore.config import MODELS, config_dir
-from fedcore.configure import load_config
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import MODELS, config_dir
 
 RECIPES = sorted((config_dir() / "experiments").glob("*.yaml"))
 PAPERS = ("craft", "crf", "fedoui", "sapef", "fedquad")

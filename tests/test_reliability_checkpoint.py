@@ -10,9 +10,9 @@ import logging
 import pytest
 import torch
 
-from fedcore import checkpoint
-from fedcore.configure import load_config
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round import checkpoint
+from fedcore.core.round.simulation import Simulation
 from tests.conftest import TINY
 
 

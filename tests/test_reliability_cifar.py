@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedcore.data.cifar import DEFAULT_ROWS, IMAGE_BYTES, max_file_bytes
-from fedcore.data.datasets import DatasetUnavailableError, load_dataset
+from fedcore.core.data.cifar import DEFAULT_ROWS, IMAGE_BYTES, max_file_bytes
+from fedcore.core.data.datasets import DatasetUnavailableError, load_dataset
 from tests.test_datasets import write_cifar10
 
 _core = np._core if hasattr(np, "_core") else np.core  # numpy 2 / 1

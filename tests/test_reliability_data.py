@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedcore.data.cifar import load_cifar_pickle
-from fedcore.data.datasets import DatasetUnavailableError, load_dataset
-from fedcore.data.idx import DataFileError, write_mnist_like
+from fedcore.core.data.cifar import load_cifar_pickle
+from fedcore.core.data.datasets import DatasetUnavailableError, load_dataset
+from fedcore.core.data.idx import DataFileError, write_mnist_like
 from tests.test_datasets import random_mnist, write_cifar10
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedcore import checkpoint
 from fedcore.cli import ProgressBar, failure_line, main
+from fedcore.core.round import checkpoint
 from tests.conftest import TINY
 
 
@@ -97,8 +97,8 @@ def test_checkpoint_on_a_full_disk_names_the_path_and_leaves_no_tmp(small_disk):
 
 
 def test_run_checkpointing_onto_a_full_disk_fails_naming_the_file(small_disk):
-    from fedcore.configure import load_config
-    from fedcore.simulation import Simulation
+    from fedcore.core.compose.configure import load_config
+    from fedcore.core.round.simulation import Simulation
 
     (small_disk / "ckpt").mkdir()
     fill(small_disk)

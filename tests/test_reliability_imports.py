@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from fedcore.cli import main
-from fedcore.config import ConfigError
-from fedcore.configure import build_config, load_config
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import build_config, load_config
+from fedcore.core.config import ConfigError
+from fedcore.core.round.simulation import Simulation
 from tests.conftest import TINY
 
 

@@ -12,8 +12,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from fedcore.cli import main
-from fedcore.config import ConfigError, config_dir
-from fedcore.configure import load_config
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError, config_dir
 from tests.conftest import TINY
 from tests.test_agg_robust import KRUM_POINTS
 
@@ -93,7 +93,7 @@ def test_study_with_missing_dataset_files_is_refused(capsys, tracking, tmp_path)
 
 @pytest.mark.parametrize("timeout", [".inf", ".nan"])
 def test_study_timeout_must_be_finite(tmp_path, timeout):
-    from fedcore.tuning.spec import load_study
+    from fedcore.pipeline.study_spec import load_study
     from tests.test_tuning import _study
 
     with pytest.raises(ConfigError, match="study.timeout: expected a positive finite number"):
@@ -139,7 +139,7 @@ def test_method_file_given_as_a_yaml_path(tmp_path):
 
 
 def test_krum_notes_a_reduced_num_byzantine_once(caplog):
-    from fedcore.aggregators import UpdateBatch, build
+    from fedcore.core.aggregators import UpdateBatch, build
 
     agg = build({"rule": "krum", "num_byzantine": 3})
     batch = UpdateBatch(deltas=KRUM_POINTS, num_samples=torch.ones(5))

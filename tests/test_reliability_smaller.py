@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fedcore.cli import main
-from fedcore.config import project_root
+from fedcore.core.config import project_root
 from tests.test_reliability_disk import fill, small_disk  # noqa: F401  (a fixture)
 
 SWEEP = """
@@ -46,10 +46,10 @@ def test_a_report_on_a_full_disk_names_the_file_and_keeps_the_previous_report(
     """``report`` on a full disk named no file and left half a report."""
     import errno
 
+    from fedcore.flows.sweep import parent_run
     from fedcore.pipeline.sweep import load_sweep
     from fedcore.tracking.report import build_report
     from fedcore.tracking.runner import run_tracked
-    from flows.sweep import parent_run
 
     path = tmp_path / "tiny.yaml"
     path.write_text(SWEEP)
@@ -97,7 +97,7 @@ def test_a_sqlite_store_in_a_missing_folder_outside_the_project_is_refused(
     assert err.startswith(f"fedcore: error: study.storage: the folder {missing / 'sub'} of SQLite "
                           "database optuna.db does not exist"), err
     assert not missing.exists()
-    from fedcore.config import ConfigError
+    from fedcore.core.config import ConfigError
     from fedcore.tracking.store_setup import sqlite_folder
 
     with pytest.raises(ConfigError, match="^study.storage: the folder /nonexistent_fedcore_x of"):

@@ -1,7 +1,7 @@
-"""Hostile YAML and oversized input (docs/explanation/reliability.md, fedcore/limits.py):
-anchor/alias bombs, duplicate keys, true/false as a number, undecodable files, deep nesting and
-huge strings are refused with one short line naming the file or key, exit code 2, before the MLflow
-store exists."""
+"""Hostile YAML and oversized input (docs/explanation/reliability.md,
+fedcore/core/config/limits.py): anchor/alias bombs, duplicate keys, true/false as a number,
+undecodable files, deep nesting and huge strings are refused with one short line naming the file or
+key, exit code 2, before the MLflow store exists."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedcore import limits, safe_yaml
 from fedcore.cli import main
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError, limits, safe_yaml
 from tests.conftest import TINY
 
 

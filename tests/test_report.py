@@ -11,7 +11,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from fedcore.config import config_dir
+from fedcore.core.config import config_dir
 from fedcore.pipeline.sweep import load_sweep
 from fedcore.tracking import load_settings, mlflow_client
 from fedcore.tracking.report import build_report, sweep_parent_run, target_text
@@ -41,7 +41,7 @@ FAMILY = [{"name": "topk", "paper": "Test", "reference": "fedavg", "baselines": 
 
 @pytest.fixture
 def ran_sweep(tracking, tmp_path):
-    from flows.sweep import parent_run
+    from fedcore.flows.sweep import parent_run
 
     path = _sweep_file(tmp_path, ["fedavg", "fedavg_topk"], families=FAMILY)
     spec = load_sweep(path)
@@ -126,7 +126,7 @@ def test_every_family_row_agrees_with_its_interval(ran_sweep, tmp_path):
 
 
 def test_a_diverged_seed_stays_in_its_row(tracking, tmp_path):
-    from flows.sweep import parent_run
+    from fedcore.flows.sweep import parent_run
 
     fam = [{"name": "lr", "reference": "fedavg", "baselines": ["fedavg lr=1e+06"]}]
     path = _sweep_file(tmp_path, [], seeds=(0, 1), families=fam, name="div", grid=[
@@ -168,7 +168,7 @@ def test_missing_cells_are_counted_and_no_runs_is_an_error(ran_sweep, tmp_path):
 
 def test_cli_and_flow_write_the_report(ran_sweep, tmp_path, prefect_harness, capsys):
     from fedcore.cli import main
-    from flows.report import report
+    from fedcore.flows.report import report
 
     path, _, _ = ran_sweep
     assert main(["report", str(path), "--out", str(tmp_path / "cli"), "--last-k", "2"]) == 0

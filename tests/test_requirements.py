@@ -1,5 +1,6 @@
 """Cross-axis requirements: declared by each component from its own hyper-parameters, checked
-in one place (fedcore.configure) with one-line errors; components never see the whole config."""
+in one place (fedcore.core.compose.configure) with one-line errors; components never see the whole
+config."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from pathlib import Path
 import pytest
 
 import fedcore
-from fedcore.aggregators.fedavg import FedAvg
-from fedcore.configure import load_config
-from fedcore.errors import ConfigError
-from fedcore.registry import HParams
-from fedcore.requirements import Need, Requirement, setting
+from fedcore.core.aggregators.fedavg import FedAvg
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config.errors import ConfigError
+from fedcore.core.config.registry import HParams
+from fedcore.core.config.requirements import Need, Requirement, setting
 
 
 class PlainSgdRule(FedAvg):
@@ -54,7 +55,7 @@ def test_a_requirement_on_a_key_the_config_lacks_is_a_programming_error() -> Non
         def requirements(cls, hp: HParams) -> list[Need]:
             return [setting("local.momentun", (0.0,), "rule typo", "needs plain SGD")]
 
-    from fedcore.aggregators.base import REGISTRY
+    from fedcore.core.aggregators.base import REGISTRY
 
     REGISTRY._external["typo-test"] = Typo
     try:

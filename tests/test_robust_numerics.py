@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedcore import aggregators
-from fedcore.aggregators import UpdateBatch
-from fedcore.aggregators.crf import CRF, crf_inference
-from fedcore.aggregators.krum import krum_scores
-from fedcore.configure import load_config
-from fedcore.probes import run_round
-from fedcore.simulation import Simulation
+from fedcore.core import aggregators
+from fedcore.core.aggregators import UpdateBatch
+from fedcore.core.aggregators.crf import CRF, crf_inference
+from fedcore.core.aggregators.krum import krum_scores
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round.probes import run_round
+from fedcore.core.round.simulation import Simulation
 
 
 def two_of_seven(strength: float = 1e30) -> tuple[torch.Tensor, torch.Tensor]:

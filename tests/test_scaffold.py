@@ -4,15 +4,15 @@ import pytest
 import torch
 from torch import nn
 
-from fedcore import aggregators, clients, compression
-from fedcore.aggregators import UpdateBatch
-from fedcore.clients import ClientData, Commit, LocalContext, LocalSchedule
-from fedcore.clients.scafcom import MOMENTUM, ScafcomClient
-from fedcore.clients.scaffold import CONTROL, ScaffoldClient
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
-from fedcore.layout import ParamLayout, load_flat_params
-from fedcore.probes import run_round
+from fedcore.core import aggregators, clients, compression
+from fedcore.core.aggregators import UpdateBatch
+from fedcore.core.clients import ClientData, Commit, LocalContext, LocalSchedule
+from fedcore.core.clients.scafcom import MOMENTUM, ScafcomClient
+from fedcore.core.clients.scaffold import CONTROL, ScaffoldClient
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError
+from fedcore.core.models.layout import ParamLayout, load_flat_params
+from fedcore.core.round.probes import run_round
 
 A = (1.0, 2.0, 4.0)
 B = ((1.0, 0.0), (0.0, 1.0), (-1.0, -1.0))
@@ -240,7 +240,7 @@ def test_option1_runs_in_train_mode_and_commits_the_full_gradient():
     """control=option1 end to end: c_i+ is grad F_i(theta_t) over the client's train split,
     taken in train mode like the local steps (it ran in eval mode), and c stays the mean of
     the c_i."""
-    from fedcore.simulation import Simulation
+    from fedcore.core.round.simulation import Simulation
 
     sim = Simulation(load_config(None, [
         "method=scaffold", "method.client.control=option1", "model.name=mlp", "rounds=2",

@@ -7,7 +7,7 @@ import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
-from fedcore.config import ConfigError
+from fedcore.core.config import ConfigError
 from fedcore.tracking import load_settings
 
 CELLS = ["fedavg", "fedprox"]
@@ -49,7 +49,7 @@ def _children(settings) -> dict[str, tuple[str, dict[str, float]]]:
 
 @pytest.mark.slow
 def test_dask_local_cluster_gives_the_thread_runner_metrics(prefect_harness, monkeypatch, tmp_path):
-    from flows.sweep import sweep
+    from fedcore.flows.sweep import sweep
 
     path = _sweep_file(tmp_path)
     threads = torch.get_num_threads()
@@ -84,7 +84,7 @@ def test_dask_local_cluster_gives_the_thread_runner_metrics(prefect_harness, mon
     ],
 )
 def test_bad_runner_options_are_rejected_before_any_run(kwargs, key):
-    from flows.runners import check_runner
+    from fedcore.flows.runners import check_runner
 
     args = {"runner": "thread", "workers": 1, "dask_address": None, "cells_per_gpu": 1}
     with pytest.raises(ConfigError, match=f"^{key}: "):
@@ -107,7 +107,7 @@ def test_cli_rejects_bad_runner_options_with_exit_2(tmp_path, capsys):
 def test_gpu_limit_is_sized_to_gpus_or_cpu_workers(prefect_harness):
     from prefect.client.orchestration import get_client
 
-    from flows.runners import GPU_TAG, gpu_slots, set_gpu_limit
+    from fedcore.flows.runners import GPU_TAG, gpu_slots, set_gpu_limit
 
     assert gpu_slots(workers=3, cells_per_gpu=2, num_gpus=0) == 3
     assert gpu_slots(workers=1, cells_per_gpu=2, num_gpus=4) == 8
@@ -130,8 +130,8 @@ def test_gpu_limit_is_sized_to_gpus_or_cpu_workers(prefect_harness):
 def test_dropout_cells_in_parallel_threads_equal_cells_run_alone(engine):
     import threading
 
-    from fedcore.configure import load_config
-    from fedcore.simulation import Simulation
+    from fedcore.core.compose.configure import load_config
+    from fedcore.core.round.simulation import Simulation
 
     tiny_cnn = ["model.name=cnn", "rounds=1", "dataset.num_clients=4", "clients_per_round=2",
                 "local.steps=3", f"engine.backend={engine}"]
@@ -165,7 +165,7 @@ def test_local_cluster_workers_start_without_dasks_malloc_trim_setting():
     import dask
     from distributed import Client, LocalCluster
 
-    from flows.runners import make_task_runner
+    from fedcore.flows.runners import make_task_runner
 
     dask.config.refresh()  # Dask's defaults: the variable is set for its workers
     make_task_runner("dask", 1)

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.clients import ClientAlgorithm, LocalContext
-from fedcore.configure import load_config
-from fedcore.probes import evaluate
-from fedcore.simulation import Simulation
+from fedcore.core.clients import ClientAlgorithm, LocalContext
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round.probes import evaluate
+from fedcore.core.round.simulation import Simulation
 
 from .conftest import TINY
 

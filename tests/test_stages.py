@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from fedcore.component import Component
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
-from fedcore.requirements import setting
-from fedcore.samplers import Population, build
-from fedcore.seeding import numpy_rng
-from fedcore.stages import Stage
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError
+from fedcore.core.config.component import Component
+from fedcore.core.config.requirements import setting
+from fedcore.core.config.seeding import numpy_rng
+from fedcore.core.samplers import Population, build
+from fedcore.core.stages import Stage
 
 
 def test_error_feedback_key_of_another_variant_is_one_line_error():
@@ -61,7 +61,7 @@ def test_uniform_sampler_gives_todays_draws():
 
 
 def test_sampling_happens_once_per_round_and_play_round_takes_the_sample():
-    from fedcore.simulation import Simulation
+    from fedcore.core.round.simulation import Simulation
 
     from .conftest import TINY
 
@@ -89,8 +89,8 @@ def test_sampling_happens_once_per_round_and_play_round_takes_the_sample():
 
 
 def test_checkpoint_without_stage_states_loads_and_a_mismatched_one_is_refused():
-    from fedcore.checkpoint import CheckpointError
-    from fedcore.simulation import Simulation
+    from fedcore.core.round.checkpoint import CheckpointError
+    from fedcore.core.round.simulation import Simulation
 
     from .conftest import TINY
 
@@ -134,7 +134,7 @@ def _rule_rows(sim):
 
 
 def test_a_stage_rejecting_a_client_leaves_the_rule_m_minus_1_rows_and_records_who():
-    from fedcore.simulation import Simulation
+    from fedcore.core.round.simulation import Simulation
 
     from .conftest import TINY
 
@@ -158,7 +158,7 @@ def test_a_stage_rejecting_a_client_leaves_the_rule_m_minus_1_rows_and_records_w
 def test_non_finite_adds_its_verdict_to_another_stages_rejection():
     import math
 
-    from fedcore.simulation import Simulation
+    from fedcore.core.round.simulation import Simulation
 
     from .conftest import TINY
 
@@ -184,7 +184,7 @@ def test_non_finite_adds_its_verdict_to_another_stages_rejection():
 
 
 def test_median_norm_filter_rejects_an_outsized_update_from_the_config():
-    from fedcore.simulation import Simulation
+    from fedcore.core.round.simulation import Simulation
 
     from .conftest import TINY
 
@@ -223,13 +223,13 @@ class NeedsPlainSgd(Stage):
 
 
 def test_every_component_kind_shares_the_base_and_is_checked_in_one_loop():
-    from fedcore.aggregators.base import Aggregator
-    from fedcore.callbacks.configured import ConfiguredCallback
-    from fedcore.clients.base import ClientAlgorithm
-    from fedcore.compression.base import Compressor
-    from fedcore.configure import component_specs
-    from fedcore.samplers.base import Sampler
-    from fedcore.stages.feedback.base import ErrorFeedback
+    from fedcore.core.aggregators.base import Aggregator
+    from fedcore.core.callbacks.configured import ConfiguredCallback
+    from fedcore.core.clients.base import ClientAlgorithm
+    from fedcore.core.compose.configure import component_specs
+    from fedcore.core.compression.base import Compressor
+    from fedcore.core.samplers.base import Sampler
+    from fedcore.core.stages.feedback.base import ErrorFeedback
 
     kinds = (ClientAlgorithm, Aggregator, Compressor, ErrorFeedback, Sampler, Stage,
              ConfiguredCallback)
@@ -266,7 +266,7 @@ class Sideways(Stage):
 
 
 def test_a_stage_lands_where_its_side_says_with_the_config_order_within_a_side():
-    from fedcore.simulation import Simulation
+    from fedcore.core.round.simulation import Simulation
 
     from .conftest import TINY
 
@@ -282,7 +282,7 @@ def test_a_stage_lands_where_its_side_says_with_the_config_order_within_a_side()
 
 
 def test_a_stage_without_a_valid_side_is_a_one_line_error():
-    from fedcore.stages.base import Chain
+    from fedcore.core.stages.base import Chain
 
     with pytest.raises(ConfigError) as exc:
         load_config(None, [f"method.stages=[{{stage: '{__name__}:Sideways'}}]"])
@@ -298,12 +298,12 @@ def test_every_uplink_vector_goes_through_one_mapping_with_no_delta_branch():
     not sent); error feedback corrects the vector its variant names, C alone the others."""
     import torch
 
-    from fedcore.compression.topk import TopK
-    from fedcore.layout import ParamLayout
-    from fedcore.records import ClientUpdate, Message
-    from fedcore.round_phases import update_batch
-    from fedcore.stages.feedback import RESIDUAL
-    from fedcore.stages.feedback.ef import EF
+    from fedcore.core.compression.topk import TopK
+    from fedcore.core.models.layout import ParamLayout
+    from fedcore.core.records import ClientUpdate, Message
+    from fedcore.core.round.round_phases import update_batch
+    from fedcore.core.stages.feedback import RESIDUAL
+    from fedcore.core.stages.feedback.ef import EF
 
     layout = ParamLayout((), ((0, 4),), ("model",))
     ups = [ClientUpdate(k, torch.zeros(4), 1, 1, torch.tensor(0.0), extras={"c": torch.ones(4) * k})
@@ -332,8 +332,8 @@ def test_a_stage_closes_the_round_through_end_round_and_may_move_the_model():
     handed once the rule's step is applied; the driver has no slot for it."""
     import torch
 
-    from fedcore.simulation import Simulation
-    from fedcore.stages.base import Chain
+    from fedcore.core.round.simulation import Simulation
+    from fedcore.core.stages.base import Chain
 
     from .conftest import TINY
 

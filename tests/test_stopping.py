@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
-from fedcore import stopping
-from fedcore.callbacks import Callback
-from fedcore.configure import load_config
-from fedcore.simulation import Simulation
+from fedcore.core.callbacks import Callback
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round.simulation import Simulation
+from fedcore.core.runtime import stopping
 from fedcore.tracking.runner import run_tracked
 
 FAST = ["model.name=mlp", "dataset.num_clients=6", "clients_per_round=3", "local.epochs=1",
@@ -77,7 +77,7 @@ def test_a_stopped_single_process_study_fails_its_trial_and_kills_its_parent(tra
     import optuna
     import yaml
 
-    from fedcore.tuning.spec import load_study
+    from fedcore.pipeline.study_spec import load_study
     from fedcore.tuning.study import tune
 
     path = tmp_path / "stop.yaml"

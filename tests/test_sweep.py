@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from fedcore.config import ConfigError, config_dir
+from fedcore.core.config import ConfigError, config_dir
 from fedcore.pipeline.sweep import load_sweep
 
 
@@ -49,7 +49,7 @@ def test_shipped_main_sweep_is_valid():
 def test_a_sweep_evaluating_on_its_studys_tuning_seed_is_refused(tmp_path):
     import yaml
 
-    from fedcore.config import ConfigError, config_dir
+    from fedcore.core.config import ConfigError, config_dir
 
     def sweep(seeds, studies):
         path = tmp_path / "s.yaml"

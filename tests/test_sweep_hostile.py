@@ -90,10 +90,10 @@ def test_two_sweeps_running_one_cell_together_give_one_finished_run(tracking):
     """Two sweeps of one file at once (here two threads; processes take the same flock)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from fedcore.configure import load_config
+    from fedcore.core.compose.configure import load_config
+    from fedcore.flows.sweep import _simulate_cell
     from fedcore.tracking import get_experiment_id, mlflow_client
     from fedcore.tracking.mlflow_tracker import wait_for_runs
-    from flows.sweep import _simulate_cell
 
     cfg = load_config(None, ["rounds=1", "model.name=mlp", "dataset.num_clients=6",
                              "clients_per_round=2"])
@@ -211,7 +211,7 @@ def test_unreachable_dask_scheduler_fails_fast_in_one_line(capsys, tracking, tmp
 def test_a_sweep_whose_task_runner_fails_does_not_leave_its_parent_running(
     prefect_harness, tracking, tmp_path, monkeypatch
 ):
-    import flows.sweep as flow
+    import fedcore.flows.sweep as flow
     from fedcore.tracking import get_experiment_id, mlflow_client
 
     def unreachable(*args, **kwargs):

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fedcore.flows.sweep import task_run_name
 from fedcore.pipeline.sweep import load_sweep
 from fedcore.tracking.names import cell_identities
-from flows.sweep import task_run_name
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = {"rounds": 1, "model.name": "mlp", "dataset.num_clients": 4, "clients_per_round": 2,
@@ -49,7 +49,7 @@ def test_mapping_cells_have_readable_labels_run_names_and_task_run_names(tmp_pat
 
 @pytest.mark.slow
 def test_mapping_grid_runs_on_the_thread_runner(prefect_harness, tracking, tmp_path):
-    from flows.sweep import sweep
+    from fedcore.flows.sweep import sweep
 
     rows = sweep(str(_sweep_file(tmp_path, MAPPINGS)), max_workers=2, runner="thread")
     assert [r["status"] for r in rows] == ["finished", "finished"]

@@ -1,4 +1,4 @@
-"""The synthetic CIFAR-10-shaped dataset (fedcore.data.synthetic) and the CRAFT CIFAR-10 recipe
+"""The synthetic CIFAR-10-shaped dataset (fedcore.core.data.synthetic) and the CRAFT CIFAR-10 recipe
 run on it at tiny scale, on the CPU."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import pytest
 import torch
 from torch import nn
 
-from fedcore.config import ConfigError, DatasetConfig, config_dir
-from fedcore.configure import load_config
-from fedcore.data.datasets import check_files_present, load_dataset
-from fedcore.data.federated import build_federated_data
-from fedcore.data.synthetic import synthetic_arrays, synthetic_sizes
-from fedcore.engines import sequential
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError, DatasetConfig, config_dir
+from fedcore.core.data.datasets import check_files_present, load_dataset
+from fedcore.core.data.federated import build_federated_data
+from fedcore.core.data.synthetic import synthetic_arrays, synthetic_sizes
+from fedcore.core.engines import sequential
+from fedcore.core.round.simulation import Simulation
 
 NAME = "synthetic_cifar10"
 RECIPE = config_dir() / "experiments" / "craft.yaml"

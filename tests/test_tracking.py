@@ -8,7 +8,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from fedcore.configure import load_config
+from fedcore.core.compose.configure import load_config
 from fedcore.tracking.runner import run_tracked
 
 from .conftest import TINY
@@ -53,7 +53,7 @@ def test_mlflow_run_has_params_tags_metrics_and_artifacts(tracking, tmp_path):
 
 
 def test_failed_run_is_marked_failed_with_reason(tracking, monkeypatch):
-    from fedcore import simulation
+    from fedcore.core.round import simulation
 
     def boom(self, round, sampled=None, order=None):
         raise FloatingPointError("diverged")

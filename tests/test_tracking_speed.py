@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 from mlflow.tracking import MlflowClient
 
-from fedcore.configure import load_config
-from fedcore.data.federated import build_federated_data, shared_federated_data
-from fedcore.simulation import Simulation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.data.federated import build_federated_data, shared_federated_data
+from fedcore.core.round.simulation import Simulation
 from fedcore.tracking import mlflow_client
 from fedcore.tracking.mlflow_tracker import wait_for_runs
 from fedcore.tracking.runner import run_tracked
@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 KILLED_RUN = textwrap.dedent("""
     import os, signal, sys, time
-    from fedcore.callbacks import Callback
-    from fedcore.configure import load_config
+    from fedcore.core.callbacks import Callback
+    from fedcore.core.compose.configure import load_config
     from fedcore.tracking import mlflow_tracker
     from fedcore.tracking.runner import run_tracked
 

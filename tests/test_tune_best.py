@@ -10,9 +10,9 @@ import optuna
 import yaml
 
 from fedcore.cli import main
-from fedcore.configure import load_config
-from fedcore.simulation import run
-from fedcore.tuning.objective import trial_value
+from fedcore.core.compose.configure import load_config
+from fedcore.core.round.simulation import run
+from fedcore.pipeline.objective import trial_value
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fedcore.cli import main
-from fedcore.tuning.spec import load_study
+from fedcore.pipeline.study_spec import load_study
 from tests.test_tuning import _study
 
 

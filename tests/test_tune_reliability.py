@@ -60,7 +60,7 @@ def test_flow_task_runs_are_named_by_trial_number(prefect_harness, tracking, tmp
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    from flows.tune import tune
+    from fedcore.flows.tune import tune
 
     path = _study(tmp_path, "named", n_trials=3)
     names = []

@@ -12,11 +12,11 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from fedcore.config import ConfigError
-from fedcore.configure import build_config
-from fedcore.seeding import TUNING_SEED_MIN
-from fedcore.tuning.objective import trial_value
-from fedcore.tuning.spec import load_study, study_names
+from fedcore.core.compose.configure import build_config
+from fedcore.core.config import ConfigError
+from fedcore.core.config.seeding import TUNING_SEED_MIN
+from fedcore.pipeline.objective import trial_value
+from fedcore.pipeline.study_spec import load_study, study_names
 
 SET = {"model.name": "mlp", "rounds": 2, "dataset.num_clients": 6, "clients_per_round": 3,
        "seed": TUNING_SEED_MIN}
@@ -92,7 +92,7 @@ def test_bad_studies_fail_in_one_line_before_any_trial(tmp_path, over, match):
 
 @pytest.mark.slow
 def test_validation_does_not_import_optuna(tmp_path):
-    code = ("import sys; from fedcore.tuning.spec import load_study; "
+    code = ("import sys; from fedcore.pipeline.study_spec import load_study; "
             f"load_study({str(_study(tmp_path))!r}); assert 'optuna' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
@@ -114,7 +114,7 @@ def test_study_nested_runs_resume_and_best_yaml_reproduces(tracking, tmp_path, c
     import optuna
 
     from fedcore.cli import main
-    from fedcore.simulation import run
+    from fedcore.core.round.simulation import run
 
     path = _study(tmp_path)
     assert main(["tune", str(path)]) == 0
@@ -212,9 +212,9 @@ def test_two_processes_share_one_sqlite_study(tracking, tmp_path):
 
 @pytest.mark.slow
 def test_two_objective_flow_gives_a_pareto_front(prefect_harness, tracking, tmp_path):
+    from fedcore.flows.tune import tune
     from fedcore.tuning.results import best_trials, write_best
     from fedcore.tuning.study import load_existing
-    from flows.tune import tune
 
     path = _study(
         tmp_path, name="pareto", n_trials=3, metric=["final/accuracy", "final/accuracy_worst10"],

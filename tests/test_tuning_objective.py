@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import yaml
 
-from fedcore.config import ConfigError
-from fedcore.seeding import TUNING_SEED_MIN
-from fedcore.tuning.objective import trial_value
-from fedcore.tuning.spec import load_study, study_names
+from fedcore.core.config import ConfigError
+from fedcore.core.config.seeding import TUNING_SEED_MIN
+from fedcore.pipeline.objective import trial_value
+from fedcore.pipeline.study_spec import load_study, study_names
 
 SET = {"model.name": "mlp", "dataset.num_clients": 6, "clients_per_round": 3,
        "seed": TUNING_SEED_MIN}

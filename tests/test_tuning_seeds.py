@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from fedcore.cli import main
-from fedcore.config import ConfigError, config_dir
-from fedcore.seeding import TUNING_SEED_MIN
-from fedcore.tuning.spec import load_study, study_names
+from fedcore.core.config import ConfigError, config_dir
+from fedcore.core.config.seeding import TUNING_SEED_MIN
+from fedcore.pipeline.study_spec import load_study, study_names
 
 SET = {"method": "fedavg", "model.name": "mlp", "rounds": 2, "dataset.num_clients": 6,
        "clients_per_round": 3}

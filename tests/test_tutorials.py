@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from fedcore.aggregators.base import REGISTRY as RULES
-from fedcore.clients.base import REGISTRY as CLIENTS
-from fedcore.configure import load_config
-from fedcore.registry import Registry
-from fedcore.simulation import Simulation
+from fedcore.core.aggregators.base import REGISTRY as RULES
+from fedcore.core.clients.base import REGISTRY as CLIENTS
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config.registry import Registry
+from fedcore.core.round.simulation import Simulation
 
 pytestmark = pytest.mark.slow  # trains two rounds (see docs/how-to/tests.md)
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def run_script(project: Path, rel: str) -> None:
 
 def test_server_rule_tutorial_runs(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = blocks("server-rule.md")
-    assert set(files) == {"fedcore/aggregators/fedadam.py", "configs/methods/fedadam.yaml",
+    assert set(files) == {"fedcore/core/aggregators/fedadam.py", "configs/methods/fedadam.yaml",
                           "check_fedadam.py"}
     with install(project, files, RULES, "fedadam"):
         run_script(project, "check_fedadam.py")
@@ -79,7 +79,8 @@ def test_server_rule_tutorial_runs(project: Path, capsys: pytest.CaptureFixture[
 
 def test_client_objective_tutorial_runs(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = blocks("client-objective.md")
-    assert set(files) == {"fedcore/clients/label_smoothing.py", "configs/methods/fedavg_ls.yaml",
+    assert set(files) == {"fedcore/core/clients/label_smoothing.py",
+                          "configs/methods/fedavg_ls.yaml",
                           "check_label_smoothing.py"}
     with install(project, files, CLIENTS, "label_smoothing"):
         run_script(project, "check_label_smoothing.py")

@@ -7,14 +7,14 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from fedcore.callbacks.personal import PersonalEvaluation
-from fedcore.config import ConfigError
-from fedcore.configure import load_config
-from fedcore.engines import sequential
-from fedcore.engines.select import choose_engine
-from fedcore.engines.vectorised import VectorisedEngine
-from fedcore.probes import run_round
-from fedcore.simulation import Simulation
+from fedcore.core.callbacks.personal import PersonalEvaluation
+from fedcore.core.compose.configure import load_config
+from fedcore.core.config import ConfigError
+from fedcore.core.engines import sequential
+from fedcore.core.engines.select import choose_engine
+from fedcore.core.engines.vectorised import VectorisedEngine
+from fedcore.core.round.probes import run_round
+from fedcore.core.round.simulation import Simulation
 from fedcore.tracking.runner import run_tracked
 
 from .conftest import TINY
@@ -52,7 +52,7 @@ CASES = {
 # Other kernels on the same CPU (ATEN_CPU_CAPABILITY=avx2 or default, MKL and oneDNN held to
 # AVX2 or SSE4.1; or one thread): at most 6.6e-7 (no flip), and 5.3e-5 with one thread.
 # c = 512 is 11x the worst seen. A wrong computation moves a client's delta by 1.7e-2 or more,
-# 40x over the bound. Breakages tried in fedcore/engines, each failing here (first failing
+# 40x over the bound. Breakages tried in fedcore/core/engines, each failing here (first failing
 # client's relative difference; bound 4e-4 at T=13): dropout masks not replayed from the
 # client's seed 0.67 (CNN); one middle step skipped 0.24 (CNN), 0.10 (FedProx); the last step
 # dropped 0.085; weight decay off 0.064 (CNN), 0.017 (FedProx), 0.019 (TripletFL); momentum off
@@ -154,7 +154,7 @@ def test_end_to_end_metrics_match_and_vectorised_is_deterministic():
 @pytest.fixture
 def moon_not_vectorisable(monkeypatch):
     """MOON as an objective without a vectorised form (every shipped objective has one)."""
-    from fedcore.clients.moon import MoonClient
+    from fedcore.core.clients.moon import MoonClient
 
     monkeypatch.setattr(MoonClient, "vectorisable", False)
     monkeypatch.setattr(MoonClient, "not_vectorised", "its loss reads per-client host state",
@@ -176,7 +176,7 @@ def test_explicit_vectorised_with_unsupported_setting_is_a_one_line_config_error
 
 
 def test_the_engine_is_chosen_once_by_the_composition_root(monkeypatch):
-    import fedcore.engines.select as select
+    import fedcore.core.engines.select as select
 
     calls = []
     real = select.choose_engine
@@ -196,7 +196,7 @@ def test_auto_falls_back_with_a_reason_and_picks_vectorised_where_supported(monk
         "vectorised")
     moon = Simulation(load_config(None, [*TINY, "method=moon", "engine=vectorised"]))
     assert moon.engine_name == "vectorised"
-    from fedcore.clients.moon import MoonClient
+    from fedcore.core.clients.moon import MoonClient
 
     monkeypatch.setattr(MoonClient, "vectorisable", False)
     monkeypatch.setattr(MoonClient, "not_vectorised", "its loss reads per-client host state",
@@ -231,7 +231,7 @@ def test_auto_on_cpu_reason_is_the_measurement_and_no_mlp_reason_speaks_of_convo
 def test_a_runtime_fallback_is_what_the_engine_tag_says(tracking, monkeypatch, caplog):
     """A vectorised engine that trains sequentially (here: forced) is tagged sequential, with
     the reason, on the simulation and on the MLflow run; it used to stay 'vectorised'."""
-    import fedcore.engines.vectorised as vectorised
+    import fedcore.core.engines.vectorised as vectorised
 
     monkeypatch.setattr(vectorised, "algo_blocker", lambda algo: "a forced fallback")
     cfg = load_config(None, [*TINY, "rounds=2", "engine=vectorised"])
@@ -248,7 +248,7 @@ def test_a_runtime_fallback_is_what_the_engine_tag_says(tracking, monkeypatch, c
 def test_a_vectorised_loss_cannot_read_one_clients_context():
     """The vmapped loss is traced once per chunk: reading ctx.data (or state, generator,
     start_params) raises instead of silently giving every client the first client's."""
-    from fedcore.clients.fedavg import FedAvgClient
+    from fedcore.core.clients.fedavg import FedAvgClient
 
     class ReadsItsData(FedAvgClient):
         vectorisable = True
@@ -300,8 +300,8 @@ def test_in_float64_the_engines_agree_to_rounding(over):
 def test_a_new_objective_runs_vectorised_from_its_one_definition():
     """An objective written once (loss + mask helpers) is vmapped with no engine edits and
     equals the sequential engine in float64 (here: CE with label smoothing and a prox term)."""
-    from fedcore.clients.base import Batch, batch_mean
-    from fedcore.clients.fedprox import FedProxClient
+    from fedcore.core.clients.base import Batch, batch_mean
+    from fedcore.core.clients.fedprox import FedProxClient
 
     class Smoothed(FedProxClient):
         vectorisable = True
@@ -334,9 +334,9 @@ def test_a_plan_with_a_shift_and_a_follow_up_vectorises_with_no_engine_edits():
     stats and follow-up models from both engines in float64."""
     from dataclasses import replace
 
-    from fedcore.clients import FollowUp
-    from fedcore.clients.base import minibatches
-    from fedcore.clients.fedavg import FedAvgClient
+    from fedcore.core.clients import FollowUp
+    from fedcore.core.clients.base import minibatches
+    from fedcore.core.clients.fedavg import FedAvgClient
 
     def keep(state, params, buffers):
         state["second"] = params

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedcore.callbacks import Callback
-from fedcore.configure import load_config
-from fedcore.records import RunView, StageContext
-from fedcore.simulation import Simulation
+from fedcore.core.callbacks import Callback
+from fedcore.core.compose.configure import load_config
+from fedcore.core.records import RunView, StageContext
+from fedcore.core.round.simulation import Simulation
 
 from .conftest import TINY
 
@@ -40,7 +40,7 @@ def test_callbacks_get_a_read_only_run_view_not_the_simulation():
 
 
 def test_evaluation_is_a_function_of_model_params_and_data():
-    from fedcore.callbacks.evaluation import evaluate
+    from fedcore.core.callbacks.evaluation import evaluate
 
     sim = Simulation(load_config(None, [*TINY, "rounds=1", "local.epochs=1"]))
     result = sim.run()
@@ -52,7 +52,7 @@ def test_evaluation_is_a_function_of_model_params_and_data():
 
 
 def test_stages_see_a_stage_context():
-    from fedcore.stages import Stage
+    from fedcore.core.stages import Stage
 
     seen = []
 
@@ -73,13 +73,14 @@ def test_stages_see_a_stage_context():
 
 def test_the_driver_stays_small_and_hands_itself_to_no_component():
     """``simulation.py`` under 300 lines; the simulation passes ``self`` only to the read-only
-    ``RunView`` and to its own state helpers (``fedcore.run_state``), never to a component."""
+    ``RunView`` and to its own state helpers (``fedcore.core.round.run_state``), never to a
+    component."""
     import ast
     from pathlib import Path
 
-    import fedcore.simulation
+    import fedcore.core.round.simulation
 
-    source = Path(fedcore.simulation.__file__).read_text()
+    source = Path(fedcore.core.round.simulation.__file__).read_text()
     assert len(source.splitlines()) < 300
     allowed = {"RunView", "run_state.state_of", "run_state.restore", "getattr"}  # its own field
     given = {ast.unparse(node.func) for node in ast.walk(ast.parse(source))

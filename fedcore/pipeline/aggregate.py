@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedcore.seeding import numpy_rng
+from fedcore.core.config.seeding import numpy_rng
 
 CONFIDENCE = 0.95  # of every interval here
 REPS = 2000  # bootstrap replicates of every interval

@@ -12,7 +12,7 @@ each paper as one family with the machinery of the sweeps (``fedcore.pipeline.fa
 ``equivalent`` (within the claim's margin), ``inconclusive`` otherwise. A claim whose runs are
 still climbing at the horizon says ``early training``. A check that holds by construction is an
 ``implementation check`` and is judged ``passes``/``fails``, apart from the claims. Everything
-here is plain computation on ``fedcore.simulation.Result`` objects; MLflow lives in
+here is plain computation on ``fedcore.core.round.simulation.Result`` objects; MLflow lives in
 ``fedcore.tracking.claims``.
 """
 
@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from fedcore.config import ConfigError, ExperimentConfig, config_dir, read_yaml
-from fedcore.configure import build_config
+from fedcore.core.compose.configure import build_config
+from fedcore.core.config import ConfigError, ExperimentConfig, config_dir, read_yaml
+from fedcore.core.round.simulation import Result
 from fedcore.pipeline.families import Family, SeedPlan, decide, seed_plan
 from fedcore.pipeline.hparams import regime
 from fedcore.pipeline.stats import Comparison, mean_interval
 from fedcore.pipeline.sweep import read_base, tuning_studies
-from fedcore.simulation import Result
 
 TESTS = ("zero_every_round", "at_least", "lower", "noisy_below_clean")
 REDUCES = ("final", "mean", "max")
@@ -503,7 +503,7 @@ def run_claims(
     """Simulate the experiments of ``spec`` look by look (``simulate``: default untracked),
     each once, and judge; a look runs only the seeds of claims still undecided."""
     if simulate is None:
-        from fedcore.simulation import run as untracked
+        from fedcore.core.round.simulation import run as untracked
 
         simulate = untracked
     plan = spec.seed_plan

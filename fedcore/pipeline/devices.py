@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fedcore.device_check import gpu_count
+from fedcore.core.runtime.device_check import gpu_count
 
 LOCK_DIR_ENV = "FEDCORE_DEVICE_LOCKS"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fedcore.config import project_root
+from fedcore.core.config import project_root
 
 
 def configure_environment() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 
-from fedcore.config import ConfigError
+from fedcore.core.config import ConfigError
 
 EXTRA = "pipeline"
 INSTALL = f"pip install 'fedcore-fl[{EXTRA}]'"

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fedcore.config import ConfigError
+from fedcore.core.config import ConfigError
 from fedcore.pipeline.stats import LEVEL, MARGIN, Comparison, family_test
 
 # endpoint name -> (report column, whether higher is better, what it is)

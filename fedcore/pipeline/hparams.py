@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from fedcore.config import ClientsConfig, ConfigError, LocalConfig, config_dir, read_yaml
-from fedcore.configure import build_config
+from fedcore.core.compose.configure import build_config
+from fedcore.core.config import ClientsConfig, ConfigError, LocalConfig, config_dir, read_yaml
 
 TUNE_BEST_MARK = "Written by `fedcore tune --best`"
 

@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedcore import limits
-from fedcore.config import ConfigError, ExperimentConfig, read_yaml
-from fedcore.configure import build_config
+from fedcore.core.compose.configure import build_config
+from fedcore.core.config import ConfigError, ExperimentConfig, limits, read_yaml
 from fedcore.pipeline.families import Family, SeedPlan, parse_families, seed_plan
 from fedcore.pipeline.rows import row_label
 from fedcore.pipeline.sweep_file import check_grid_keys, check_shape, sweep_name
@@ -206,7 +205,7 @@ def tuning_studies(raw: Any, seeds: Iterable[int], where: str) -> dict[str, str]
         return {}
     if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
         raise ConfigError(f"{where}.studies: expected a mapping of METHOD: study name")
-    from fedcore.tuning.spec import load_study
+    from fedcore.pipeline.study_spec import load_study
 
     evaluated = set(seeds)
     out = {}
@@ -228,8 +227,8 @@ def tuning_studies(raw: Any, seeds: Iterable[int], where: str) -> dict[str, str]
 def check_resources(configs: Iterable[ExperimentConfig], devices: bool = True) -> None:
     """Before Prefect starts: every config's dataset files are on disk (or will be downloaded)
     and, with ``devices``, its device exists on this machine; one-line errors otherwise."""
-    from fedcore.data.datasets import check_files_present
-    from fedcore.device_check import check_device_present
+    from fedcore.core.data.datasets import check_files_present
+    from fedcore.core.runtime.device_check import check_device_present
 
     seen: set[tuple[str, str, bool]] = set()
     for cfg in configs:

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fedcore.config import ConfigError
+from fedcore.core.config import ConfigError
 
 SWEEP_KEYS = ("name", "base", "grid", "set", "studies", "seeds", "families", "confirms")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fedcore import stopping
+from fedcore.core.runtime import stopping
 
 POLL_S = 0.2  # how often a waiting cell tries again (and checks for a stop)
 
@@ -63,7 +63,8 @@ def claim_cell(config_hash: str, tracking_uri: str,
                on_wait: Callable[[], None] | None = None) -> CellClaim:
     """Wait for the claim on ``config_hash`` (``on_wait`` is called once if it must wait).
 
-    Raises :class:`~fedcore.stopping.StopRequested` if a stop is requested while waiting.
+    Raises :class:`~fedcore.core.runtime.stopping.StopRequested` if a stop is requested while
+    waiting.
     """
     waited = False
     while True:

@@ -15,11 +15,11 @@ from fedcore.tracking.runner import run_tracked
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
 if TYPE_CHECKING:
-    from fedcore.config import ExperimentConfig
-    from fedcore.simulation import Result
+    from fedcore.core.config import ExperimentConfig
+    from fedcore.core.round.simulation import Result
 
 
-# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+# What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {
     "claims": {
         "holds/<claim id>": "1 when the claim holds (or the implementation check passes), else 0",

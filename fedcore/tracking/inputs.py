@@ -6,20 +6,20 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedcore.data.federated import partition_digest
+from fedcore.core.data.federated import partition_digest
 
 if TYPE_CHECKING:
     from mlflow.entities import DatasetInput
     from mlflow.tracking import MlflowClient
 
-    from fedcore.config import DatasetConfig
-    from fedcore.records import RunView
+    from fedcore.core.config import DatasetConfig
+    from fedcore.core.records import RunView
 
 
 def dataset_source(cfg: DatasetConfig) -> str:
     """Where the dataset's files are read from (digits: the copy shipped in the package)."""
     if cfg.name == "digits":
-        from fedcore.data.digits import DIGITS_SOURCE
+        from fedcore.core.data.digits import DIGITS_SOURCE
 
         return DIGITS_SOURCE
     return str(Path(cfg.root).resolve())
@@ -39,7 +39,7 @@ def dataset_description(sim: RunView) -> dict[str, Any]:
     """
     cfg = sim.cfg
     data = sim.data
-    digest = cfg.dataset.digest  # own data: its content digest (fedcore.data.own)
+    digest = cfg.dataset.digest  # own data: its content digest (fedcore.core.data.own)
     own = digest is not None
     profile = {
         "partition": cfg.dataset.partition,

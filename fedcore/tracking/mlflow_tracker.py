@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from fedcore import checkpoint, faults
-from fedcore.callbacks import Callback, RoundRecord, RoundVerdict
+from fedcore.core.callbacks import Callback, RoundRecord, RoundVerdict
+from fedcore.core.round import checkpoint
+from fedcore.core.runtime import faults
 from fedcore.pipeline.hparams import regime_tags
 from fedcore.tracking import figure_helper
 from fedcore.tracking.provenance import device_tags, provenance_tags
@@ -27,7 +28,7 @@ from fedcore.tracking.settings import TrackingSettings, load_settings
 from fedcore.tracking.store_setup import store_lock as store_lock
 
 if TYPE_CHECKING:
-    from fedcore.records import Result, RunView
+    from fedcore.core.records import Result, RunView
 
 log = logging.getLogger("fedcore")
 
@@ -243,7 +244,7 @@ class MLflowTracker(Callback):
             self._engine_tagged = run.engine_name
         if run.round:
             tags["fedcore.resumed_from_round"] = str(run.round)
-        if run.skipped_metrics:  # metrics this model cannot give (fedcore.models.protocol)
+        if run.skipped_metrics:  # metrics this model cannot give (fedcore.core.models.protocol)
             tags["fedcore.skipped_metrics"] = "; ".join(
                 f"{k}: {v}" for k, v in run.skipped_metrics.items()
             )
@@ -299,7 +300,7 @@ class MLflowTracker(Callback):
 
     def download_checkpoint(self, key: bytes | None = None) -> dict[str, Any] | None:
         """The run's uploaded checkpoint (the fallback when the local folder is gone), checked
-        under the HMAC ``key`` (:func:`fedcore.checkpoint.key_for`)."""
+        under the HMAC ``key`` (:func:`fedcore.core.round.checkpoint.key_for`)."""
         with tempfile.TemporaryDirectory() as tmp:
             local = self.store.download_checkpoint(self.active_run_id, tmp)
             if local is None:  # no checkpoint was uploaded

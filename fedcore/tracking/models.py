@@ -14,7 +14,7 @@ input shape, classes, MOON's projection head).
 ``load_model`` never unpickles: it reads ``extra_files/global.pt`` with
 ``torch.load(weights_only=True)`` (tensors, numbers, strings, no code) and rebuilds the model
 from that record, a built-in name or an import path held to the kinds of
-``fedcore.models.external.check_model_kind``, or loads the weights into the module given as
+``fedcore.core.models.external.check_model_kind``, or loads the weights into the module given as
 ``model=``. What it trusts is the code the record names (fedcore's, or a model package you
 installed), not the store's files. ``mlflow.pytorch.load_model`` on the same run does unpickle
 ``data/model.pth``: use it only on a store whose writers you trust.
@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
-from fedcore.layout import load_flat_params
-from fedcore.models.external import build
+from fedcore.core.models.external import build
+from fedcore.core.models.layout import load_flat_params
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-    from fedcore.models import FedModel
-    from fedcore.records import RunView
+    from fedcore.core.models import FedModel
+    from fedcore.core.records import RunView
 
 MODEL_NAME = "model"  # runs:/<run_id>/model
 PERSONAL_FILE = "personal.pt"  # in the MLflow Model's extra_files/

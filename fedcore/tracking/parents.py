@@ -99,7 +99,7 @@ SWEEP_COLUMNS = ["cell", "status", "final/accuracy", "final/accuracy_worst10", "
                  "run_id"]
 
 
-# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+# What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {
     "sweep": {
         "cells/<status>": "cells of the sweep by status: finished, skipped, failed",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import fedcore
-from fedcore import code_digest
+from fedcore.core.round import code_digest
 
 CODE_DIGEST_TAG = "fedcore.code_digest"
 COMMIT_TAG = "mlflow.source.git.commit"
@@ -169,10 +169,10 @@ def provenance_tags(method: Mapping[str, Any] | None = None) -> dict[str, str]:
 
     With the run's resolved ``method``, the code digest covers the packages outside fedcore
     its components come from, and ``fedcore.plugins``/``fedcore.plugin.<package>.*`` name them
-    (:func:`fedcore.plugins.tags`)."""
+    (:func:`fedcore.core.compose.plugins.tags`)."""
     tags = {**_static_tags(), CODE_DIGEST_TAG: code_digest.current()}
     if method is not None:
-        from fedcore.plugins import tags as plugin_tags
+        from fedcore.core.compose.plugins import tags as plugin_tags
 
         tags.update(plugin_tags(method))
         tags[CODE_DIGEST_TAG] = code_digest.of_method(method)

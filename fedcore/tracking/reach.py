@@ -9,7 +9,7 @@ import socket
 import time
 from urllib.parse import urlsplit
 
-from fedcore.config import ConfigError
+from fedcore.core.config import ConfigError
 from fedcore.tracking.links import without_credentials
 
 CONNECT_TIMEOUT = 3.0  # seconds per TCP connect attempt

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedcore import code_digest, faults
+from fedcore.core.round import code_digest
+from fedcore.core.runtime import faults
 from fedcore.pipeline.comparison import half_width, reference_rows, with_intervals
 from fedcore.pipeline.families import (
     DEFAULT_ENDPOINT,

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedcore.config import config_dir, parse_overrides
+from fedcore.core.config import config_dir, parse_overrides
 from fedcore.pipeline.sweep import SweepSpec, load_sweep
 from fedcore.tracking.settings import load_settings
 

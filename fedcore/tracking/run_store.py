@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from fedcore import faults
+from fedcore.core.runtime import faults
 from fedcore.pipeline.env import configure_environment
 from fedcore.tracking.settings import TrackingSettings, load_settings
 from fedcore.tracking.store_setup import store_lock
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
     from mlflow.tracking import MlflowClient
 
-    from fedcore.client_table import ClientTable
+    from fedcore.core.records.client_table import ClientTable
     from fedcore.tracking.models import ModelPackage
     from fedcore.tracking.system_metrics import RunSystemMetrics
 
@@ -193,9 +193,9 @@ class MlflowRunStore:
         log_model_package(self.client, run_id, package)
 
     def write_client_tables(self, folder: str, tables: list[ClientTable]) -> None:
-        """``per_client.parquet`` and ``per_client.csv`` (:func:`fedcore.frames.clients_frame`)
-        into ``folder``."""
-        from fedcore.frames import clients_frame
+        """``per_client.parquet`` and ``per_client.csv``
+        (:func:`fedcore.core.records.frames.clients_frame`) into ``folder``."""
+        from fedcore.core.records.frames import clients_frame
 
         table = clients_frame(tables)
         table.to_parquet(Path(folder) / "per_client.parquet", index=False)

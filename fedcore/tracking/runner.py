@@ -10,11 +10,12 @@ from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from fedcore import checkpoint, code_digest, faults, stopping
-from fedcore.config import ExperimentConfig
-from fedcore.data.federated import FederatedData
-from fedcore.models.external import ModelArg
-from fedcore.simulation import Callback, Result, Simulation
+from fedcore.core.config import ExperimentConfig
+from fedcore.core.data.federated import FederatedData
+from fedcore.core.models.external import ModelArg
+from fedcore.core.round import checkpoint, code_digest
+from fedcore.core.round.simulation import Callback, Result, Simulation
+from fedcore.core.runtime import faults, stopping
 from fedcore.tracking.mlflow_tracker import MLflowTracker
 from fedcore.tracking.provenance import CODE_DIGEST_TAG, code_label
 from fedcore.tracking.run_store import MlflowRunStore, RunRecord
@@ -189,7 +190,7 @@ def finished_run(
     code: str | None = None,
 ) -> Run | None:
     """The newest FINISHED run with this config hash made by this code, digest ``code``
-    (`fedcore.code_digest.of_config`; None: fedcore's own), or by any code with
+    (`fedcore.core.round.code_digest.of_config`; None: fedcore's own), or by any code with
     ``any_code``, if any."""
     runs = runs_with_hash(config_hash, "= 'FINISHED'", 1, settings,
                           code=None if any_code else code or code_digest.current())

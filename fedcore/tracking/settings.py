@@ -6,8 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedcore import safe_yaml
-from fedcore.config import ConfigError, project_root
+from fedcore.core.config import ConfigError, project_root, safe_yaml
 
 
 @dataclass(frozen=True)

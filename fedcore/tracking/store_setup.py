@@ -35,7 +35,7 @@ def sqlite_folder(db: Path, key: str) -> None:
     (the default stores), elsewhere only the last one, inside an existing folder other than the
     file system's root (``sqlite:////nonexistent/x/mlflow.db`` made folders at the root); else
     a one-line ``ConfigError`` naming ``key``."""
-    from fedcore.config import ConfigError, project_root
+    from fedcore.core.config import ConfigError, project_root
 
     folder = db.parent
     if folder.is_dir():
@@ -116,7 +116,7 @@ def start_helper(tracking_uri: str) -> StoreHelper | None:
     with ``FEDCORE_STORE_HELPER=0``, or when no process can be started)."""
     if os.environ.get(HELPER_ENV, "1") == "0" or not is_new_sqlite_store(tracking_uri):
         return None
-    from fedcore.config import ConfigError
+    from fedcore.core.config import ConfigError
 
     try:  # a folder that may not be made: the run itself says so, in one line
         sqlite_folder(Path(tracking_uri.removeprefix("sqlite:///")), "tracking_uri")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-from fedcore import faults
+from fedcore.core.runtime import faults
 
 if TYPE_CHECKING:
     import torch
@@ -46,7 +46,7 @@ class TorchCudaMonitor(BaseMetricsMonitor):
         return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
 
 
-# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+# What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {
     "system": {
         "system/<name>": (

@@ -14,12 +14,12 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from fedcore.config import ExperimentConfig, writable_config_dir
-from fedcore.configure import build_config
+from fedcore.core.compose.configure import build_config
+from fedcore.core.config import ExperimentConfig, writable_config_dir
+from fedcore.pipeline.study_spec import StudySpec
 from fedcore.tracking import load_settings, mlflow_client
 from fedcore.tracking.parents import markdown_rows, set_description
 from fedcore.tracking.plots import _pyplot
-from fedcore.tuning.spec import StudySpec
 
 
 def best_trials(study: optuna.Study) -> list[FrozenTrial]:
@@ -157,7 +157,7 @@ def plots(study: optuna.Study, spec: StudySpec, out: Path) -> list[str]:
     return made
 
 
-# What this module records: scope -> {metric: meaning} (read by fedcore.metric_catalogue).
+# What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {
     "study": {
         "trials/<state>": "trials of the study by state: complete, pruned, fail",

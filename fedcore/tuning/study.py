@@ -20,16 +20,16 @@ from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import OperationalError
 
-from fedcore import stopping
-from fedcore.callbacks import Callback, RoundRecord, RoundVerdict
-from fedcore.config import ConfigError
+from fedcore.core.callbacks import Callback, RoundRecord, RoundVerdict
+from fedcore.core.config import ConfigError
+from fedcore.core.runtime import stopping
+from fedcore.pipeline.objective import trial_value
+from fedcore.pipeline.study_spec import Param, StudySpec
 from fedcore.tracking import get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.links import run_url
 from fedcore.tracking.mlflow_tracker import store_lock
 from fedcore.tracking.parents import log_source
 from fedcore.tracking.runner import run_tracked
-from fedcore.tuning.objective import trial_value
-from fedcore.tuning.spec import Param, StudySpec
 
 SQLITE_TIMEOUT_S = 600  # how long a process waits for another's write lock on a shared SQLite file
 RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}

@@ -1,0 +1,96 @@
+"""``fedcore tune``: run or resume a study, or print and write its best trial(s)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fedcore.core.config import ConfigError, ExperimentConfig, parse_overrides
+from fedcore.pipeline.invocation import fedcore_command
+from fedcore.pipeline.study_spec import StudySpec, find_study_file, load_study
+
+if TYPE_CHECKING:
+    from fedcore.tuning.study import TrialOutcome
+
+
+def tune_command(
+    study_file: str, overrides: list[str], best: bool, out: str | None, workers: int
+) -> int:
+    """Validate everything first; then run trials (or, with ``best``, report the stored ones)."""
+    if workers < 1:
+        raise ConfigError(f"--workers: expected an int >= 1 (got {workers})")
+    spec = load_study(study_file, parse_overrides(overrides))
+    if best:
+        return _best(spec, out)
+    from fedcore.pipeline.sweep import check_resources
+
+    check_resources(_bound_configs(spec))  # data files and devices, before any trial
+    from fedcore.tuning.results import describe
+
+    if workers > 1:
+        from fedcore.flows.server import prefect_api
+        from fedcore.flows.tune import tune as tune_flow
+
+        with prefect_api():  # a temporary server dies with this process
+            flow_rows = tune_flow(str(find_study_file(study_file).resolve()), overrides, workers)
+        if not isinstance(flow_rows, list):  # Cancelled (a stop): Prefect raises it first
+            return 1
+        rows = flow_rows
+    else:
+        from fedcore.tuning.study import tune
+
+        def show(o: TrialOutcome) -> None:
+            print(describe(spec, o.number, o.state, o.values, o.params), flush=True)
+
+        _, outcomes = tune(spec, on_trial=show)
+        rows = [o.__dict__ for o in outcomes]
+    print(f"\n{len(rows)} trial(s) of study {spec.study_name!r} in {spec.storage_label()}; "
+          f"best: {fedcore_command()} tune --best {study_file}" + _study_keys(overrides))
+    return 0
+
+
+def _bound_configs(spec: StudySpec) -> Iterator[ExperimentConfig]:
+    """The configs at every bound / choice of the search space (what load_study validated)."""
+    anchor = {p.key: p.candidates()[0] for p in spec.params}
+    yield spec.config_for(anchor)
+    for p in spec.params:
+        for value in p.candidates()[1:]:
+            yield spec.config_for({**anchor, p.key: value})
+
+
+def _best(spec: StudySpec, out: str | None) -> int:
+    from fedcore.tuning.results import describe, state_counts, write_best
+    from fedcore.tuning.study import load_existing
+
+    study = load_existing(spec)
+    counts = state_counts(study)
+    written = write_best(study, spec, out)
+    if not written:
+        raise ConfigError(
+            f"study_name={spec.study_name!r}: no COMPLETE trial yet ({counts}); run more trials"
+        )
+    title = "Best trial" if len(spec.metrics) == 1 else f"Pareto front ({len(written)} trials)"
+    print(f"{title} of {spec.study_name!r} ("
+          + ", ".join(f"{n} {s.lower()}" for s, n in counts.items() if n) + "):")
+    for trial, method_path, experiment_path in written:
+        print(describe(spec, trial.number, trial.state.name, trial.values, trial.params))
+        select = (f"method={method_path.stem}" if out is None
+                  else f'method="$(cat {_rel(method_path)})"')
+        print(f"  method: {_rel(method_path)} (select with {select})")
+        experiment = _rel(experiment_path)
+        print(f"  experiment: {experiment} ({fedcore_command()} run {experiment})")
+    return 0
+
+
+def _study_keys(overrides: list[str]) -> str:
+    """The overrides that locate the study (storage, study_name), for the ``--best`` hint."""
+    keys = [o for o in overrides if o.split("=", 1)[0] in ("storage", "study_name")]
+    return "".join(f" {k}" for k in keys)
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,269 @@
+"""A config from YAML and overrides, checked against the components it names.
+
+[`fedcore.core.config`][fedcore.core.config] is the schema; this module adds what needs the
+components: each axis's name resolved in its registry and its hyper-parameters validated, every
+component's declared requirements
+([`fedcore.core.config.requirements`][fedcore.core.config.requirements]) checked against the whole
+config, the code record of a model given by import path, and the engine choice. All errors are
+one-line [`ConfigError`][fedcore.core.config.ConfigError] s raised before any compute.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from fedcore.core.config import (
+    ExperimentConfig,
+    _one_line,
+    limits,
+    load_method,
+    parse_overrides,
+    read_yaml,
+    set_dotted,
+)
+from fedcore.core.config.errors import ConfigError
+from fedcore.core.config.registry import Registry
+from fedcore.core.config.requirements import Need, Requirement, SendsUpdate
+
+log = logging.getLogger("fedcore")
+# The registries (and torch, which the components import) load on the first component check,
+# not with this module: `fedcore --help` and a schema error stay fast.
+
+
+
+def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Apply overrides to ``raw``, resolve the method by name, and validate everything.
+
+    Args:
+        raw: the experiment as a nested mapping (a YAML file's content; missing keys take the
+            defaults of `configs/experiment.yaml`).
+        overrides: dotted keys and their values (``{"rounds": 3, "method.server_lr": 0.5}``),
+            applied after ``raw``; ``method.*`` keys after the method is resolved by name.
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: a bad key or value, named in one line with the values allowed.
+    """
+    limits.check_tree(raw)
+    limits.check_tree(overrides or {})
+    tree = copy.deepcopy(raw)
+    overrides = dict(overrides or {})
+    if isinstance(tree.get("engine"), str):  # shorthand engine: vectorised
+        tree["engine"] = {"backend": tree["engine"]}
+    if isinstance(overrides.get("engine"), str):  # shorthand engine=vectorised
+        overrides["engine.backend"] = overrides.pop("engine")
+    method_over = {k: v for k, v in overrides.items() if k.startswith("method.")}
+    for key, value in overrides.items():
+        if key not in method_over:
+            set_dotted(tree, key, value)
+    method = tree.get("method", "fedavg")
+    if isinstance(method, str):
+        tree["method"] = load_method(method)
+        origin = f"method {limits.shown(method)}"
+    elif isinstance(method, dict):
+        origin = "the config's method block"
+    else:
+        raise ConfigError("method: expected a method name or a mapping")
+    for key, value in method_over.items():
+        set_dotted(tree, key, value)
+    limits.check_tree(tree)
+    try:
+        cfg = ExperimentConfig.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+    _validate_method(cfg, Inherited(origin, frozenset(method_over)))
+    from fedcore.core.callbacks.configured import resolve_callbacks
+
+    cfg.callbacks = resolve_callbacks(cfg.callbacks)
+    check_requirements(cfg)
+    from fedcore.core.models.external import record_code
+
+    record_code(cfg)
+    from fedcore.core.engines.select import check_engine
+
+    check_engine(cfg)
+    return cfg
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None
+) -> ExperimentConfig:
+    """Load a YAML experiment (defaults when ``path`` is None) with ``key=value`` overrides.
+
+    Args:
+        path: the experiment's YAML file; None for the default experiment.
+        overrides: ``["key=value", ...]`` strings as on the command line (values parsed as
+            YAML), or a mapping of dotted keys as in [`build_config`][fedcore.api.build_config].
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: a bad key or value, named in one line with the values allowed.
+    """
+    raw = read_yaml(path) if path is not None else {}
+    if isinstance(overrides, list):
+        overrides = parse_overrides(overrides)
+    return build_config(raw, overrides)
+
+
+@dataclass(frozen=True)
+class Inherited:
+    """Where a method's blocks came from (``method fedavg``) and the ``method.*`` keys that
+    overrides set, to say which keys a component was given without the user writing them."""
+
+    origin: str = "the method"
+    overridden: frozenset[str] = frozenset()
+
+    def unknown_key(self, prefix: str, key: str, name: str, field: str,
+                    allowed: list[str]) -> str | None:
+        """The error for ``prefix.field``, unknown to component ``name``, when the user only
+        swapped the component (``prefix.key=name``) and ``field`` came with the block."""
+        if (f"{prefix}.{key}" not in self.overridden or prefix in self.overridden
+                or f"{prefix}.{field}" in self.overridden):
+            return None
+        return (f"{prefix}.{field}: not a key of {key} {name}; it came with the "
+                f"{prefix.split('.')[-1]} block of {self.origin} (only {prefix}.{key} was "
+                f"overridden); allowed: {', '.join(allowed)}; set the whole block instead, "
+                f"e.g. {prefix}={{{key}: {name}}}")
+
+
+def _validate_method(cfg: ExperimentConfig, inherited: Inherited | None = None) -> None:
+    """Resolve each axis's component by name and replace its spec by the validated one (the
+    compression mapping split into the compressor's and the error-feedback variant's keys);
+    ``inherited`` names where a key that the component lacks came from."""
+    from fedcore.core.compose.axes import AXES
+    from fedcore.core.samplers import resolve_sampler
+    from fedcore.core.stages.compression_spec import resolve_compression
+    from fedcore.core.stages.spec import resolve_stages
+
+    method = cfg.method
+    method.compression = resolve_compression(dict(method.compression))
+    training = cfg.dataset.num_clients - cfg.dataset.held_out_count()  # those it may draw
+    method.sampler = resolve_sampler(method.sampler, training, cfg.clients_per_round)
+    method.stages = resolve_stages(method.stages)
+    for field_name, registry in AXES:
+        if field_name == "compression":
+            continue  # resolved above
+        spec = dict(getattr(method, field_name))
+        prefix = f"method.{field_name}"
+        name = spec.get(registry.key)
+        if name is None:
+            raise ConfigError(
+                f"{prefix}.{registry.key}: missing; allowed: {', '.join(registry.names())}"
+            )
+        if not isinstance(name, str):
+            raise ConfigError(
+                f"{prefix}.{registry.key}: expected a name (got {limits.shown(name)})"
+            )
+        try:
+            component = registry.get(name)  # built-in, entry point or module:Class
+            hp = registry.hparams(spec)
+        except KeyError as exc:
+            raise ConfigError(f"{prefix}.{registry.key}: {exc}") from None
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            message = None
+            if err["type"] == "extra_forbidden" and inherited is not None:
+                message = inherited.unknown_key(prefix, registry.key, name, str(err["loc"][0]),
+                                                [registry.key, *component.HParams.model_fields])
+            raise ConfigError(message or _one_line(exc, prefix, component.HParams)) from None
+        setattr(method, field_name, {registry.key: name, **hp.model_dump(mode="json")})
+
+
+def component_specs(cfg: ExperimentConfig) -> list[tuple[Registry[Any], dict[str, Any]]]:
+    """Every component of a resolved ``cfg`` as (its kind's registry, its spec), in one list:
+    the client objective, the rule, the compressor and its error feedback, the sampler, the
+    stages and the callbacks."""
+    from fedcore.core.callbacks.configured import REGISTRY as CALLBACKS
+    from fedcore.core.compose.axes import AXES
+    from fedcore.core.samplers.base import DEFAULT
+    from fedcore.core.samplers.base import REGISTRY as SAMPLERS
+    from fedcore.core.stages.base import REGISTRY as STAGES
+    from fedcore.core.stages.compression_spec import split
+    from fedcore.core.stages.feedback.base import REGISTRY as FEEDBACK
+
+    out: list[tuple[Registry[Any], dict[str, Any]]] = []
+    for field_name, registry in AXES:
+        spec = dict(getattr(cfg.method, field_name))
+        if field_name == "compression":
+            spec, feedback = split(spec)  # the compressor's keys and its error feedback's
+            out.append((FEEDBACK, feedback))
+        out.append((registry, spec))
+    out.append((SAMPLERS, dict(cfg.method.sampler or {SAMPLERS.key: DEFAULT})))
+    out += [(STAGES, dict(spec)) for spec in cfg.method.stages or []]
+    out += [(CALLBACKS, dict(spec)) for spec in cfg.callbacks or []]
+    return out
+
+
+def check_requirements(cfg: ExperimentConfig) -> None:
+    """Every component's declared requirements against ``cfg``, all kinds in one loop: the
+    first one broken is raised as its one-line ConfigError (warnings are logged and do not stop
+    the load)."""
+    tree = cfg.resolved()
+    for registry, spec in component_specs(cfg):
+        cls = registry.get(spec[registry.key])
+        for need in cls.requirements(registry.hparams(spec)):
+            _check(need, tree, cfg)
+
+
+def _value(tree: dict[str, Any], key: str, cfg: ExperimentConfig) -> Any:
+    """The value of dotted ``key`` in the resolved ``tree`` (a key left out of it while at
+    its default, e.g. ``dataset.val_fraction``, read from ``cfg``)."""
+    node: Any = tree
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            break
+        node = node[part]
+    else:
+        return node
+    obj: Any = cfg
+    for part in key.split("."):
+        if not hasattr(obj, part) or isinstance(obj, dict):
+            raise ValueError(f"a component declares a requirement on {key!r}, not a config key")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _check(need: Need, tree: dict[str, Any], cfg: ExperimentConfig) -> None:
+    if isinstance(need, SendsUpdate):
+        reason = _sends_update(need, cfg)
+        if reason is not None:
+            raise ConfigError(reason)
+        return
+    assert isinstance(need, Requirement)
+    values = [_value(tree, key, cfg) for key in need.keys]
+    if need.holds(*values):
+        return
+    if need.warn_only:
+        log.warning("%s", need.refusal(*values))
+        return
+    raise ConfigError(need.refusal(*values))
+
+
+def _sends_update(need: SendsUpdate, cfg: ExperimentConfig) -> str | None:
+    """Why the client objective whose update reaches the server is not ``need.algorithm``."""
+    from fedcore.core.clients.base import REGISTRY as CLIENTS
+
+    spec = cfg.method.client
+    cls = CLIENTS.get(spec[CLIENTS.key])
+    sender, _ = cls.update_objective(CLIENTS.hparams(spec))
+    if sender == need.algorithm:
+        return None
+    got = repr(cls.name) if sender == cls.name else cls.wrapping(sender) or repr(sender)
+    alternatives = [
+        form for other in sorted(CLIENTS.classes().values(), key=lambda c: c.name)
+        if (form := other.wrapping(need.algorithm)) is not None
+    ]
+    alt = f" (or {' or '.join(alternatives)})" if alternatives else ""
+    return (f"method.client.algorithm: rule {need.rule} needs client {need.algorithm!r}{alt}, "
+            f"got {got}")
+

@@ -1,0 +1,1 @@
+"""The round driver: the simulation, its phases, its state, checkpoints and probes."""

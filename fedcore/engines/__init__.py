@@ -1,7 +1,0 @@
-"""Execution engines of the round loop: how the sampled clients' local training is run.
-
-``sequential``: one client after the other (any objective, any model). ``vectorised``: all
-clients of a chunk at once with ``torch.func`` (fedcore/engines/vectorised.py). The choice and
-its reason are made once, by the composition root (``fedcore.compose`` calls
-``fedcore.engines.select.build_engine``).
-"""

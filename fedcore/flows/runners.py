@@ -1,0 +1,155 @@
+"""Where sweep cells run: a thread pool or a Dask cluster, and the `gpu` tag concurrency limit.
+
+Prefect is imported lazily, so the CLI can check runner options before Prefect starts.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from fedcore.core.config import ConfigError
+from fedcore.core.runtime.device_check import gpu_count
+
+if TYPE_CHECKING:
+    from prefect.task_runners import TaskRunner
+
+RUNNERS = ("thread", "dask")
+GPU_TAG = "gpu"
+# What a Dask worker process needs to record into the same MLflow store and Prefect API.
+WORKER_ENV = (
+    "MLFLOW_TRACKING_URI",
+    "FEDCORE_ARTIFACT_LOCATION",
+    "FEDCORE_EXPERIMENT",
+    "FEDCORE_HOME",
+    "FEDCORE_DEVICE_LOCKS",
+    "PREFECT_HOME",
+    "PREFECT_API_URL",
+    "MPLCONFIGDIR",
+    "DO_NOT_TRACK",
+    "MLFLOW_DISABLE_TELEMETRY",
+    "PREFECT_SERVER_ANALYTICS_ENABLED",
+    "PREFECT_LOGGING_LEVEL",
+)
+
+
+def check_runner(runner: str, workers: int, dask_address: str | None, cells_per_gpu: int) -> None:
+    """Reject bad runner options before anything runs (one-line ConfigError)."""
+    if runner not in RUNNERS:
+        raise ConfigError(f"runner: unknown runner {runner!r}; allowed: {', '.join(RUNNERS)}")
+    if workers < 1:
+        raise ConfigError(f"workers: must be >= 1 (got {workers})")
+    if cells_per_gpu < 1:
+        raise ConfigError(f"cells_per_gpu: must be >= 1 (got {cells_per_gpu})")
+    if dask_address and runner != "dask":
+        raise ConfigError(f"dask_address: needs runner=dask (got runner={runner!r})")
+    if dask_address:
+        check_dask_address(dask_address)
+
+
+DASK_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_dask_address(address: str, timeout: float = DASK_CONNECT_TIMEOUT_S) -> None:
+    """Refuse, within ``timeout`` seconds, a Dask scheduler address that nothing listens on
+    (one-line ConfigError naming it), before the sweep creates its parent run. Addresses whose
+    transport is not TCP (inproc://, ucx://) are left to Dask."""
+    import socket
+    from urllib.parse import urlsplit
+
+    scheme = address.split("://", 1)[0] if "://" in address else "tcp"
+    if scheme not in ("tcp", "tls", "ws", "wss"):
+        return
+    try:
+        parts = urlsplit(address if "://" in address else f"tcp://{address}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or port is None:
+        raise ConfigError(f"dask_address: {address!r} is not a scheduler address; expected "
+                          "tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786")
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"dask_address: no Dask scheduler reachable at {address} ({reason}); "
+                          "start one (`dask scheduler`) or leave out --dask-address") from None
+
+
+def worker_env(api_url: str | None = None) -> dict[str, str]:
+    """The environment a LocalCluster's worker processes get (tracking store, Prefect API)."""
+    env = {k: os.environ[k] for k in WORKER_ENV if os.environ.get(k)}
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
+    return env
+
+
+def unset_malloc_trim() -> None:
+    """Start this process's Dask workers without ``MALLOC_TRIM_THRESHOLD_``.
+
+    Dask sets it (65536) in every worker it spawns; glibc then turns off its dynamic mmap
+    threshold, so each tensor of 128 KiB or more is mapped, faulted in and zeroed anew at every
+    step: a main-job cell trained 1.2-1.4x slower on a worker than in the flow's process
+    (``benchmarks/worker_malloc.py``). Workers started elsewhere (``--dask-address``) need the
+    same (docs/how-to/scale-out.md)."""
+    import dask
+
+    dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None})
+
+
+def make_task_runner(
+    runner: str, workers: int, dask_address: str | None = None, api_url: str | None = None
+) -> TaskRunner:
+    """``thread``: ``workers`` threads here; ``dask``: the cluster at ``dask_address``, else a
+    LocalCluster of ``workers`` single-threaded processes on 127.0.0.1."""
+    if runner == "thread":
+        from prefect.task_runners import ThreadPoolTaskRunner
+
+        return ThreadPoolTaskRunner(max_workers=workers)
+    from prefect_dask.task_runners import DaskTaskRunner
+
+    unset_malloc_trim()
+    if dask_address:
+        return DaskTaskRunner(address=dask_address)
+    return DaskTaskRunner(
+        cluster_class="distributed.LocalCluster",
+        cluster_kwargs={
+            "n_workers": workers,
+            "threads_per_worker": 1,
+            "processes": True,
+            "host": "127.0.0.1",
+            "dashboard_address": None,
+            "env": worker_env(api_url),
+            "preload": ["fedcore.flows.dask_worker"],  # workers ignore a terminal's Ctrl-C
+        },
+    )
+
+
+def gpu_slots(workers: int, cells_per_gpu: int, num_gpus: int | None = None) -> int:
+    """Cells allowed to run at once: GPUs x cells_per_gpu, or ``workers`` on a CPU machine."""
+    n = gpu_count() if num_gpus is None else num_gpus
+    return n * cells_per_gpu if n > 0 else workers
+
+
+def is_ephemeral() -> bool:
+    """True when no Prefect server is configured (Prefect starts a temporary local one)."""
+    from prefect.settings import PREFECT_API_URL
+
+    return not PREFECT_API_URL.value()
+
+
+def set_gpu_limit(slots: int) -> None:
+    """Create or resize the `gpu` tag concurrency limit (what `prefect concurrency-limit create
+    gpu N` does on a real server)."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        client.create_concurrency_limit(tag=GPU_TAG, concurrency_limit=slots)
+
+
+def current_api_url() -> str:
+    """The API URL of the Prefect server this process talks to (the ephemeral one included)."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return str(client.api_url).rstrip("/")

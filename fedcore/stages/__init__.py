@@ -1,8 +1,0 @@
-"""The stage chain around each client's update (docs/explanation/round-protocol.md)."""
-
-from __future__ import annotations
-
-from fedcore.records import Closing, Message, StageContext
-from fedcore.stages.base import REGISTRY, Chain, Stage
-
-__all__ = ["REGISTRY", "Chain", "Closing", "Message", "Stage", "StageContext"]
