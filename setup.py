@@ -48,7 +48,7 @@ def config_data():
 
 
 setup(
-    packages=find_packages(include=["fedcore*", "flows*"]) + config_packages,
+    packages=find_packages(include=["fedcore*"]) + config_packages,
     package_dir={CONFIGS: "configs"},
     package_data={"fedcore.core.data": ["digits.npz"], **config_data()},
 )

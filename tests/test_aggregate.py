@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from fedcore.pipeline import aggregate as agg
+from fedcore.tracking.aggregate_plots import aggregate_section
 
 
 def _runs(settings: int, rows: dict[str, float], seeds: int = 3, noise: float = 0.01,
@@ -153,13 +154,13 @@ def test_cliques_join_rows_closer_than_the_critical_difference():
 
 def test_the_section_names_its_files_and_draws_a_cd_diagram_only_with_enough_settings(tmp_path):
     rows = {"fedavg": 0.0, "craft": 0.02, "scaffold": -0.01}
-    md, files = agg.aggregate_section(_runs(2, rows), "fedavg", tmp_path / "two", reps=200)
+    md, files = aggregate_section(_runs(2, rows), "fedavg", tmp_path / "two", reps=200)
     names = sorted(p.name for p in files)
     assert names == ["aggregate.csv", "profile_accuracy.png", "profile_worst10.png"]
     assert md.startswith("## Across settings") and "| craft | 6 | 2 |" in md
     assert "no critical-difference diagram: it needs at least 5 settings" in md
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in files if p.suffix == ".png")
-    md, files = agg.aggregate_section(_runs(5, rows), "fedavg", tmp_path / "five", reps=200,
+    md, files = aggregate_section(_runs(5, rows), "fedavg", tmp_path / "five", reps=200,
                                       metrics=("accuracy",))
     assert sorted(p.name for p in files) == ["aggregate.csv", "cd_accuracy.png",
                                              "profile_accuracy.png"]
@@ -170,14 +171,14 @@ def test_the_section_names_its_files_and_draws_a_cd_diagram_only_with_enough_set
 
 def test_an_unknown_reference_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="reference: 'fedprox' is not a row"):
-        agg.aggregate_section(_runs(2, {"fedavg": 0.0}), "fedprox", tmp_path)
+        aggregate_section(_runs(2, {"fedavg": 0.0}), "fedprox", tmp_path)
 
 
 def test_rows_missing_a_setting_are_left_out_of_the_section(tmp_path):
     runs = _runs(2, {"fedavg": 0.0, "fedprox": 0.01, "craft": 0.02})
     runs = runs[~((runs["row"] == "craft") & (runs["alpha"] > 0.15))]  # craft: alpha 0.1 only
     assert agg.complete_rows(runs) == ["fedavg", "fedprox"]
-    md, files = agg.aggregate_section(runs, "fedavg", tmp_path, reps=100, metrics=("accuracy",))
+    md, files = aggregate_section(runs, "fedavg", tmp_path, reps=100, metrics=("accuracy",))
     assert "left out: craft." in md and "| craft |" not in md and "| fedprox | 6 | 2 |" in md
-    md, files = agg.aggregate_section(runs, "craft", tmp_path / "ref", reps=100)
+    md, files = aggregate_section(runs, "craft", tmp_path / "ref", reps=100)
     assert files == [] and "No aggregate: the reference craft did not run in every setting" in md

@@ -34,7 +34,7 @@ SMALL = ["model.name=mlp", "dataset.num_clients=6", "clients_per_round=3", "loca
 
 
 def _copy_sources(dest: Path) -> Path:
-    """fedcore/ and flows/ as a clean clone or an installed wheel holds them (no caches)."""
+    """fedcore/ as a clean clone or an installed wheel holds it (no caches)."""
     for package in code_digest.PACKAGES:
         shutil.copytree(ROOT / package, dest / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
@@ -44,7 +44,7 @@ def _copy_sources(dest: Path) -> Path:
 def _digest_in_subprocess(path: Path) -> str:
     env = {**os.environ, "PYTHONPATH": str(path)}
     done = subprocess.run(
-        [sys.executable, "-c", "from fedcore import code_digest; print(code_digest.current())"],
+        [sys.executable, "-c", "from fedcore.core.round import code_digest; print(code_digest.current())"],
         env=env, capture_output=True, text=True, check=True, cwd=path,
     )
     return done.stdout.strip()
@@ -60,17 +60,17 @@ def test_digest_covers_the_sources_and_library_versions_only(tmp_path):
     (copy / "fedcore" / "__pycache__" / "junk.py").write_text("x = 1\n")
     assert code_digest.digest_of(copy, versions) == code_digest.current()
 
-    aggregator = copy / "fedcore" / "aggregators" / "__init__.py"
+    aggregator = copy / "fedcore" / "core" / "aggregators" / "__init__.py"
     aggregator.write_text(aggregator.read_text() + "\n# a change\n")
     assert code_digest.digest_of(copy, versions) != code_digest.current()
     aggregator.write_text(aggregator.read_text().removesuffix("\n# a change\n"))
     assert code_digest.digest_of(copy, versions) == code_digest.current()
-    sweep = copy / "flows" / "sweep.py"
+    sweep = copy / "fedcore" / "flows" / "sweep.py"
     original = sweep.read_text()
     sweep.write_text(original.replace("retries=1", "retries=2"))
     assert code_digest.digest_of(copy, versions) != code_digest.current()
     sweep.write_text(original)
-    sweep.rename(copy / "flows" / "sweep_moved.py")  # same bytes under another name
+    sweep.rename(copy / "fedcore" / "flows" / "sweep_moved.py")  # same bytes under another name
     assert code_digest.digest_of(copy, versions) != code_digest.current()
     assert code_digest.digest_of(ROOT, {**versions, "torch": "0.0"}) != code_digest.current()
 

@@ -62,6 +62,9 @@ def test_wheel_ships_every_config_and_runs_its_default_outside_a_checkout(wheel,
         assert f"fedcore/_configs/{folder}/mystudy_best.yaml" not in names
     assert "fedcore/core/data/digits.npz" in names
     assert not any(n.startswith("configs/") for n in names)  # only inside the package
+    # the flows are an edge of the package; flows/ of the checkout holds Prefect's entry points
+    assert "fedcore/flows/sweep.py" in names
+    assert not any(n.startswith("flows/") for n in names)
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     elsewhere = tmp_path / "elsewhere"

@@ -32,7 +32,8 @@ from fedcore.core.round.simulation import Result
 from fedcore.pipeline.families import Family, SeedPlan, decide, seed_plan
 from fedcore.pipeline.hparams import regime
 from fedcore.pipeline.stats import Comparison, mean_interval
-from fedcore.pipeline.sweep import read_base, tuning_studies
+from fedcore.pipeline.sweep import tuning_studies
+from fedcore.pipeline.sweep_file import read_base
 
 TESTS = ("zero_every_round", "at_least", "lower", "noisy_below_clean")
 REDUCES = ("final", "mean", "max")

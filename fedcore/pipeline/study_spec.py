@@ -18,7 +18,7 @@ from fedcore.core.compose.configure import build_config
 from fedcore.core.config import ConfigError, ExperimentConfig, config_dir, project_root, read_yaml
 from fedcore.core.config.seeding import TUNING_SEED_MIN
 from fedcore.pipeline.objective import DEFAULT_AVERAGE_LAST, objective_label
-from fedcore.pipeline.sweep import read_base
+from fedcore.pipeline.sweep_file import read_base
 
 # A personalised method's personal models (fedcore.core.callbacks.personal.personal_summary).
 PERSONAL_METRICS = (

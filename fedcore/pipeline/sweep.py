@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.core.compose.configure import build_config
-from fedcore.core.config import ConfigError, ExperimentConfig, limits, read_yaml
+from fedcore.core.config import ConfigError, ExperimentConfig, read_yaml
 from fedcore.pipeline.families import Family, SeedPlan, parse_families, seed_plan
 from fedcore.pipeline.rows import row_label
-from fedcore.pipeline.sweep_file import check_grid_keys, check_shape, sweep_name
+from fedcore.pipeline.sweep_file import check_grid_keys, check_shape, read_base, sweep_name
 
 
 @dataclass(frozen=True)
@@ -92,21 +92,6 @@ class SweepSpec:
     def sweep_hash(self) -> str:
         blob = json.dumps(sorted(c.config.config_hash() for c in self.cells))
         return hashlib.sha256(f"{self.name}:{blob}".encode()).hexdigest()[:16]
-
-
-def read_base(base: str | None, owner: Path) -> dict[str, Any]:
-    """The base experiment YAML named by a sweep or study file (relative to that file). It must
-    end in ``.yaml`` or ``.yml``: a shared file naming ``base: /etc/shadow`` had its first line
-    echoed in the error about its unknown key."""
-    if not base:
-        return {}
-    if Path(base).suffix.lower() not in (".yaml", ".yml"):
-        raise ConfigError(f"base: {limits.shown(base)} in {limits.shown(owner.name)} is not a "
-                          ".yaml or .yml file; allowed: an experiment config's YAML file")
-    base_path = Path(base)
-    if not base_path.is_absolute():
-        base_path = owner.parent / base_path
-    return read_yaml(base_path)
 
 
 def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:

@@ -1,5 +1,6 @@
 """The shape of a sweep file, checked before any cell is built: each key's type, a safe sweep
-name, and no grid key that ``set`` also sets."""
+name, and no grid key that ``set`` also sets; and the base experiment that a sweep, claims or
+study file names."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fedcore.core.config import ConfigError
+from fedcore.core.config import ConfigError, limits, read_yaml
 
 SWEEP_KEYS = ("name", "base", "grid", "set", "studies", "seeds", "families", "confirms")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -82,3 +83,18 @@ def check_grid_keys(grids: list[dict[str, list[Any]]], fixed: dict[str, Any]) ->
                     f"sweep.grid.{key}: also set by set ({other}), which would replace the "
                     "grid's values in every cell; remove it from one of them"
                 )
+
+
+def read_base(base: str | None, owner: Path) -> dict[str, Any]:
+    """The base experiment YAML named by a sweep or study file (relative to that file). It must
+    end in ``.yaml`` or ``.yml``: a shared file naming ``base: /etc/shadow`` had its first line
+    echoed in the error about its unknown key."""
+    if not base:
+        return {}
+    if Path(base).suffix.lower() not in (".yaml", ".yml"):
+        raise ConfigError(f"base: {limits.shown(base)} in {limits.shown(owner.name)} is not a "
+                          ".yaml or .yml file; allowed: an experiment config's YAML file")
+    base_path = Path(base)
+    if not base_path.is_absolute():
+        base_path = owner.parent / base_path
+    return read_yaml(base_path)

@@ -1,18 +1,38 @@
-"""Figures of the report's across-settings section (:mod:`fedcore.pipeline.aggregate`): the
-performance profiles and the critical-difference diagram.
+"""The report's across-settings section: its Markdown, its CSV of estimates and its figures (the
+performance profiles and the critical-difference diagram), from the estimators of
+:mod:`fedcore.pipeline.aggregate`.
 
-Both draw with pyplot on Agg, save the PNG, close the figure and return it, so that a caller (or a
-test) can read what was drawn.
+The figures draw with pyplot on Agg, save the PNG, close the figure and return it, so that a caller
+(or a test) can read what was drawn.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from fedcore.core.config.seeding import numpy_rng
+from fedcore.pipeline.aggregate import (
+    CONFIDENCE,
+    LABELS,
+    METRICS,
+    REPS,
+    Estimate,
+    cliques,
+    complete_rows,
+    groups_by_setting,
+    performance_profile,
+    profile_taus,
+    rank_test,
+    rows_in_order,
+    setting_columns,
+    setting_labels,
+    summary_table,
+)
 from fedcore.tracking.plots import _pyplot
 
 if TYPE_CHECKING:
@@ -49,8 +69,6 @@ def cd_diagram_png(ranks: pd.Series, cd: float, label: str, path: Path) -> Figur
     """Demšar's critical-difference diagram: the rows on an axis of average rank (1 = best, on
     the left), a bar of length ``cd``, and thick lines joining rows whose ranks differ by less
     than ``cd`` (:func:`fedcore.pipeline.aggregate.cliques`)."""
-    from fedcore.pipeline.aggregate import cliques
-
     plt = _pyplot()
     k = len(ranks)
     groups = cliques(ranks, cd)
@@ -85,3 +103,110 @@ def cd_diagram_png(ranks: pd.Series, cd: float, label: str, path: Path) -> Figur
     plt.close(fig)
     return fig
 
+
+def _interval_text(value: float, low: float, high: float, fmt: str = ".4f") -> str:
+    return Estimate(value, low, high, 0, 0).text(fmt)
+
+
+def aggregate_section(
+    runs: pd.DataFrame,
+    reference: str,
+    out_dir: Path,
+    *,
+    metrics: Sequence[str] = METRICS,
+    labels: Mapping[str, str] | None = None,
+    columns: Sequence[str] | None = None,
+    seed: int = 0,
+    reps: int = REPS,
+) -> tuple[str, list[Path]]:
+    """The report's "Across settings" section: Markdown and the files it links (a CSV of the
+    estimates, a performance profile per metric, a critical-difference diagram per metric when
+    there are enough settings), written to ``out_dir``. ``runs``: one row per run with columns
+    ``row``, ``seed``, the setting columns and ``metrics`` (absent metrics are skipped)."""
+    missing = [c for c in ("row", "seed") if c not in runs.columns]
+    if missing:
+        raise ValueError(f"runs: missing column(s) {', '.join(missing)}")
+    if reference not in set(runs["row"].astype(str)):
+        raise ValueError(f"reference: {reference!r} is not a row of the runs; allowed: "
+                         f"{', '.join(rows_in_order(runs))}")
+    names = {**LABELS, **(labels or {})}
+    cols = setting_columns(runs) if columns is None else list(columns)
+    settings = sorted(setting_labels(runs, cols).unique())
+    complete = complete_rows(runs, cols)
+    left_out = [r for r in rows_in_order(runs) if r not in complete]
+    lines = [
+        "## Across settings", "",
+        f"{len(settings)} settings ({', '.join(c.removeprefix('grid:') for c in cols)}): "
+        + "; ".join(f"`{s}`" for s in settings) + ".",
+    ]
+    if left_out:
+        lines.append(f"Only rows that ran in every setting are pooled; left out: "
+                     f"{', '.join(left_out)}.")
+    if reference not in complete or len(complete) < 2:
+        why = (f"the reference {reference} did not run in every setting"
+               if reference not in complete else "fewer than two rows ran in every setting")
+        return "\n".join([*lines, "", f"No aggregate: {why}.", ""]), []
+    runs = runs[runs["row"].astype(str).isin(complete)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files: list[Path] = []
+    lines += [
+        "Each row is pooled over all its runs in every setting. IQM: interquartile mean "
+        f"(the mean of the middle half of the runs), with a {CONFIDENCE:.0%} stratified "
+        f"bootstrap interval ({reps} replicates, seeds redrawn within each setting). "
+        f"P(> {reference}): the probability that a run of the row beats a run of the "
+        "reference in the same setting (ties count half), averaged over the settings both "
+        "ran; 0.5 is no difference.", "",
+    ]
+    tables = []
+    for metric in [m for m in metrics if m in runs.columns and runs[m].notna().any()]:
+        label = names.get(metric, metric)
+        table = summary_table(runs, reference, metric, columns=cols, seed=seed, reps=reps)
+        test = rank_test(runs, metric, cols)
+        table["average_rank"] = table["row"].map(test.ranks)
+        tables.append(table)
+        lines += [f"### {label}", "",
+                  f"| row | runs | settings | IQM [{CONFIDENCE:.0%} CI] | "
+                  f"P(> {reference}) [{CONFIDENCE:.0%} CI] | average rank |",
+                  "|---|---:|---:|---|---|---:|"]
+        for r in table.itertuples(index=False):
+            poi = ("reference" if r.row == reference else
+                   _interval_text(r.p_improvement, r.p_improvement_low, r.p_improvement_high,
+                                  ".3f"))
+            rank = "" if math.isnan(r.average_rank) else f"{r.average_rank:.2f}"
+            lines.append(f"| {r.row} | {r.runs} | {r.settings} | "
+                         f"{_interval_text(r.iqm, r.iqm_low, r.iqm_high)} | {poi} | {rank} |")
+        profiles = {
+            row: performance_profile(
+                groups_by_setting(runs, row, metric, cols), profile_taus(runs, metric),
+                numpy_rng(seed, "profile", metric, row), reps)
+            for row in rows_in_order(runs, reference)
+        }
+        path = out_dir / f"profile_{_slug(metric)}.png"
+        profile_png(profiles, label, reference, path)
+        files.append(path)
+        lines += ["", f"![performance profile, {label}]({path.name})", "",
+                  f"Performance profile: the fraction of a row's runs with {label} above tau "
+                  f"(band: {CONFIDENCE:.0%} stratified bootstrap interval). Where one curve "
+                  "lies above another, that row's runs clear the threshold more often.", ""]
+        if test.reason:
+            lines += [f"Average ranks over {test.settings} settings (1 = best); no "
+                      f"critical-difference diagram: {test.reason}.", ""]
+        else:
+            path = out_dir / f"cd_{_slug(metric)}.png"
+            cd_diagram_png(test.ranks, test.cd, label, path)
+            files.append(path)
+            lines += [f"![critical difference, {label}]({path.name})", "",
+                      f"Average ranks over {test.settings} settings (1 = best). Friedman's "
+                      f"test: chi-square {test.statistic:.2f}, p = {test.p:.3g}. Rows joined "
+                      f"by a bar differ by less than the Nemenyi critical difference "
+                      f"{test.cd:.2f} at {test.level:.0%} (Demšar 2006): their ranks are not "
+                      "told apart.", ""]
+    if tables:
+        path = out_dir / "aggregate.csv"
+        pd.concat(tables, ignore_index=True).to_csv(path, index=False)
+        files.append(path)
+    return "\n".join(lines).rstrip() + "\n", files
+
+
+def _slug(metric: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in metric)

@@ -573,10 +573,10 @@ def write_all(out: Path, write: Callable[[Path], Any]) -> list[Path]:
 
 
 def across_settings(runs: pd.DataFrame, reference: str, out: Path) -> str:
-    """The "Across settings" section (``fedcore.pipeline.aggregate.aggregate_section``) over
+    """The "Across settings" section (``fedcore.tracking.aggregate_plots.aggregate_section``) over
     the rows that ran in two or more settings and the settings they all share (none: ""); its
     files are written to ``out``."""
-    from fedcore.pipeline.aggregate import aggregate_section
+    from fedcore.tracking.aggregate_plots import aggregate_section
 
     done = runs[runs["status"] == "FINISHED"]
     columns = ["dataset", "alpha"] + [c for c in done.columns if c.startswith("grid:")

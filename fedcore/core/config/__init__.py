@@ -326,13 +326,14 @@ class ExperimentConfig(_Recorded):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-PACKAGED_CONFIGS = Path(__file__).resolve().parent / "_configs"  # configs/ inside a wheel
+PACKAGE_DIR = Path(__file__).resolve().parents[2]  # fedcore/ (this file: fedcore/core/config/)
+PACKAGED_CONFIGS = PACKAGE_DIR / "_configs"  # configs/ inside a wheel
 
 
 def checkout_root() -> Path | None:
     """The source checkout this package runs from (configs/ and pyproject.toml beside the
     package), or None for an installed wheel."""
-    here = Path(__file__).resolve().parent.parent
+    here = PACKAGE_DIR.parent
     return here if (here / "configs").is_dir() and (here / "pyproject.toml").is_file() else None
 
 

@@ -1,7 +1,7 @@
 """The code digest: one short hash of the source that determines a run's numbers.
 
-It covers every ``.py`` file of the ``fedcore`` package and of the ``flows`` package next to it
-(relative path and bytes, in sorted order) plus the torch and numpy versions. The files are
+It covers every ``.py`` file of the ``fedcore`` package, its Prefect flows included (relative
+path and bytes, in sorted order) plus the torch and numpy versions. The files are
 found from ``fedcore.__file__``, so an editable checkout, a clean clone of the same commit and
 an installed wheel give the same digest. Tests, docs, configs and README are not part of it (a
 config's effect is in the run's config hash). Runs carry it as the tag ``fedcore.code_digest``
@@ -27,7 +27,7 @@ import fedcore
 if TYPE_CHECKING:
     from fedcore.core.config import ExperimentConfig
 
-PACKAGES = ("fedcore", "flows")
+PACKAGES = ("fedcore",)
 LIBRARIES = ("torch", "numpy")
 LENGTH = 12  # hex characters kept
 
