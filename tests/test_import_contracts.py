@@ -18,20 +18,39 @@ COMPONENTS = ("fedcore.core.aggregators", "fedcore.core.clients", "fedcore.core.
               "fedcore.core.round.simulation", "fedcore.core.data", "fedcore.core.models")
 
 
-def _layers() -> list[str]:
+def _contract(name: str) -> dict[str, object]:
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     config = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["importlinter"]
-    [layers] = [c for c in config["contracts"] if c["type"] == "layers"]
-    return [str(layer) for layer in layers["layers"]]
+    [contract] = [c for c in config["contracts"] if c["id"] == name]
+    return dict(contract)
+
+
+def _listed(contract: dict[str, object]) -> set[str]:
+    layers = contract["layers"]
+    assert isinstance(layers, list)
+    return {m.strip("() ") for layer in layers for m in re.split(r"[|:]", str(layer))}
+
+
+def _children(folder: Path, prefix: str) -> set[str]:
+    found = {f"{prefix}.{p.stem}" for p in folder.glob("*.py") if p.stem != "__init__"}
+    return found | {f"{prefix}.{p.parent.name}" for p in folder.glob("*/__init__.py")}
 
 
 def test_every_module_of_the_package_has_a_layer() -> None:
-    """A new top-level module or package must be placed in a layer (else the contract cannot
-    keep it from importing an edge or a component)."""
-    listed = {m.strip("() ") for layer in _layers() for m in re.split(r"[|:]", layer)}
-    present = {f"fedcore.{p.stem}" for p in ROOT.glob("*.py") if p.stem != "__init__"}
-    present |= {f"fedcore.{p.parent.name}" for p in ROOT.glob("*/__init__.py")}
-    assert sorted(present - listed) == []
+    """A new top-level module or package of fedcore, or a new package or module of the core,
+    must be placed in a layer (else the contracts cannot keep it from importing upwards)."""
+    assert sorted(_children(ROOT, "fedcore") - _listed(_contract("edges"))) == []
+    core = _contract("core-layers")
+    assert core["containers"] == ["fedcore.core"]
+    core_listed = {f"fedcore.core.{name}" for name in _listed(core)}
+    assert sorted(_children(ROOT / "core", "fedcore.core") - core_listed) == []
+
+
+def test_the_package_top_level_holds_only_the_entry_modules() -> None:
+    """fedcore/ holds the core and the edges as packages; its only modules are the entry points
+    (the CLI's ``__main__``, the library API ``api``)."""
+    modules = sorted(p.stem for p in ROOT.glob("*.py"))
+    assert modules == ["__init__", "__main__", "api"]
 
 
 def test_the_schema_imports_no_component_and_no_cycle_runs_through_it() -> None:

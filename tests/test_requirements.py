@@ -67,8 +67,11 @@ def test_a_requirement_on_a_key_the_config_lacks_is_a_programming_error() -> Non
 
 def test_components_do_not_see_the_config_schema() -> None:
     """No rule, objective or compressor module names ExperimentConfig (not even for types)."""
-    root = Path(fedcore.__file__).parent
-    named = [str(p.relative_to(root)) for package in ("aggregators", "clients", "compression")
-             for p in (root / package).glob("*.py")
-             if re.search(r"\bExperimentConfig\b|fedcore\.config\b", p.read_text())]
+    root = Path(fedcore.__file__).parent / "core"
+    files = [p for package in ("aggregators", "clients", "compression")
+             for p in (root / package).glob("*.py")]
+    assert len(files) > 20  # the packages are where this test looks
+    # the schema is the config package itself; its component model (registry, ...) is allowed
+    named = [str(p.relative_to(root)) for p in files
+             if re.search(r"\bExperimentConfig\b|fedcore\.core\.config(?![\w.])", p.read_text())]
     assert named == []
