@@ -357,9 +357,10 @@ def methods_page() -> str:
     parts = [
         HEADER.format(src="configs/methods/*.yaml and the registries' HParams classes"),
         "# Methods\n\n"
-        "A method is a client objective, a server rule and an uplink compressor "
-        "([architecture](../explanation/architecture.md)). The shipped methods are the files "
-        "of `configs/methods/`, selected with `method=NAME`; each key of its three parts can "
+        "A method is a client objective, a server rule and an uplink compressor, with "
+        "optionally a client sampler and a chain of stages; a run may add callbacks (the six "
+        "axes of the [architecture](../explanation/architecture.md)). The shipped methods are "
+        "the files of `configs/methods/`, selected with `method=NAME`; each of their keys can "
         "be overridden, e.g. `method.aggregator.server_lr=0.5`. One page per method explains "
         "its maths, caveats and metrics.\n\n"
         "## Shipped methods\n\n"
