@@ -89,3 +89,18 @@ def test_the_parser_reads_nesting_and_lists() -> None:
     assert listed_paths(block) == {"fedcore/", "fedcore/core/", "fedcore/core/a/",
                                    "fedcore/core/b/", "fedcore/api.py", "fedcore/cli/",
                                    "configs/"}
+
+
+def test_the_flows_folder_holds_only_the_deployments_entry_points() -> None:
+    """flows/ is not a package: one file per deployment of prefect.yaml, each giving Prefect
+    the flow of fedcore.flows (what `prefect deploy` and a worker load)."""
+    flows = pytest.importorskip("prefect.flows")
+    deployments = (ROOT / "prefect.yaml").read_text()
+    entries = re.findall(r"entrypoint:\s*(flows/(\w+)\.py:(\w+))", deployments)
+    assert entries
+    assert sorted(p.name for p in (ROOT / "flows").glob("*.py")) == sorted(
+        f"{stem}.py" for _, stem, _ in entries)
+    assert not (ROOT / "flows" / "__init__.py").exists()
+    for entry, stem, name in entries:
+        flow = flows.load_flow_from_entrypoint(str(ROOT / entry))
+        assert (flow.name, flow.fn.__module__) == (name, f"fedcore.flows.{stem}")
