@@ -489,6 +489,3 @@ def failure_line(exc: BaseException) -> str:
         return cause
     return f"run {run_id} failed after round {getattr(exc, 'fedcore_round', '?')}: {cause}"
 
-
-if __name__ == "__main__":
-    sys.exit(main())
