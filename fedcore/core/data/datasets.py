@@ -13,13 +13,15 @@ one-line hint saying where to put which files.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 import numpy as np
 import torch
 
+from fedcore.core.data.arrays import DatasetArrays as DatasetArrays
+from fedcore.core.data.arrays import DatasetUnavailableError as DatasetUnavailableError
+from fedcore.core.data.arrays import normalise_images as normalise_images
 from fedcore.core.data.cifar import read_cifar_batches
 from fedcore.core.data.idx import DataFileError, read_mnist_split
 from fedcore.core.data.synthetic import SYNTHETIC, synthetic_arrays
@@ -34,36 +36,6 @@ DATASET_NAMES = (
     "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet",
     "synthetic_cifar10",
 )
-
-
-@dataclass
-class DatasetArrays:
-    """A dataset as tensors: normalised float32 images (N x C x H x W) and int64 labels.
-
-    Datasets with a natural owner of each sample (FEMNIST's writers) also carry int64 owner ids
-    per sample (``owner_train``, and ``owner_test`` where the test samples have owners too) and
-    the owners' names (``owner_names[id]``); the ``natural`` partition needs ``owner_train``.
-    """
-
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-    num_classes: int
-    name: str
-    owner_train: torch.Tensor | None = None
-    owner_test: torch.Tensor | None = None
-    owner_names: tuple[str, ...] = ()
-
-    @property
-    def in_shape(self) -> tuple[int, int, int]:
-        """Shape of one image, (C, H, W)."""
-        c, h, w = self.x_train.shape[1:]
-        return int(c), int(h), int(w)
-
-
-class DatasetUnavailableError(RuntimeError):
-    """The dataset's files are missing, corrupt or could not be downloaded."""
 
 
 class _Spec(NamedTuple):
@@ -239,15 +211,6 @@ def _to_images(
     """uint8 N x H x W (MNIST) or N x H x W x C (CIFAR) -> normalised float32 N x C x H x W."""
     x = torch.as_tensor(data)
     return normalise_images(x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2), mean, std)
-
-
-def normalise_images(
-    x: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]
-) -> torch.Tensor:
-    """uint8 N x C x H x W -> float32 ``(x / 255 - mean) / std`` per channel, contiguous."""
-    x = x.to(torch.float32).div_(255.0)
-    m, s = (torch.tensor(v, dtype=torch.float32).view(1, -1, 1, 1) for v in (mean, std))
-    return x.sub_(m).div_(s).contiguous()
 
 
 def _to_labels(targets: np.ndarray) -> torch.Tensor:

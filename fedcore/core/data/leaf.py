@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from fedcore.core.config.seeding import numpy_rng
-from fedcore.core.data.datasets import DatasetArrays, DatasetUnavailableError
+from fedcore.core.data.arrays import DatasetArrays, DatasetUnavailableError
 from fedcore.core.data.partition import group_by_owner, split_local
 
 FEMNIST_CLASSES = 62

@@ -22,7 +22,7 @@ import torch
 from torchvision.datasets.folder import pil_loader
 from torchvision.datasets.utils import download_and_extract_archive
 
-from fedcore.core.data.datasets import DatasetArrays, DatasetUnavailableError, normalise_images
+from fedcore.core.data.arrays import DatasetArrays, DatasetUnavailableError, normalise_images
 
 TINY_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
 TINY_MD5 = "90528d7ca1a48142e341f4ef8d21d0de"
