@@ -237,7 +237,7 @@ def load_model(
     Raises:
         LookupError: no such run, or it logged no model.
     """
-    from fedcore.tracking.mlflow_tracker import mlflow_client
+    from fedcore.tracking.client import mlflow_client
     from fedcore.tracking.settings import load_settings
 
     settings = load_settings()

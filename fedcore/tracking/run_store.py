@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from fedcore.core.runtime import faults
 from fedcore.pipeline.env import configure_environment
+from fedcore.tracking.client import mlflow_client as mlflow_client
 from fedcore.tracking.settings import TrackingSettings, load_settings
-from fedcore.tracking.store_setup import store_lock
 
 configure_environment()
 
@@ -33,34 +32,6 @@ if TYPE_CHECKING:
     from fedcore.core.records.client_table import ClientTable
     from fedcore.tracking.models import ModelPackage
     from fedcore.tracking.system_metrics import RunSystemMetrics
-
-_CLIENTS: dict[str, MlflowClient] = {}
-_CLIENTS_LOCK = threading.Lock()
-
-
-def mlflow_client(settings: TrackingSettings | None = None) -> MlflowClient:
-    """An MlflowClient whose calls retry while a shared SQLite store is locked.
-
-    Constructing the client creates or migrates the store's schema; for a SQLite store that
-    happens under :func:`store_lock`, so processes starting together on a new store do not race.
-    One client per tracking URI and process: the runs of a sweep share it (and its store).
-    """
-    from mlflow.tracking import MlflowClient
-
-    from fedcore.tracking.reach import bound_http_retries, hide_credentials
-    from fedcore.tracking.retry import RetryingClient
-
-    bound_http_retries()  # a server that went away: seconds, not minutes
-    settings = settings or load_settings()
-    hide_credentials(settings.tracking_uri)
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get(settings.tracking_uri)
-        if client is None:
-            with store_lock(settings.tracking_uri):
-                client = MlflowClient(tracking_uri=settings.tracking_uri)
-            _CLIENTS[settings.tracking_uri] = client
-    return cast("MlflowClient", RetryingClient(client))  # the same methods, each retried
-
 
 def get_experiment_id(client: MlflowClient, settings: TrackingSettings) -> str:
     """The id of the settings' experiment, created (in MLflow's training view) if missing."""

@@ -1,0 +1,41 @@
+"""The MLflow client of a tracking URI, one per process, whose calls retry while a shared SQLite
+store is locked (what :mod:`fedcore.tracking.run_store` records through, and what loading a
+run's model reads with). MLflow is imported on first use."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, cast
+
+from fedcore.tracking.settings import TrackingSettings, load_settings
+from fedcore.tracking.store_setup import store_lock
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+_CLIENTS: dict[str, MlflowClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def mlflow_client(settings: TrackingSettings | None = None) -> MlflowClient:
+    """An MlflowClient whose calls retry while a shared SQLite store is locked.
+
+    Constructing the client creates or migrates the store's schema; for a SQLite store that
+    happens under :func:`store_lock`, so processes starting together on a new store do not race.
+    One client per tracking URI and process: the runs of a sweep share it (and its store).
+    """
+    from mlflow.tracking import MlflowClient
+
+    from fedcore.tracking.reach import bound_http_retries, hide_credentials
+    from fedcore.tracking.retry import RetryingClient
+
+    bound_http_retries()  # a server that went away: seconds, not minutes
+    settings = settings or load_settings()
+    hide_credentials(settings.tracking_uri)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(settings.tracking_uri)
+        if client is None:
+            with store_lock(settings.tracking_uri):
+                client = MlflowClient(tracking_uri=settings.tracking_uri)
+            _CLIENTS[settings.tracking_uri] = client
+    return cast("MlflowClient", RetryingClient(client))  # the same methods, each retried
