@@ -44,7 +44,8 @@ def _copy_sources(dest: Path) -> Path:
 def _digest_in_subprocess(path: Path) -> str:
     env = {**os.environ, "PYTHONPATH": str(path)}
     done = subprocess.run(
-        [sys.executable, "-c", "from fedcore.core.round import code_digest; print(code_digest.current())"],
+        [sys.executable, "-c",
+         "from fedcore.core.round import code_digest; print(code_digest.current())"],
         env=env, capture_output=True, text=True, check=True, cwd=path,
     )
     return done.stdout.strip()
