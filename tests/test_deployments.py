@@ -260,7 +260,9 @@ def test_cancelling_a_deployed_sweep_stops_its_cells_at_a_round_boundary(stack, 
     sweep_file.write_text(yaml.safe_dump({
         "name": "cancelled",
         "grid": {"seed": [0, 1]},
-        "set": {"rounds": 400, "model.name": "mlp", "dataset.num_clients": 6,
+        # rounds enough that the cancel lands mid-run: a round's metrics reach the store up to
+        # 2 s after it ended (METRICS_EVERY_S), and the cancel comes after the first of them
+        "set": {"rounds": 4000, "model.name": "mlp", "dataset.num_clients": 6,
                 "clients_per_round": 2, "local.epochs": 1, "local.steps": 2},
     }))
     (dep,) = [d for d in _api(api, "/deployments/filter", {}) if d["name"] == "sweep"]
@@ -298,7 +300,7 @@ def test_cancelling_a_deployed_sweep_stops_its_cells_at_a_round_boundary(stack, 
     assert len(cells) == 1  # the queued cell never started
     for run in cells:
         rounds = len(client.get_metric_history(run.info.run_id, "train/loss"))
-        assert run.info.status == "KILLED" and 0 < rounds < 400, (run.info.status, rounds)
+        assert run.info.status == "KILLED" and 0 < rounds < 4000, (run.info.status, rounds)
         assert run.data.tags["failure_reason"] == (
             f"StopRequested: stopped by SIGTERM after round {rounds}")
     (parent,) = client.search_runs([exp_id], "tags.`fedcore.role` = 'sweep' "

@@ -28,7 +28,7 @@ GENERIC = [
     "fedcore/core/compression/base.py",
     "fedcore/core/callbacks/__init__.py",
     "fedcore/core/callbacks/base.py",
-    "fedcore/core/callbacks/chain.py",
+    "fedcore/core/callbacks/dispatch.py",
     "fedcore/core/clients/template.py",
     "fedcore/core/records/__init__.py",
     "fedcore/core/clients/plan.py",

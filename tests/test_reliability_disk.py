@@ -68,7 +68,9 @@ def test_store_filling_mid_run_is_one_line(capfd, monkeypatch, tmp_path, small_d
             fill(small_disk)
 
     monkeypatch.setattr(ProgressBar, "on_round_end", full_after_round_1)
-    from fedcore.tracking import load_settings
+    from fedcore.tracking import load_settings, mlflow_tracker
+
+    monkeypatch.setattr(mlflow_tracker, "METRICS_EVERY_S", 0.0)  # each round handed over
     from fedcore.tracking.mlflow_tracker import mlflow_client
 
     mlflow_client(load_settings())  # the store's schema, then no free page left inside it:

@@ -91,7 +91,7 @@ def unset_malloc_trim() -> None:
     threshold, so each tensor of 128 KiB or more is mapped, faulted in and zeroed anew at every
     step: a main-job cell trained 1.2-1.4x slower on a worker than in the flow's process
     (``benchmarks/worker_malloc.py``). Workers started elsewhere (``--dask-address``) need the
-    same (docs/how-to/scale-out.md)."""
+    same (docs/how-to/sweeps.md)."""
     import dask
 
     dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None})

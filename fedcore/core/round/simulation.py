@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from fedcore.core.callbacks import Callback
-from fedcore.core.callbacks import chain as callback_chain
+from fedcore.core.callbacks import dispatch as callback_dispatch
 from fedcore.core.callbacks.signals import SignalStop
 from fedcore.core.clients import Commit, LocalSchedule
 from fedcore.core.compose import assembly as compose
@@ -54,13 +54,13 @@ class Simulation:
         the config or its hash. ``data`` (own data, see ``fedcore.core.data.own``) and ``model``
         (an ``nn.Module``, a class or a factory) replace the config's; ``self.cfg`` then records
         them (name, source, digest), so its hash is theirs. ``builtins`` replaces built-in
-        callbacks by name (None turns one off; ``fedcore.core.callbacks.chain.BUILTINS``)."""
+        callbacks by name (None turns one off; ``fedcore.core.callbacks.dispatch.BUILTINS``)."""
         parts = compose.assemble(cfg, data, device, model)
         self.cfg, self.device, self.data = parts.cfg, parts.device, parts.data
         if is_opaque(model):  # a lambda, closure, bound method: recorded by what it built
             self.cfg = with_initial_weights(self.cfg, parts.model)
         self.callbacks = list(callbacks)
-        self.builtins = callback_chain.builtins(self.cfg.target_accuracy, builtins,
+        self.builtins = callback_dispatch.builtins(self.cfg.target_accuracy, builtins,
                                                 self.cfg.last_k)
         # clients never sampled for training (dataset.holdout_clients), and those that may be
         self.held_out = held_out_clients(self.cfg.dataset, self.cfg.seed, self.data.num_clients)
@@ -199,7 +199,7 @@ class Simulation:
     def run(self, order_fn: Callable[[list[int]], list[int]] | None = None) -> Result:
         """Run all remaining rounds; rounds are numbered 1..R (the MLflow step).
 
-        Each round: sample, play, then the callbacks (``fedcore.core.callbacks.chain``). A
+        Each round: sample, play, then the callbacks (``fedcore.core.callbacks.dispatch``). A
         callback's ``finish`` (converged) ends the run after that round as finished, with
         ``result.converged`` saying why. A callback's stop pauses the run after that round:
         the round is recorded and checkpointed
@@ -208,10 +208,10 @@ class Simulation:
         (``fedcore.core.runtime.stopping``, e.g. SIGTERM) ends it the same way but then raises
         ``fedcore.core.runtime.stopping.StopRequested`` instead of finishing."""
         signal = SignalStop()
-        components = callback_chain.contributed(
+        components = callback_dispatch.contributed(
             [self.client_algo, self.aggregator, self.compressor]
         ) + list(self.configured)
-        self.run_callbacks = callback_chain.chain(
+        self.run_callbacks = callback_dispatch.chain(
             self.builtins, components, self.callbacks, signal
         )
         result = Result(
@@ -230,7 +230,7 @@ class Simulation:
             self.round = r
             record = RoundRecord(r, outcome.metrics, self.view, sampled, outcome.client_values)
             result.history.append({"round": r, **outcome.metrics})
-            callback_chain.end_round(
+            callback_dispatch.end_round(
                 self.run_callbacks, record, result.history[-1], result.client_tables
             )
             if record.checkpoint:  # a callback's verdict (the built-in checkpoint's)
@@ -244,7 +244,7 @@ class Simulation:
                 break
         if signal.reason is not None and result.stopped is not None:
             raise stopping.StopRequested(signal.reason)
-        callback_chain.end_run(self.run_callbacks, result)
+        callback_dispatch.end_run(self.run_callbacks, result)
         if self.cfg.checkpoint_every and result.stopped is None:
             checkpoint.remove(checkpoint.run_folder(self.cfg))
         return result
