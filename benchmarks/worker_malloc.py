@@ -4,7 +4,7 @@ Dask starts each worker process with ``MALLOC_TRIM_THRESHOLD_=65536``
 (``distributed.nanny.pre-spawn-environ``). Setting it turns off glibc's adaptive mmap threshold,
 so every allocation of 128 KiB or more (the MLP's 200x200 weight, its gradient, the flat
 parameter vectors) is mapped, faulted in and zeroed again at every step. fedcore's own
-LocalCluster leaves it unset (``fedcore.flows.runners.unset_malloc_trim``).
+LocalCluster leaves it unset (``fedcore.flows.runners.lean_workers``).
 
 Each measure is a fresh process that trains ``--cells`` cells of the main job
 (``configs/sweeps/main.yaml``, look 1, spread over its rows) after one warm-up cell, untracked,

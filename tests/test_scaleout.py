@@ -153,15 +153,19 @@ def test_dropout_cells_in_parallel_threads_equal_cells_run_alone(engine):
     assert [h["train/loss"] for h in alone[1]] == [h["train/loss"] for h in parallel[1]]
 
 
-def _worker_malloc_setting() -> str | None:
+def _worker_settings() -> tuple[str | None, bool]:
     import os
 
-    return os.environ.get("MALLOC_TRIM_THRESHOLD_")
+    import dask
+
+    return (os.environ.get("MALLOC_TRIM_THRESHOLD_"),
+            dask.config.get("distributed.worker.profile.enabled"))
 
 
 def test_local_cluster_workers_start_without_dasks_malloc_trim_setting():
     """Dask gives its workers MALLOC_TRIM_THRESHOLD_=65536 (1.2-1.4x slower training,
-    benchmarks/worker_malloc.py); the LocalCluster of a dask sweep starts them without it."""
+    benchmarks/worker_malloc.py) and a statistical profiler; the LocalCluster of a dask sweep
+    starts them with neither."""
     import dask
     from distributed import Client, LocalCluster
 
@@ -171,4 +175,4 @@ def test_local_cluster_workers_start_without_dasks_malloc_trim_setting():
     make_task_runner("dask", 1)
     with (LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                        dashboard_address=None) as cluster, Client(cluster) as client):
-        assert client.submit(_worker_malloc_setting).result() is None
+        assert client.submit(_worker_settings).result() == (None, False)

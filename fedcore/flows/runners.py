@@ -84,17 +84,22 @@ def worker_env(api_url: str | None = None) -> dict[str, str]:
     return env
 
 
-def unset_malloc_trim() -> None:
-    """Start this process's Dask workers without ``MALLOC_TRIM_THRESHOLD_``.
+def lean_workers() -> None:
+    """Start this process's Dask workers without two of Dask's defaults that cost cells time.
 
-    Dask sets it (65536) in every worker it spawns; glibc then turns off its dynamic mmap
-    threshold, so each tensor of 128 KiB or more is mapped, faulted in and zeroed anew at every
-    step: a main-job cell trained 1.2-1.4x slower on a worker than in the flow's process
-    (``benchmarks/worker_malloc.py``). Workers started elsewhere (``--dask-address``) need the
-    same (docs/how-to/sweeps.md)."""
+    * ``MALLOC_TRIM_THRESHOLD_`` (65536 in every worker Dask spawns): glibc then turns off its
+      adaptive mmap threshold, so each tensor of 128 KiB or more is mapped, faulted in and
+      zeroed anew at every step; a main-job cell trained 1.2-1.4x slower on a worker than in
+      the flow's process (``benchmarks/worker_malloc.py``).
+    * The statistical profiler (``distributed.worker.profile``): it samples the task thread's
+      stack 100 times a second for the dashboard, which fedcore's LocalCluster does not serve;
+      it took 14 % of the workers' CPU in a 21-cell sweep.
+
+    Workers started elsewhere (``--dask-address``) need the same (docs/how-to/sweeps.md)."""
     import dask
 
-    dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None})
+    dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                     "distributed.worker.profile.enabled": False})
 
 
 def make_task_runner(
@@ -108,7 +113,7 @@ def make_task_runner(
         return ThreadPoolTaskRunner(max_workers=workers)
     from prefect_dask.task_runners import DaskTaskRunner
 
-    unset_malloc_trim()
+    lean_workers()
     if dask_address:
         return DaskTaskRunner(address=dask_address)
     return DaskTaskRunner(
