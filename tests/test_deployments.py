@@ -260,8 +260,8 @@ def test_cancelling_a_deployed_sweep_stops_its_cells_at_a_round_boundary(stack, 
     sweep_file.write_text(yaml.safe_dump({
         "name": "cancelled",
         "grid": {"seed": [0, 1]},
-        # rounds enough that the cancel lands mid-run: a round's metrics reach the store up to
-        # 2 s after it ended (METRICS_EVERY_S), and the cancel comes after the first of them
+        # rounds enough that the cancel lands mid-run (later rounds' metrics reach the store in
+        # batches, METRICS_EVERY_S; the first round's at once, and the cancel follows it)
         "set": {"rounds": 4000, "model.name": "mlp", "dataset.num_clients": 6,
                 "clients_per_round": 2, "local.epochs": 1, "local.steps": 2},
     }))

@@ -104,9 +104,10 @@ def test_cli_exit_code_2_without_traceback(tracking):
 
 
 def test_short_rounds_reach_the_store_in_one_batch_and_all_of_them(tracking, monkeypatch):
-    """Rounds shorter than METRICS_EVERY_S are handed to MLflow together (one log_batch for
-    the run's rounds, not one per round), and none is missing at the run's end; with the
-    interval at 0 every round is its own batch again."""
+    """The run's first round reaches MLflow at once (the run shows as training); later rounds
+    shorter than METRICS_EVERY_S are handed over together (one log_batch, not one per round),
+    and none is missing at the run's end; with the interval at 0 every round is its own batch
+    again."""
     from fedcore.tracking import mlflow_tracker
     from fedcore.tracking.run_store import MlflowRunStore
 
@@ -121,7 +122,7 @@ def test_short_rounds_reach_the_store_in_one_batch_and_all_of_them(tracking, mon
     monkeypatch.setattr(mlflow_tracker, "METRICS_EVERY_S", 3600.0)
     cfg = load_config(None, [*TINY, "rounds=4"])
     run_id, _ = run_tracked(cfg)
-    assert batches == [{1, 2, 3, 4}, {4}]  # the four rounds, then the summary at round 4
+    assert batches == [{1}, {2, 3, 4}, {4}]  # round 1, the other rounds, the summary
     client = MlflowClient(tracking.tracking_uri)
     assert [m.step for m in client.get_metric_history(run_id, "test/accuracy")] == [1, 2, 3, 4]
     batches.clear()

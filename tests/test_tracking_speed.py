@@ -57,9 +57,10 @@ def _killed_at_7(tmp_path: Path, every_s: float, slow_round: int) -> None:
 
 
 def test_rounds_older_than_the_hand_over_interval_survive_a_kill(tracking, tmp_path):
-    """Rounds 1-4 are short; round 5 lasts longer than METRICS_EVERY_S, so rounds 1-5 are
-    handed over together at its end; 6 and 7 wait for the next hand-over when SIGKILL comes:
-    the store has exactly rounds 1-5, each with all its metrics."""
+    """Round 1 is handed over at once; rounds 2-4 are short; round 5 lasts longer than
+    METRICS_EVERY_S, so rounds 2-5 are handed over together at its end; 6 and 7 wait for the
+    next hand-over when SIGKILL comes: the store has exactly rounds 1-5, each with all its
+    metrics."""
     _killed_at_7(tmp_path, 1.0, 5)
     db = tracking.tracking_uri.removeprefix("sqlite:///")
     with sqlite3.connect(db) as con:

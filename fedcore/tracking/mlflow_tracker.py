@@ -133,7 +133,8 @@ class MLflowTracker(Callback):
     Dask workers; ``parent_run_id`` nests the run under a sweep or a study.
 
     Writes stay off the training path: params and the rounds' metrics go to a background
-    writer thread, one write in flight at most. Rounds are handed over together, at most
+    writer thread, one write in flight at most. The run's first round is handed over at once
+    (the run shows in the store as training); later rounds together, at most
     :data:`METRICS_EVERY_S` seconds after the first of them ended (one MLflow batch for many
     short rounds costs a third of one batch per round), so a killed process loses at most the
     rounds of its last seconds, which a resumed run logs again from its checkpoint; an
@@ -160,6 +161,7 @@ class MLflowTracker(Callback):
         self._pending: Future[None] | None = None  # the last write handed to the metrics writer
         self._rounds: list[tuple[dict[str, float], int]] = []  # ended, not yet handed over
         self._first_waiting = 0.0  # when the oldest of them ended (time.monotonic)
+        self._handed_over = False  # whether a round of this process's run went to the writer
         self.store = MlflowRunStore(self.settings)
         if figures:  # matplotlib imported by a helper process while the run trains (after a
             figure_helper.start()  # new store's schema: not competing with its migrations)
@@ -282,7 +284,8 @@ class MLflowTracker(Callback):
         if not self._rounds:
             self._first_waiting = time.monotonic()
         self._rounds.append((dict(record.metrics), record.round))
-        if time.monotonic() - self._first_waiting >= METRICS_EVERY_S:
+        if not self._handed_over or time.monotonic() - self._first_waiting >= METRICS_EVERY_S:
+            self._handed_over = True  # the run's first round goes at once
             self._hand_over_rounds()
         run = self._run
         name = getattr(run, "engine_name", None)
