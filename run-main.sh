@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/setup.sh
-.venv/bin/fedcore sweep configs/sweeps/main.yaml --runner dask --workers 3 "$@"
+.venv/bin/fedcore sweep configs/sweeps/main.yaml --runner dask --workers "$(nproc)" "$@"
 .venv/bin/fedcore report configs/sweeps/main.yaml "$@"
 cat <<MSG
 

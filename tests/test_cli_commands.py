@@ -105,7 +105,7 @@ def test_the_exit_skips_the_final_garbage_collection_once_registered():
 
 
 def test_overrides_may_follow_the_options_as_run_main_passes_them():
-    """`./run-main.sh rounds=5` runs `fedcore sweep main.yaml --runner dask --workers 3
+    """`./run-main.sh rounds=5` runs `fedcore sweep main.yaml --runner dask --workers "$(nproc)"
     rounds=5`: the overrides after the options are the sweep's, and a stray option is still
     refused."""
     import pytest

@@ -166,6 +166,18 @@ def test_family_rows_must_exist_and_looks_add_only_open_rows(tmp_path):
     assert len(spec.cells) == 8 and len(spec.cells_for_look(0)) == 4
     assert {c.config.seed for c in spec.cells_for_look(1, {"fedavg"})} == {2, 3}
     assert {c.row for c in spec.cells_for_look(1, {"fedavg"})} == {"fedavg"}
+
+
+def test_a_later_look_adds_seeds_only_at_the_alpha_the_family_judges(tmp_path):
+    spec = load_sweep(_sweep(tmp_path, "alphas", {
+        "seeds": {"looks": [2, 3]}, "grid": {"method": ["fedavg", "krum"],
+                                            "dataset.alpha": [0.1, 1.0]},
+        "families": [{"name": "f", "reference": "fedavg", "baselines": ["krum"],
+                      "alpha": 0.1}]}))
+    assert {c.config.dataset.alpha for c in spec.cells_for_look(0)} == {0.1, 1.0}
+    later = spec.cells_for_look(1, {"fedavg", "krum"})
+    assert len(later) == 2 and {c.config.dataset.alpha for c in later} == {0.1}
+    assert len(spec.cells_for_look(1, None)) == 4  # no family decided yet: every row
     with pytest.raises(ConfigError, match="no grid or set may list `seed`"):
         load_sweep(_sweep(tmp_path, "s3", {"seeds": [0, 1], "grid": {
             "method": ["fedavg"], "seed": [0]}}))
@@ -180,7 +192,7 @@ def test_the_main_job_asks_the_five_papers_questions():
     assert methods <= {c.config.method.name for c in spec.cells}  # every method stays in it
     tuned = [f for f in spec.families if any("(tuned)" in r for r in f.rows)]
     assert all(all("(tuned)" in r for r in f.rows) for f in tuned)  # tuned against tuned
-    assert spec.seed_plan.looks == (3,)  # one look: the 5-minute showcase (see the file)
+    assert spec.seed_plan.looks == (3, 5)  # looks fixed in advance (see the file)
     assert np.isclose(next(f.alpha for f in spec.families if f.name == "fedquad") or 0, 0.3)
 
 

@@ -104,25 +104,27 @@ def test_cli_rejects_bad_runner_options_with_exit_2(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_gpu_limit_is_sized_to_gpus_or_cpu_workers(prefect_harness):
-    from prefect.client.orchestration import get_client
+def test_a_sweep_on_its_own_prefect_server_sets_no_gpu_limit(tmp_path):
+    """A ``gpu`` tag limit as large as the pool made every cell wait for the slot its
+    predecessor was releasing (benchmarks/prefect_handoff.py); the flow sets none, and GPU seats
+    are kept by device locks. The temporary server's database is read after the sweep."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
 
-    from fedcore.flows.runners import GPU_TAG, gpu_slots, set_gpu_limit
-
-    assert gpu_slots(workers=3, cells_per_gpu=2, num_gpus=0) == 3
-    assert gpu_slots(workers=1, cells_per_gpu=2, num_gpus=4) == 8
-    try:
-        set_gpu_limit(gpu_slots(workers=1, cells_per_gpu=1, num_gpus=2))
-        set_gpu_limit(gpu_slots(workers=1, cells_per_gpu=3, num_gpus=2))  # resized, not added
-        with get_client(sync_client=True) as client:
-            limit = client.read_concurrency_limit_by_tag(GPU_TAG)
-            assert limit.concurrency_limit == 6
-            assert [c.tag for c in client.read_concurrency_limits(limit=100, offset=0)].count(
-                GPU_TAG
-            ) == 1
-    finally:
-        with get_client(sync_client=True) as client:
-            client.delete_concurrency_limit_by_tag(GPU_TAG)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+           "FEDCORE_ARTIFACT_LOCATION": str(tmp_path / "artifacts"),
+           "PREFECT_HOME": str(tmp_path / "prefect"), "PYTHONPATH": str(root)}
+    env.pop("PREFECT_API_URL", None)
+    done = subprocess.run([sys.executable, "-m", "fedcore", "sweep", str(_sweep_file(tmp_path)),
+                           "rounds=1"], env=env, cwd=root, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with sqlite3.connect(tmp_path / "prefect" / "prefect.db") as db:
+        limits = [name for (name,) in db.execute("select name from concurrency_limit_v2")]
+    assert "tag:gpu" not in limits
 
 
 @pytest.mark.slow

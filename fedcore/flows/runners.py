@@ -1,4 +1,4 @@
-"""Where sweep cells run: a thread pool or a Dask cluster, and the `gpu` tag concurrency limit.
+"""Where sweep cells run: a thread pool or a Dask cluster.
 
 Prefect is imported lazily, so the CLI can check runner options before Prefect starts.
 """
@@ -9,7 +9,6 @@ import os
 from typing import TYPE_CHECKING
 
 from fedcore.core.config import ConfigError
-from fedcore.core.runtime.device_check import gpu_count
 
 if TYPE_CHECKING:
     from prefect.task_runners import TaskRunner
@@ -130,26 +129,11 @@ def make_task_runner(
     )
 
 
-def gpu_slots(workers: int, cells_per_gpu: int, num_gpus: int | None = None) -> int:
-    """Cells allowed to run at once: GPUs x cells_per_gpu, or ``workers`` on a CPU machine."""
-    n = gpu_count() if num_gpus is None else num_gpus
-    return n * cells_per_gpu if n > 0 else workers
-
-
 def is_ephemeral() -> bool:
     """True when no Prefect server is configured (Prefect starts a temporary local one)."""
     from prefect.settings import PREFECT_API_URL
 
     return not PREFECT_API_URL.value()
-
-
-def set_gpu_limit(slots: int) -> None:
-    """Create or resize the `gpu` tag concurrency limit (what `prefect concurrency-limit create
-    gpu N` does on a real server)."""
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        client.create_concurrency_limit(tag=GPU_TAG, concurrency_limit=slots)
 
 
 def current_api_url() -> str:

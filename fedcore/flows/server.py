@@ -1,16 +1,21 @@
 """A temporary Prefect server owned by this process, for sweeps and studies run without one.
 
 Prefect starts its own temporary server when no ``PREFECT_API_URL`` is set, but a parent killed
-with SIGKILL leaves it running, and the ``gpu`` tag slots that the killed run held stay taken
+with SIGKILL leaves it running, and tag concurrency slots that the killed run held stay taken
 in the database under ``PREFECT_HOME`` (their leases lived in the dead server's memory), so the
-next sweep waits for them forever. :func:`prefect_api` instead starts the server here:
+next sweep would wait for them forever. :func:`prefect_api` instead starts the server here:
 
 * the server asks for ``PR_SET_PDEATHSIG`` (Linux): the kernel kills it when this process dies;
 * it runs in its own session, so a Ctrl-C in the terminal (SIGINT to the whole foreground
   process group) reaches only fedcore, whose stop still needs the server, and not the server;
 * every process running through such a server holds a shared ``flock`` on
   ``PREFECT_HOME/temporary-servers.lock``; a process that can take it exclusively is the only
-  one using that database, so any ``gpu`` slots still held are stale and the limit is reset.
+  one using that database, so a ``gpu`` tag limit found there is dropped with its slots.
+
+fedcore sets no ``gpu`` limit on a server of its own: with as many slots as cells run at once,
+each cell waited about 2 s for the slot its predecessor on the worker was releasing
+(``benchmarks/prefect_handoff.py``), and GPU seats are kept by device locks
+(:mod:`fedcore.pipeline.devices`). Older fedcore versions set one; it is dropped here.
 """
 
 from __future__ import annotations
@@ -127,7 +132,7 @@ def _hold_home_lock() -> tuple[int, bool]:
 
 
 def reclaim_gpu_slots() -> None:
-    """Drop the ``gpu`` tag limit with whatever slots it holds (the flow re-creates it)."""
+    """Drop the ``gpu`` tag limit with whatever slots it holds (the module docstring)."""
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 

@@ -26,10 +26,8 @@ from fedcore.flows.runners import (
     GPU_TAG,
     check_runner,
     current_api_url,
-    gpu_slots,
     is_ephemeral,
     make_task_runner,
-    set_gpu_limit,
 )
 from fedcore.flows.server import owns_server
 from fedcore.flows.stopping import hold_sigterm, relay_stop_to_dask, stopped_state, watch_dask_event
@@ -218,10 +216,9 @@ def sweep(
     SIGTERM or SIGINT stops it: no new cell starts, the cells in flight end after their current
     round (runs KILLED), and the flow run ends Cancelled; running it again resumes.
 
-    Cells carry the ``gpu`` tag; without a Prefect server (Prefect's temporary one, or the one
-    :func:`fedcore.flows.server.prefect_api` started) the flow sizes that tag's limit itself
-    (GPUs x ``cells_per_gpu``, or ``max_workers`` on CPU); each cell holds its own GPU while it
-    runs.
+    Each cell holds its own GPU seat while it runs (``cells_per_gpu`` cells per GPU; device
+    locks, :mod:`fedcore.pipeline.devices`). Cells carry the ``gpu`` tag, so that a Prefect
+    server's ``gpu`` tag limit caps them across flows; the flow sets no such limit itself.
 
     Args:
         sweep_file: the sweep YAML ({name, base, grid, set}).
@@ -248,7 +245,6 @@ def sweep(
             print(note)
     api_url = None
     if is_ephemeral() or owns_server():
-        set_gpu_limit(gpu_slots(max_workers, cells_per_gpu))
         api_url = current_api_url()
         if dask_address:
             print(

@@ -70,11 +70,23 @@ class SweepSpec:
 
     def cells_for_look(self, look: int, rows: set[str] | None = None) -> list[Cell]:
         """The cells that look ``look`` (0-based) adds: its new seeds, for ``rows`` (None: every
-        row; rows in no family run only the first look's seeds)."""
+        row) at the alphas their families judge them; a row at an alpha no family judges (an
+        exploratory row) runs only the first look's seeds."""
         plan = self.seed_plan
         new = set(plan.at(look)) - (set(plan.at(look - 1)) if look else set())
         return [c for c in self.cells if c.config.seed in new
-                and (look == 0 or rows is None or c.row in rows)]
+                and (look == 0 or rows is None or (c.row in rows and self.judged(c)))]
+
+    def planned(self, cell: Cell) -> bool:
+        """Whether some look may run ``cell``: the first look's seeds run every row; later
+        looks' seeds only rows a family judges at that alpha (every row without families)."""
+        return (cell.config.seed in self.seed_plan.at(0) or not self.families
+                or self.judged(cell))
+
+    def judged(self, cell: Cell) -> bool:
+        """Whether a declared family compares ``cell``'s row at the cell's alpha."""
+        return any(cell.row in f.rows and f.alpha in (None, cell.config.dataset.alpha)
+                   for f in self.families)
 
     def duplicates_note(self) -> str | None:
         """One line on the grid points run once as another cell (None if none)."""

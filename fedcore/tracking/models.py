@@ -23,6 +23,7 @@ installed), not the store's files. ``mlflow.pytorch.load_model`` on the same run
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.metadata
 import logging
 import tempfile
@@ -94,6 +95,12 @@ def global_model(sim: RunView) -> torch.nn.Module:
 def requirements() -> list[str]:
     """The model's pip requirements, pinned to this environment (given explicitly: MLflow's
     inference of them imports and scans the environment, seconds per run)."""
+    return list(_pins())
+
+
+@functools.cache
+def _pins() -> tuple[str, ...]:
+    """:func:`requirements`, read once per process (each lookup scans site-packages)."""
     from fedcore import __version__
 
     pins = []
@@ -102,7 +109,7 @@ def requirements() -> list[str]:
             pins.append(f"{name}=={importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:  # torch built from source, say
             pins.append(name)
-    return [*pins, f"fedcore=={__version__}"]
+    return (*pins, f"fedcore=={__version__}")
 
 
 _SAVE_LOCK = threading.Lock()

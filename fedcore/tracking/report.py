@@ -116,6 +116,7 @@ def sweep_runs(
                                     if any(k.startswith(f"{part}.") for k in cell.overrides)})
         row = {
             "run_id": run.info.run_id,
+            "artifact_uri": run.info.artifact_uri,
             "config_hash": h,
             "row": cell.row,
             "method": cfg.method.name,
@@ -445,8 +446,15 @@ def accuracy_vs_gb_png(
     plt.close(fig)
 
 
-def _final_client_accuracy(client: MlflowClient, run_id: str, tmp: Path) -> np.ndarray:
-    local = client.download_artifacts(run_id, "per_client.parquet", str(tmp))
+def _final_client_accuracy(artifact_uri: str, tmp: Path) -> np.ndarray:
+    """The last evaluated round's per-client accuracies, read from the run's artifact folder
+    (its URI straight away: a ``runs:/`` download first searches the run's logged models)."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    repository = get_artifact_repository(artifact_uri)
+    local = repository.download_artifacts(  # type: ignore[no-untyped-call]
+        "per_client.parquet", str(tmp))
     frame = pd.read_parquet(local)
     last = frame[frame["round"] == frame["round"].max()]
     accuracy: np.ndarray = last["accuracy"].dropna().to_numpy()
@@ -514,7 +522,8 @@ def build_report(
              + markdown_table(pretty) + "\n\n" + explanation(reference, spec) + "\n")
     finished = runs[runs["status"] == "FINISHED"]
     with tempfile.TemporaryDirectory() as tmp:
-        finals = {r: _final_client_accuracy(client, r, Path(tmp) / r) for r in ids}
+        finals = {r: _final_client_accuracy(uri, Path(tmp) / r) for r, uri in zip(
+            runs["run_id"], runs["artifact_uri"], strict=True) if r in ids}
     compressed = finished["compressor"] != "none"
     sent_runs = finished[compressed | (finished["method"].isin(["fedavg"]) & finished[
         "alpha"].isin(finished.loc[compressed, "alpha"]))] if compressed.any() else None
@@ -668,7 +677,8 @@ def counts_line(spec: SweepSpec, runs: pd.DataFrame, outcomes: list[FamilyOutcom
     failed = int((runs["status"] != "FINISHED").sum())
     open_rows = rows_to_run(outcomes)
     first = set(spec.seed_plan.at(0))
-    pending = [c for c in spec.cells if c.config.config_hash() not in done]
+    planned = [c for c in spec.cells if spec.planned(c)]
+    pending = [c for c in planned if c.config.config_hash() not in done]
     needed = [c for c in pending if c.config.seed in first or c.row in open_rows]
     skipped = len(pending) - len(needed)
     parts = [f"{finished} finished", f"{failed} diverged or failed (kept in their rows)"]
@@ -676,7 +686,7 @@ def counts_line(spec: SweepSpec, runs: pd.DataFrame, outcomes: list[FamilyOutcom
         parts.append(f"{skipped} not needed (their comparisons were decided at an earlier look)")
     if needed:
         parts.append(f"{len(needed)} not yet run")
-    return f"{len(spec.cells)} cells planned: " + ", ".join(parts) + "."
+    return f"{len(planned)} cells planned: " + ", ".join(parts) + "."
 
 
 def early_text(runs: pd.DataFrame) -> str:
