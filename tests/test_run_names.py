@@ -15,14 +15,15 @@ def test_no_two_cells_of_the_main_job_share_a_run_name():
     spec = load_sweep(config_dir() / "sweeps" / "main.yaml")
     ids = cell_identities(spec.cells)
     names = [i["run_name"] for i in ids]
-    assert len(set(names)) == len(names) == len(spec.cells) == 123
+    assert len(set(names)) == len(names) == len(spec.cells) == 41 * 5  # 41 rows, seeds 0-4
     assert len({i["cell"] for i in ids}) == len(ids)
-    # CRAFT at its paper step and tuned: two names, two variants of 3 seeds each
+    # CRAFT at its paper step and tuned: two names, two variants of 5 seeds each
     assert "craft-digits-a0.1-s0" in names and "craft-digits-a0.1-s0 server_lr=0.7459" in names
     variants = Counter(i["variant"] for i in ids)
-    assert variants["craft-digits-a0.1"] == variants["craft-digits-a0.1 server_lr=0.7459"] == 3
-    assert variants["fedavg-digits-a0.1 server_lr=0.9485 lr=0.2778"] == 3
-    assert set(variants.values()) == {3}  # a variant is one row over the 3 seeds
+    assert variants["craft-digits-a0.1"] == variants["craft-digits-a0.1 server_lr=0.7459"] == 5
+    assert variants["fedavg-digits-a0.1 server_lr=0.9485 lr=0.2778"] == 5
+    assert set(variants.values()) == {5}  # a variant is one row over the plan's 5 seeds
+    assert len(spec.cells_for_look(0)) == 123  # the first look: every row at seeds 0-2
 
 
 def test_names_take_more_digits_when_four_do_not_tell_cells_apart():
