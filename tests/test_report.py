@@ -191,3 +191,19 @@ def test_runs_stopped_early_on_a_validation_metric_are_named():
     assert line.startswith("**Stopped early**: 1 run(s) ended before the horizon on a "
                            "validation metric (early_stopping: val/accuracy")
     assert early_text(runs.assign(stopped_early="")) == ""
+
+
+def test_the_report_finds_each_cells_run_as_a_search_per_cell_does(ran_sweep):
+    """``sweep_runs`` reads all cells' runs in one search per code digest; each cell gets the
+    run that asking for it alone gives (its newest FINISHED run made by this code)."""
+    from fedcore.core.round import code_digest
+    from fedcore.tracking.report import sweep_runs
+    from fedcore.tracking.runner import finished_run
+
+    _, spec, _ = ran_sweep
+    runs = sweep_runs(spec).set_index("config_hash")["run_id"]
+    assert len(runs) == len(spec.cells)
+    for cell in spec.cells:
+        h = cell.config.config_hash()
+        alone = finished_run(h, code=code_digest.of_config(cell.config))
+        assert alone is not None and runs[h] == alone.info.run_id

@@ -41,10 +41,12 @@ from fedcore.tracking.provenance import (
     code_label,
     current_code_label,
 )
+from fedcore.tracking.run_store import MlflowRunStore
 from fedcore.tracking.runner import finished_run, other_code_runs, runs_with_hash
 from fedcore.tracking.settings import TrackingSettings, load_settings
 
 if TYPE_CHECKING:
+    from mlflow.entities import Run
     from mlflow.tracking import MlflowClient
 
 GROUP = ["row", "method", "hparams", "tuning", "dataset", "alpha"]
@@ -84,6 +86,18 @@ class Report:
     secondary: list[FamilyOutcome] = field(default_factory=list)
 
 
+def finished_by_cell(spec: SweepSpec, settings: TrackingSettings) -> dict[tuple[str, str], Run]:
+    """The newest FINISHED run of each (config hash, code digest) among ``spec``'s cells' code
+    digests: one paged search per digest (a sweep of built-in methods has one), where asking
+    cell by cell took a search each."""
+    found: dict[tuple[str, str], Run] = {}
+    store = MlflowRunStore(settings)
+    for code in {code_digest.of_config(c.config) for c in spec.cells}:
+        for run in store.finished_of_code(code):  # newest first: the first one of a hash wins
+            found.setdefault((run.data.tags.get("config_hash", ""), code), run)
+    return found
+
+
 def sweep_runs(
     spec: SweepSpec, settings: TrackingSettings | None = None, any_code: bool = False
 ) -> pd.DataFrame:
@@ -97,11 +111,13 @@ def sweep_runs(
     varied = sorted({k for c in spec.cells for k in c.overrides} - {"seed", "method"} -
                     {"dataset.name", "dataset.alpha"})
     rows: list[dict[str, Any]] = []
+    known = None if any_code else finished_by_cell(spec, settings)
     for cell in spec.cells:
         cfg = cell.config
         h = cfg.config_hash()
         code = None if any_code else code_digest.of_config(cfg)
-        run = finished_run(h, settings, any_code=any_code, code=code_digest.of_config(cfg))
+        run = (known.get((h, code)) if known is not None and code is not None
+               else finished_run(h, settings, any_code=any_code, code=code_digest.of_config(cfg)))
         status, failure = "FINISHED", ""
         if run is None:
             failed = runs_with_hash(h, "= 'FAILED'", 1, settings, code=code)

@@ -59,6 +59,9 @@ class RunRecord:
     tags: dict[str, str]
 
 
+SEARCH_PAGE = 1000  # runs per page of a paged search
+
+
 class MlflowRunStore:
     """The settings' MLflow store, through one retrying client (opened on first use)."""
 
@@ -193,6 +196,23 @@ class MlflowRunStore:
         return list(self.client.search_runs([self.experiment_id()], filter_string=query,
                                             order_by=["attributes.start_time DESC"],
                                             max_results=limit))
+
+    def finished_of_code(self, code: str) -> list[Run]:
+        """Every FINISHED run made by code digest ``code``, newest first (one paged search:
+        what a sweep's report reads for all its cells at once)."""
+        from fedcore.tracking.provenance import CODE_DIGEST_TAG
+
+        query = f"attributes.status = 'FINISHED' and tags.`{CODE_DIGEST_TAG}` = '{code}'"
+        runs: list[Run] = []
+        token = None
+        while True:
+            page = self.client.search_runs([self.experiment_id()], filter_string=query,
+                                           order_by=["attributes.start_time DESC"],
+                                           max_results=SEARCH_PAGE, page_token=token)
+            runs += page
+            token = page.token
+            if not token:
+                return runs
 
     def search(self, config_hash: str, status: str, limit: int,
                code: str | None = None) -> list[RunRecord]:
