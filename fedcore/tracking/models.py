@@ -100,7 +100,7 @@ def requirements() -> list[str]:
 
 @functools.cache
 def _pins() -> tuple[str, ...]:
-    """:func:`requirements`, read once per process (each lookup scans site-packages)."""
+    """The pins of `requirements`, read once per process (each lookup scans site-packages)."""
     from fedcore import __version__
 
     pins = []
