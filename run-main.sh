@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/setup.sh
-.venv/bin/fedcore sweep configs/sweeps/main.yaml --runner dask --workers "$(nproc)" "$@"
-.venv/bin/fedcore report configs/sweeps/main.yaml "$@"
+# one Dask worker per core; the report is written in the sweep's process (`fedcore report
+# configs/sweeps/main.yaml` writes it again from the store)
+.venv/bin/fedcore sweep configs/sweeps/main.yaml --runner dask --workers "$(nproc)" --report "$@"
 cat <<MSG
 
 The comparison report (table.md/.html/.csv and plots) is in $(pwd)/reports/main/.

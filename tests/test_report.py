@@ -207,3 +207,19 @@ def test_the_report_finds_each_cells_run_as_a_search_per_cell_does(ran_sweep):
         h = cell.config.config_hash()
         alone = finished_run(h, code=code_digest.of_config(cell.config))
         assert alone is not None and runs[h] == alone.info.run_id
+
+
+def test_sweep_with_report_writes_what_fedcore_report_writes(
+        tracking, prefect_harness, tmp_path, monkeypatch):
+    """`fedcore sweep SWEEP.yaml --report` (what run-main.sh runs) writes, in the sweep's own
+    process, the report that `fedcore report SWEEP.yaml` writes afterwards."""
+    from fedcore.cli import main
+
+    monkeypatch.setenv("FEDCORE_HOME", str(tmp_path / "home"))
+    path = _sweep_file(tmp_path, ["fedavg", "fedavg_topk"], seeds=(0, 1), families=FAMILY,
+                       name="with_report")
+    assert main(["sweep", str(path), "--report"]) == 0
+    written = (tmp_path / "home" / "reports" / "with_report" / "table.md").read_text()
+    assert "## Families: each paper's question" in written
+    assert main(["report", str(path), "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "table.md").read_text() == written

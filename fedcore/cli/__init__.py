@@ -21,6 +21,7 @@ from fedcore.core.runtime import stopping
 
 if TYPE_CHECKING:
     from fedcore.core.round.simulation import Result
+    from fedcore.pipeline.sweep import SweepSpec
     from fedcore.tracking.store_setup import StoreHelper
 
 DEBUG_ENV = "FEDCORE_DEBUG"  # set to 1: failures show their traceback (as --debug)
@@ -169,23 +170,36 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print_table(
         rows, ["status", "final/accuracy", "final/accuracy_worst10", "auc/accuracy", "run_name"]
     )
-    return 1 if any(r["status"] == "failed" for r in rows) else 0
+    failed = 1 if any(r["status"] == "failed" for r in rows) else 0
+    if args.report:  # failed seeds are counted in the report's rows
+        print()
+        return write_report(spec, None, any_code=args.reuse_other_code) or failed
+    return failed
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from fedcore.core.config import project_root
     from fedcore.pipeline.sweep import load_sweep
 
     spec = load_sweep(args.sweep, parse_overrides(args.overrides))
+    return write_report(spec, args.out, any_code=args.any_code, reference=args.reference,
+                        last_k=args.last_k, latex=args.latex)
+
+
+def write_report(spec: SweepSpec, out_dir: str | None, any_code: bool = False,
+                 reference: str = "fedavg", last_k: int | None = None,
+                 latex: bool = False) -> int:
+    """Write ``spec``'s report to ``out_dir`` (default reports/<sweep name>) and print it;
+    0, or 1 with a one-line error when there is nothing to report."""
+    from fedcore.core.config import project_root
     from fedcore.tracking.report import build_report, sweep_parent_run
 
-    out = Path(args.out) if args.out else project_root() / "reports" / spec.name
+    out = Path(out_dir) if out_dir else project_root() / "reports" / spec.name
     try:
-        if args.last_k is not None and args.last_k < 1:
-            raise LookupError(f"--last-k: expected an integer >= 1 (got {args.last_k})")
+        if last_k is not None and last_k < 1:
+            raise LookupError(f"--last-k: expected an integer >= 1 (got {last_k})")
         report = build_report(spec, out, parent_run_id=sweep_parent_run(spec),
-                              any_code=args.any_code, reference=args.reference,
-                              last_k=args.last_k, latex=args.latex)
+                              any_code=any_code, reference=reference, last_k=last_k,
+                              latex=latex)
     except LookupError as exc:
         print(f"fedcore: error: {exc}", file=sys.stderr)
         return 1
@@ -318,6 +332,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--reuse-other-code", action="store_true",
         help="also skip cells whose FINISHED run was made by other code (another code digest); "
         "default: such cells run again (docs/explanation/provenance.md)",
+    )
+    p_sweep.add_argument(
+        "--report", action="store_true",
+        help="then write the sweep's report in this process, as `fedcore report SWEEP.yaml` "
+        "would (reports/<sweep name>; of any code with --reuse-other-code)",
     )
     p_sweep.set_defaults(func=cmd_sweep)
     p_report = sub.add_parser(
