@@ -13,7 +13,7 @@ next sweep would wait for them forever. :func:`prefect_api` instead starts the s
   one using that database, so a ``gpu`` tag limit found there is dropped with its slots.
 
 fedcore sets no ``gpu`` limit on a server of its own: with as many slots as cells run at once,
-each cell waited about 2 s for the slot its predecessor on the worker was releasing
+each cell waited 1-2 s for the slot its predecessor on the worker was releasing
 (``benchmarks/prefect_handoff.py``), and GPU seats are kept by device locks
 (:mod:`fedcore.pipeline.devices`). Older fedcore versions set one; it is dropped here.
 """

@@ -111,13 +111,13 @@ def sweep_runs(
     varied = sorted({k for c in spec.cells for k in c.overrides} - {"seed", "method"} -
                     {"dataset.name", "dataset.alpha"})
     rows: list[dict[str, Any]] = []
-    known = None if any_code else finished_by_cell(spec, settings)
+    known = None if any_code else finished_by_cell(spec, settings)  # None: read cell by cell
     for cell in spec.cells:
         cfg = cell.config
         h = cfg.config_hash()
         code = None if any_code else code_digest.of_config(cfg)
-        run = (known.get((h, code)) if known is not None and code is not None
-               else finished_run(h, settings, any_code=any_code, code=code_digest.of_config(cfg)))
+        run = (finished_run(h, settings, any_code=True) if known is None or code is None
+               else known.get((h, code)))
         status, failure = "FINISHED", ""
         if run is None:
             failed = runs_with_hash(h, "= 'FAILED'", 1, settings, code=code)
@@ -539,7 +539,7 @@ def build_report(
     finished = runs[runs["status"] == "FINISHED"]
     with tempfile.TemporaryDirectory() as tmp:
         finals = {r: _final_client_accuracy(uri, Path(tmp) / r) for r, uri in zip(
-            runs["run_id"], runs["artifact_uri"], strict=True) if r in ids}
+            finished["run_id"], finished["artifact_uri"], strict=True)}
     compressed = finished["compressor"] != "none"
     sent_runs = finished[compressed | (finished["method"].isin(["fedavg"]) & finished[
         "alpha"].isin(finished.loc[compressed, "alpha"]))] if compressed.any() else None

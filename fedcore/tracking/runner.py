@@ -197,22 +197,19 @@ def finished_run(
     return runs[0] if runs else None
 
 
-OTHER_CODE_SCAN = 20  # runs of a config read at once; more: a second search for this code's
-
-
 def other_code_runs(
     configs: Iterable[ExperimentConfig], settings: TrackingSettings | None = None
 ) -> list[Run]:
     """For every config without a FINISHED run of its code, its newest FINISHED run of other
     code (configs with neither are left out)."""
     found = []
-    for cfg in configs:  # one search per config: its newest FINISHED runs of any code
+    for cfg in configs:  # its newest FINISHED run of any code; if other code's, one of its own?
         h, mine = cfg.config_hash(), code_digest.of_config(cfg)
-        runs = runs_with_hash(h, "= 'FINISHED'", OTHER_CODE_SCAN, settings)
-        if not runs or any(r.data.tags.get(CODE_DIGEST_TAG) == mine for r in runs):
+        newest = finished_run(h, settings, any_code=True)
+        if newest is None or newest.data.tags.get(CODE_DIGEST_TAG) == mine:
             continue
-        if len(runs) < OTHER_CODE_SCAN or finished_run(h, settings, code=mine) is None:
-            found.append(runs[0])
+        if finished_run(h, settings, code=mine) is None:
+            found.append(newest)
     return found
 
 
