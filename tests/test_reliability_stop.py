@@ -73,20 +73,30 @@ def _runs(client: MlflowClient, query: str) -> list:
 
 
 def test_sigterm_stops_a_sweep_at_a_round_boundary_and_the_rerun_resumes(tmp_path):
-    """Two workers: the 2-round cell finishes, the other two are stopped mid-run (KILLED, with
-    their rounds and a checkpoint); the rerun skips the first, resumes the others."""
+    """Three workers, so the three cells start together: the 2-round cell has played its rounds
+    while the other two are early in theirs, and they are stopped mid-run (KILLED, with their
+    rounds and a checkpoint); the rerun skips the first, resumes the others. (With two workers
+    the third cell started only after the first finished, and on a loaded machine the second
+    could reach its last round, which a stop does not interrupt, before the third began.)"""
     sweep_file = tmp_path / "stop.yaml"
     sweep_file.write_text(yaml.safe_dump({
         "name": "stop", "grid": {"rounds": [2, LONG, LONG + 1]},
         "set": {**FAST, "checkpoint_every": 5, "checkpoint_dir": str(tmp_path / "ck")}}))
     env = _env(tmp_path)
-    line = [sys.executable, "-m", "fedcore.cli", "sweep", str(sweep_file), "--workers", "2"]
+    line = [sys.executable, "-m", "fedcore.cli", "sweep", str(sweep_file), "--workers", "3"]
     first = subprocess.Popen(line, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     client = store_client(env["MLFLOW_TRACKING_URI"])
-    _wait_for(first, client, "tags.sweep = 'stop' and attributes.status = 'FINISHED'", 1)
+    # the 2-round cell has recorded its last round (its end is written in the background, and
+    # the sweep waits for that before it exits); waiting for FINISHED instead let a loaded
+    # machine play the long cells to their last round, which a stop does not interrupt
+    (short,) = _wait_for(first, client, "tags.sweep = 'stop' and params.rounds = '2' "
+                         "and metrics.`train/loss` > -1", 1)
+    while len(client.get_metric_history(short.info.run_id, "train/loss")) < 2:
+        assert first.poll() is None, first.communicate()[1][-3000:]
+        time.sleep(0.1)
     _wait_for(first, client, "tags.sweep = 'stop' and attributes.status = 'RUNNING' "
-              "and metrics.`train/loss` > -1", 2)
+              "and params.rounds != '2' and metrics.`train/loss` > -1", 2)
     servers = children(first.pid)
     assert servers, "the sweep runs its Prefect server as a child process"
     err, seconds = _stop(first, signal.SIGTERM)
@@ -97,7 +107,10 @@ def test_sigterm_stops_a_sweep_at_a_round_boundary_and_the_rerun_resumes(tmp_pat
     assert not _runs(client, "tags.sweep = 'stop' and attributes.status = 'RUNNING'")
     killed = _runs(client, "tags.sweep = 'stop' and attributes.status = 'KILLED' "
                    "and tags.config_hash != ''")
-    assert len(killed) == 2
+    every = {r.info.run_id[:8]: (r.info.status, r.data.params.get("rounds"),
+                                 r.data.tags.get("failure_reason"))
+             for r in _runs(client, "tags.sweep = 'stop' and tags.config_hash != ''")}
+    assert len(killed) == 2, (every, err[-4000:])
     stopped_at = {}
     for run in killed:
         rounds = len(client.get_metric_history(run.info.run_id, "train/loss"))
@@ -121,7 +134,8 @@ def test_sigterm_stops_a_sweep_at_a_round_boundary_and_the_rerun_resumes(tmp_pat
             steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
             assert sorted(steps) == list(range(1, int(run.data.params["rounds"]) + 1))
     assert sorted(finished.values()) == [1, 1, 1]
-    print(f"sweep: exited {seconds:.1f} s after SIGTERM")
+    print(f"sweep: exited {seconds:.1f} s after SIGTERM; stopped after rounds "
+          f"{sorted(stopped_at.values())} of {LONG} and {LONG + 1}")
 
 
 def test_sigterm_stops_a_sweep_on_a_dask_local_cluster(tmp_path):
