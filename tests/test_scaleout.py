@@ -178,3 +178,38 @@ def test_local_cluster_workers_start_without_dasks_malloc_trim_setting():
     with (LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                        dashboard_address=None) as cluster, Client(cluster) as client):
         assert client.submit(_worker_settings).result() == (None, False)
+
+
+def test_a_cluster_started_ahead_is_the_one_the_sweeps_task_runner_takes_over(monkeypatch):
+    """`fedcore sweep --runner dask` starts its LocalCluster while the Prefect server starts;
+    the flow's task runner must take that one over (a second cluster would double the workers'
+    start-up and memory), whatever the order of the workers' environment, and one not taken
+    over is closed."""
+    from fedcore.flows import runners
+
+    try:
+        _take_over_a_cluster_started_ahead(monkeypatch)
+    finally:  # a failed check leaves no cluster running
+        runners.close_early_clusters()
+
+
+def _take_over_a_cluster_started_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedcore.flows import runners
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    runners.start_cluster_early(1, "http://127.0.0.1:1/api")
+    # as in fedcore.flows.server.prefect_api: the flow runs with the server's URL set, so the
+    # workers' environment is built again, in another order
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:1/api")
+    (early,) = runners._early.values()
+    task_runner = runners.make_task_runner("dask", 1, api_url="http://127.0.0.1:1/api")
+    assert not runners._early
+    with task_runner:
+        assert task_runner.client.cluster is early.result()
+        assert len(task_runner.client.scheduler_info()["workers"]) == 1
+    assert early.result().status.name == "closed"
+
+    runners.start_cluster_early(1, "http://127.0.0.1:2/api")  # a stop came before the flow
+    (unused,) = runners._early.values()
+    runners.close_early_clusters()
+    assert not runners._early and unused.result().status.name == "closed"

@@ -147,23 +147,12 @@ def _store_helper() -> StoreHelper | None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from fedcore.pipeline.sweep import check_resources, load_sweep
-
-    spec = load_sweep(args.sweep, parse_overrides(args.overrides))  # before Prefect starts
-    from fedcore.flows.runners import check_runner
-
-    check_runner(args.runner, args.workers, args.dask_address, args.cells_per_gpu)
-    check_resources((c.config for c in spec.cells), devices=not args.dask_address)
-    from fedcore.flows.server import prefect_api
-    from fedcore.flows.sweep import sweep
-
-    # a temporary server dies with this process (docs/explanation/reliability.md)
-    with prefect_api():
-        rows = sweep(
-            str(Path(args.sweep).resolve()), args.overrides, args.workers, runner=args.runner,
-            dask_address=args.dask_address, cells_per_gpu=args.cells_per_gpu,
-            reuse_other_code=args.reuse_other_code,
-        )
+    helper = _store_helper()  # imports MLflow meanwhile; writes only once the input is valid
+    try:
+        rows, spec = _sweep_cells(args, helper)
+    finally:
+        if helper is not None:
+            helper.close()
     if not isinstance(rows, list):  # Cancelled (a stop): Prefect raises it first
         return 1
     print()
@@ -175,6 +164,39 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print()
         return write_report(spec, None, any_code=args.reuse_other_code) or failed
     return failed
+
+
+def _sweep_cells(args: argparse.Namespace, helper: StoreHelper | None) -> tuple[Any, SweepSpec]:
+    """Check the sweep, then run its flow: the flow's rows (or its Cancelled state) and spec.
+
+    A local Dask cluster is started alongside the temporary Prefect server (its workers import
+    torch, MLflow and fedcore meanwhile) and the store's schema is made by the helper."""
+    from fedcore.pipeline.sweep import check_resources, load_sweep
+
+    spec = load_sweep(args.sweep, parse_overrides(args.overrides))  # before Prefect starts
+    from fedcore.flows.runners import check_runner, close_early_clusters, start_cluster_early
+
+    check_runner(args.runner, args.workers, args.dask_address, args.cells_per_gpu)
+    check_resources((c.config for c in spec.cells), devices=not args.dask_address)
+    if helper is not None:
+        helper.go()  # the input is valid: the store may be written
+    from fedcore.flows.server import prefect_api
+    from fedcore.flows.sweep import sweep
+
+    def start_workers(api_url: str | None) -> None:
+        if args.runner == "dask" and not args.dask_address:
+            start_cluster_early(args.workers, api_url)
+
+    try:  # a temporary server dies with this process (docs/explanation/reliability.md)
+        with prefect_api(start_workers):
+            rows = sweep(
+                str(Path(args.sweep).resolve()), args.overrides, args.workers,
+                runner=args.runner, dask_address=args.dask_address,
+                cells_per_gpu=args.cells_per_gpu, reuse_other_code=args.reuse_other_code,
+            )
+    finally:
+        close_early_clusters()
+    return rows, spec
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -30,6 +30,12 @@ def dask_setup(worker: Worker) -> None:
 
     ensure_logging_setup()  # Prefect's console handler, set up now (later only updated)
     quiet_console()  # then quieted: a cell's "Finished in state Completed()" stays off it
+    # what a cell imports (torch, Prefect's flows, MLflow's store: about 6 s of CPU), now: a
+    # cluster started ahead of its sweep (fedcore.flows.runners.start_cluster_early) does it
+    # while the flow's process starts the Prefect server and the flow
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
+    import fedcore.flows.sweep  # noqa: F401
 
 
 def dask_teardown(worker: Worker) -> None:

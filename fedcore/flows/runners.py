@@ -6,7 +6,8 @@ Prefect is imported lazily, so the CLI can check runner options before Prefect s
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
 
 from fedcore.core.config import ConfigError
 
@@ -101,11 +102,64 @@ def lean_workers() -> None:
                      "distributed.worker.profile.enabled": False})
 
 
+def local_cluster_kwargs(workers: int, api_url: str | None = None) -> dict[str, Any]:
+    """The LocalCluster of a sweep: ``workers`` single-threaded processes on 127.0.0.1."""
+    return {
+        "n_workers": workers,
+        "threads_per_worker": 1,
+        "processes": True,
+        "host": "127.0.0.1",
+        "dashboard_address": None,
+        "env": worker_env(api_url),
+        "preload": ["fedcore.flows.dask_worker"],  # workers ignore a terminal's Ctrl-C
+    }
+
+
+# LocalClusters started ahead of their sweep (start_cluster_early), by their settings
+_early: dict[str, Future[Any]] = {}
+
+
+def _early_key(kwargs: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(kwargs, sort_keys=True)  # the workers' env in any order
+
+
+def start_cluster_early(workers: int, api_url: str | None = None) -> None:
+    """Start, in a background thread, the LocalCluster that :func:`make_task_runner` makes for
+    these settings, so that its workers spawn and import (seconds of CPU each) while this
+    process starts the Prefect server and the flow; the sweep's task runner then takes it over
+    (and closes it). One not taken is closed by :func:`close_early_clusters`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed import LocalCluster
+
+    from fedcore.flows.console import quiet_console
+
+    quiet_console()  # Dask's INFO lines stay off the terminal, as in the flow
+    lean_workers()
+    kwargs = local_cluster_kwargs(workers, api_url)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="fedcore-cluster")
+    _early[_early_key(kwargs)] = pool.submit(LocalCluster, **kwargs)
+    pool.shutdown(wait=False)
+
+
+def close_early_clusters() -> None:
+    """Close the clusters started ahead that no sweep took over (e.g. a stop came first)."""
+    while _early:
+        _, future = _early.popitem()
+        try:
+            future.result().close()
+        except Exception:  # noqa: BLE001  (it never started: nothing to close)
+            pass
+
+
 def make_task_runner(
     runner: str, workers: int, dask_address: str | None = None, api_url: str | None = None
 ) -> TaskRunner:
     """``thread``: ``workers`` threads here; ``dask``: the cluster at ``dask_address``, else a
-    LocalCluster of ``workers`` single-threaded processes on 127.0.0.1."""
+    LocalCluster of ``workers`` single-threaded processes on 127.0.0.1 (the one started ahead
+    for these settings by :func:`start_cluster_early`, if any)."""
     if runner == "thread":
         from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -115,18 +169,11 @@ def make_task_runner(
     lean_workers()
     if dask_address:
         return DaskTaskRunner(address=dask_address)
-    return DaskTaskRunner(
-        cluster_class="distributed.LocalCluster",
-        cluster_kwargs={
-            "n_workers": workers,
-            "threads_per_worker": 1,
-            "processes": True,
-            "host": "127.0.0.1",
-            "dashboard_address": None,
-            "env": worker_env(api_url),
-            "preload": ["fedcore.flows.dask_worker"],  # workers ignore a terminal's Ctrl-C
-        },
-    )
+    kwargs = local_cluster_kwargs(workers, api_url)
+    early = _early.pop(_early_key(kwargs), None)
+    if early is not None:  # the runner enters and closes it as one it made
+        return DaskTaskRunner(cluster_class=early.result)
+    return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=kwargs)
 
 
 def is_ephemeral() -> bool:

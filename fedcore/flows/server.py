@@ -24,7 +24,7 @@ import fcntl
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -153,10 +153,18 @@ def _drain_workers() -> None:
 
 
 @contextmanager
-def prefect_api() -> Iterator[str | None]:
+def prefect_api(
+    starting: Callable[[str | None], None] | None = None,
+) -> Iterator[str | None]:
     """Run the body against the configured Prefect server, or else a temporary one started
-    here that dies with this process; yields the temporary server's API URL (None if none)."""
+    here that dies with this process; yields the temporary server's API URL (None if none).
+
+    ``starting`` is called with that URL (None: the configured server) before the temporary
+    server starts, so that work which needs the URL (a sweep's Dask workers) starts alongside
+    the server's seconds of start-up."""
     if not is_ephemeral():
+        if starting is not None:
+            starting(None)
         yield None
         return
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -165,6 +173,9 @@ def prefect_api() -> Iterator[str | None]:
     server = _server_class()()
     previous = os.environ.get("PREFECT_API_URL")
     try:
+        if starting is not None:
+            server.port = server.port or server.find_available_port()  # start() keeps it
+            starting(server.api_url.rstrip("/"))
         server.start()
         os.environ["PREFECT_API_URL"] = server.api_url
         with temporary_settings({PREFECT_API_URL: server.api_url}):
