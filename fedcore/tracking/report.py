@@ -111,13 +111,13 @@ def sweep_runs(
     varied = sorted({k for c in spec.cells for k in c.overrides} - {"seed", "method"} -
                     {"dataset.name", "dataset.alpha"})
     rows: list[dict[str, Any]] = []
-    known = None if any_code else finished_by_cell(spec, settings)  # None: read cell by cell
+    known = None if any_code else finished_by_cell(spec, settings)  # any code: cell by cell
     for cell in spec.cells:
         cfg = cell.config
         h = cfg.config_hash()
         code = None if any_code else code_digest.of_config(cfg)
-        run = (finished_run(h, settings, any_code=True) if known is None or code is None
-               else known.get((h, code)))
+        run = (known.get((h, code)) if known is not None and code is not None
+               else finished_run(h, settings, any_code=True))
         status, failure = "FINISHED", ""
         if run is None:
             failed = runs_with_hash(h, "= 'FAILED'", 1, settings, code=code)
