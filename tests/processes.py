@@ -13,9 +13,10 @@ from fedcore.tracking.store_setup import store_lock
 def store_client(tracking_uri: str) -> MlflowClient:
     """A client of a store that a subprocess may be creating right now: it opens the store
     under fedcore's store lock, as fedcore's own processes do, so that it never runs MLflow's
-    schema migrations at the same time as theirs (two at once leave a half-migrated schema)."""
-    client = MlflowClient(tracking_uri)
+    schema migrations at the same time as theirs (two at once leave a half-migrated schema).
+    MLflow's client opens its store when it is made, so it is made under the lock."""
     with store_lock(tracking_uri):
+        client = MlflowClient(tracking_uri)
         client.search_experiments()
     return client
 

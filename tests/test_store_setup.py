@@ -58,3 +58,28 @@ def test_fedcore_run_into_a_new_store_has_the_helper_make_mlflows_schema_after_v
     subprocess.run([sys.executable, "-c", make], check=True, capture_output=True)
     own = _schema(tmp_path / "own.db")
     assert _schema(db) == own
+
+
+def test_the_tests_store_client_makes_its_mlflow_client_only_under_the_store_lock(tmp_path):
+    """MLflow's client creates a new store's schema when it is made: the tests' polling client
+    must wait for the store lock first, or its migrations race a subprocess's (CI saw `table
+    ... already exists` in the subprocess)."""
+    import fcntl
+    import os
+    import threading
+    import time
+
+    from tests.processes import store_client
+
+    db = tmp_path / "polled.db"
+    fd = os.open(f"{db}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a subprocess creating the schema holds the lock
+    opener = threading.Thread(target=store_client, args=(f"sqlite:///{db}",), daemon=True)
+    try:
+        opener.start()
+        time.sleep(5)  # an unlocked client makes the whole schema in about 1.5 s
+        assert not db.exists() or db.stat().st_size == 0
+    finally:
+        os.close(fd)
+    opener.join(120)
+    assert not opener.is_alive() and db.stat().st_size > 0

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
+
+from .processes import store_client
 
 SET = {"method": "fedquad", "model.name": "mlp", "rounds": 1, "dataset.num_clients": 6,
        "clients_per_round": 3, "seed": 1000}
@@ -48,7 +49,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def _trial_runs(tracking_uri: str, study: str) -> dict[int, object]:
-    client = MlflowClient(tracking_uri)
+    client = store_client(tracking_uri)  # `fedcore tune` may be creating the store
     exp = client.get_experiment_by_name("fedcore").experiment_id
     runs = client.search_runs([exp], f"tags.`fedcore.role` = 'trial' and tags.study = '{study}'")
     return {int(r.data.tags["trial_number"]): r for r in runs}
@@ -110,7 +111,7 @@ def test_killed_tune_fails_its_running_trial_and_the_rerun_retries_it(tmp_path):
         except Exception:  # noqa: BLE001  (the store or experiment is not created yet)
             continue
         if 1 in runs and runs[1].info.status == "RUNNING" and \
-                MlflowClient(mlflow_uri).get_metric_history(runs[1].info.run_id, "train/loss"):
+                store_client(mlflow_uri).get_metric_history(runs[1].info.run_id, "train/loss"):
             break
     first.send_signal(signal.SIGKILL)
     first.wait()
