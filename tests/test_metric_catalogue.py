@@ -45,6 +45,7 @@ EXTRA_RUNS = {
     "held-out clients and a validation split": [
         "method=fedavg", "dataset.val_fraction=0.2", "dataset.holdout_clients=0.34"],
     "a stage that rejects": ["method=fedavg", "method.stages=[{stage: median_norm, factor: 0.5}]"],
+    "central DP": ["method=fedavg", "privacy.mechanism=central", "privacy.noise_multiplier=1.0"],
 }
 
 
@@ -137,7 +138,8 @@ def test_the_catalogue_is_the_emitters_declarations() -> None:
     assert afl is not None and afl.emitter == "fedcore/core/aggregators/afl.py"
     assert lookup("train/loss") == MetricDoc(
         "train/loss", "fedcore/core/round/round_phases.py", "round",
-        "sample-weighted mean (float64) of the sampled clients' training loss over local steps")
+        "sample-weighted mean (float64) of the sampled clients' training loss over local steps "
+        "(NaN in a round that sampled no client)")
     emitters = {d.emitter for d in catalogue()}
     assert all(DECLARATION in (ROOT / e).read_text() for e in emitters)
     assert "fedcore/core/metrics/catalogue.py" not in emitters

@@ -251,10 +251,20 @@ class MLflowTracker(Callback):
                 f"{k}: {v}" for k, v in run.skipped_metrics.items()
             )
         self._write(self._log_start, tags, dataset_description(run))
+        privacy = dict(getattr(run, "privacy_params", {}))
+        if privacy and not self._resumed:  # z (calibrated or given), C, q, delta, accountant
+            self._write(self._log_privacy, privacy)
         restored = [({k: v for k, v in h.items() if k != "round"}, int(h["round"]))
                     for h in run.history]  # rounds restored from a checkpoint
         if restored:  # the ones the run lacks, in one batch
             self._write(self._log_rounds, restored)
+
+    def _log_privacy(self, params: dict[str, str]) -> None:
+        """The privacy mechanism's resolved parameters as params (``dp.*``)."""
+        from mlflow.entities import Param
+
+        self.store.client.log_batch(self.active_run_id,
+                                    params=[Param(k, v) for k, v in sorted(params.items())])
 
     def _log_tags(self, tags: dict[str, str]) -> None:
         self.store.log_tags(self.active_run_id, tags)

@@ -87,6 +87,9 @@ class Aggregator(Component):
     HParams: ClassVar[type[BaseHParams]] = BaseHParams
     hp: BaseHParams
     needs: ClassVar[frozenset[str]] = frozenset()
+    # whether the step depends on the batch only through the weighted mean of its deltas (then
+    # central DP may hand the rule one noised mean: privacy.mechanism=central)
+    mean_of_deltas: ClassVar[bool] = False
 
     def __init__(self, hparams: BaseHParams | None = None) -> None:
         super().__init__(hparams)

@@ -18,6 +18,7 @@ class FedAvg(Aggregator):
         server_lr: float = 1.0
 
     hp: HParams
+    mean_of_deltas = True
 
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         # theta_{t+1} = theta_t + eta_s * sum_k p_k Delta_k   (docs/methods/fedavg.md)

@@ -24,6 +24,7 @@ class FedAvgM(Aggregator):
         server_lr: float = Field(1.0, gt=0.0)
 
     hp: HParams
+    mean_of_deltas = True
 
     def __init__(self, hparams: HParams | None = None) -> None:
         super().__init__(hparams)

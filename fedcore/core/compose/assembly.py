@@ -22,6 +22,7 @@ from fedcore.core.data.own import config_with_data
 from fedcore.core.engines.select import build_engine
 from fedcore.core.models.external import ModelArg, config_with_model, instantiate
 from fedcore.core.models.layout import ParamLayout
+from fedcore.core.privacy.ledger import Ledger
 from fedcore.core.runtime.device_check import check_device_present
 from fedcore.core.stages.attack import Attack
 from fedcore.core.stages.base import REGISTRY as STAGES
@@ -59,6 +60,7 @@ class Components:
     engine: Engine
     engine_name: str
     engine_reason: str
+    privacy: Ledger | None  # privacy.mechanism central or local: the run's account
 
 
 def stage_chain(cfg: ExperimentConfig, compressor: Compressor) -> Chain:
@@ -118,9 +120,11 @@ def build(
         client_algo.prepare_model(fed_model)
         fed_model = fed_model.to(device)
     layout = ParamLayout.from_model(fed_model)
+    privacy = privacy_ledger(cfg, data, fed_model)
     aggregator = aggregators.build(cfg.method.aggregator)
     aggregator.setup(data.num_clients, layout)
     compressor = compression.build(cfg.method.compression)
+    sampler = samplers.build(cfg.method.sampler)
     engine, engine_name, engine_reason = build_engine(
         cfg, fed_model, layout, tuple(data.in_shape), device
     )
@@ -136,8 +140,25 @@ def build(
         aggregator=aggregator,
         compressor=compressor,
         chain=stage_chain(cfg, compressor),
-        sampler=samplers.build(cfg.method.sampler),
+        sampler=(privacy.sampler(sampler) if privacy is not None else sampler),
         engine=engine,
         engine_name=engine_name,
         engine_reason=engine_reason,
+        privacy=privacy,
     )
+
+
+def privacy_ledger(cfg: ExperimentConfig, data: FederatedData,
+                   model: torch.nn.Module) -> Ledger | None:
+    """The run's privacy account (None: ``privacy.mechanism=none``); z calibrated here, before
+    round 1, when ``privacy.target_epsilon`` is set. A model with buffers (BatchNorm running
+    statistics, averaged without noise) is refused."""
+    if cfg.privacy.mechanism == "none":
+        return None
+    if any(True for _ in model.buffers()):
+        raise ConfigError(
+            f"model.norm: the model {cfg.model.name} has buffers (BatchNorm statistics), which "
+            f"the server averages without noise, outside privacy.mechanism="
+            f"{cfg.privacy.mechanism}; allowed: a model without buffers (mlp, model.norm=group)")
+    training = data.num_clients - cfg.dataset.held_out_count(data.num_clients)
+    return Ledger(cfg, training, data.num_clients)

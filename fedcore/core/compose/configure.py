@@ -84,6 +84,9 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
 
     cfg.callbacks = resolve_callbacks(cfg.callbacks)
     check_requirements(cfg)
+    from fedcore.core.privacy.checks import check_privacy
+
+    check_privacy(cfg)
     from fedcore.core.models.external import record_code
 
     record_code(cfg)

@@ -82,10 +82,16 @@ class _Recorded(_Strict):
     # settings added later whose zero default changes nothing: left out while zero, so the
     # hashes of configs written before them stay as they were
     ZERO_OMITTED: ClassVar[tuple[str, ...]] = ()
+    # blocks added later: left out while every key holds its default, for the same reason
+    DEFAULT_OMITTED: ClassVar[tuple[str, ...]] = ()
 
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
+        for key in self.DEFAULT_OMITTED:
+            block = type(self).model_fields[key].default_factory
+            if block is not None and data.get(key) == block().model_dump(mode="json"):  # type: ignore[call-arg]
+                data.pop(key, None)
         for key in self.OPTIONAL:
             if data.get(key) in (None, {}):
                 data.pop(key, None)
@@ -255,8 +261,68 @@ class EngineConfig(_Strict):
     max_clients_per_chunk: int | None = Field(None, ge=1)  # None: from free device memory
 
 
+
+
+class PrivacyConfig(_Strict):
+    """User-level differential privacy of the run and its accounting (docs/methods/dp_fedavg.md,
+    docs/how-to/privacy.md): ``central`` DP-FedAvg on the server (McMahan et al. 2018),
+    ``local``: the client-side ``clip_noise`` stage accounted per client, ``none``: off."""
+
+    mechanism: Literal["none", "central", "local"] = Field(
+        "none", description="central: the server clips each sampled client's delta, adds "
+        "Gaussian noise to the sum and divides by the expected number of clients; local: the "
+        "`clip_noise` stage of `method.stages` is accounted per client; none: no privacy")
+    noise_multiplier: float | None = Field(
+        None, ge=0, description="central: z, the noise std over the clip (N(0, (z C)^2) on the "
+        "sum); unset: calibrated from `privacy.target_epsilon`")
+    clip: float | None = Field(
+        None, gt=0, description="central: C, the L2 bound on each client's delta (unset: 1.0)")
+    delta: float | None = Field(
+        None, gt=0, lt=1, description="the delta of the (epsilon, delta) reported; unset: "
+        "1 / N^1.1 for N training clients")
+    target_epsilon: float | None = Field(
+        None, gt=0, description="central: choose z before round 1 so that epsilon after "
+        "`rounds` rounds is at most this (the accountant's own search)")
+    epsilon_budget: float | None = Field(
+        None, gt=0, description="stop the run FINISHED after the last round whose epsilon stays "
+        "within this budget (tag `fedcore.converged` says so)")
+    sampling: Literal["poisson", "fixed"] = Field(
+        "poisson", description="central: poisson (each training client joins a round with "
+        "q = clients_per_round / N) or fixed (clients_per_round of N without replacement)")
+    accountant: Literal["rdp", "pld"] = Field(
+        "rdp", description="dp-accounting's accountant: rdp (Renyi DP, Poisson or fixed "
+        "sampling) or pld (privacy loss distributions, Poisson sampling only)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PrivacyConfig:
+        set_keys = [k for k in ("noise_multiplier", "clip", "target_epsilon", "epsilon_budget",
+                                "delta") if getattr(self, k) is not None]
+        if self.mechanism == "none" and set_keys:
+            raise ValueError(f"privacy.{set_keys[0]}: set with privacy.mechanism=none; "
+                             "allowed: privacy.mechanism central or local")
+        if self.mechanism == "central":
+            if (self.noise_multiplier is None) == (self.target_epsilon is None):
+                raise ValueError("privacy.noise_multiplier: central DP needs exactly one of "
+                                 "privacy.noise_multiplier and privacy.target_epsilon")
+            if self.accountant == "pld" and self.sampling == "fixed":
+                raise ValueError("privacy.accountant: pld cannot account privacy.sampling="
+                                 "fixed (sampling without replacement); allowed: rdp")
+        if self.mechanism == "local":
+            taken = [k for k in ("noise_multiplier", "clip", "target_epsilon") if k in set_keys]
+            if taken:
+                raise ValueError(f"privacy.{taken[0]}: local DP takes its clip and noise from "
+                                 "the clip_noise stage of method.stages; allowed: unset")
+        if (self.target_epsilon is not None and self.epsilon_budget is not None
+                and self.target_epsilon > self.epsilon_budget):
+            raise ValueError(f"privacy.target_epsilon: {self.target_epsilon:g} exceeds "
+                             f"privacy.epsilon_budget={self.epsilon_budget:g}; allowed: at "
+                             "most the budget")
+        return self
+
+
 class ExperimentConfig(_Recorded):
     OPTIONAL: ClassVar[tuple[str, ...]] = ("callbacks",)
+    DEFAULT_OMITTED: ClassVar[tuple[str, ...]] = ("privacy",)
 
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -272,6 +338,7 @@ class ExperimentConfig(_Recorded):
     last_k: int = Field(5, ge=1, description="evaluations averaged by final/accuracy_last_k, "
                         "the default primary endpoint of a comparison")
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     callbacks: Any = Field(None, description="callbacks of the run, in order: "
                            "`[{callback: NAME, **hparams}]`")
     # resumable runs (docs/how-to/checkpoints.md); not part of config_hash()

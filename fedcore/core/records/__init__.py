@@ -207,6 +207,7 @@ class RunState(Protocol):
     skipped_metrics: dict[str, str]
     engine_name: str
     engine_reason: str
+    privacy_params: dict[str, str]
 
     def eval_params(self) -> torch.Tensor: ...
 
@@ -287,6 +288,11 @@ class RunView:
     @property
     def engine_reason(self) -> str:
         return self._state.engine_reason
+
+    @property
+    def privacy_params(self) -> Mapping[str, str]:
+        """The privacy mechanism's resolved parameters (``dp.*``; empty: none)."""
+        return self._state.privacy_params
 
     @property
     def personalized(self) -> bool:

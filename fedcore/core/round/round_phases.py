@@ -171,7 +171,8 @@ def client_columns(
 EMITTED_METRICS = {
     "round": {
         "train/loss": (
-            "sample-weighted mean (float64) of the sampled clients' training loss over local steps"
+            "sample-weighted mean (float64) of the sampled clients' training loss over local "
+            "steps (NaN in a round that sampled no client)"
         ),
         "agg/conflict_fraction": (
             "share of accepted client updates with a negative dot product with the server step"
@@ -211,8 +212,10 @@ def round_metrics(
     ups = [m.update for m in msgs]
     kept = sum(m.accepted for m in msgs)
     n = torch.tensor([float(u.num_samples) for u in ups], dtype=torch.float64)
-    losses = torch.stack([u.train_loss for u in ups]).cpu().double()
-    train_loss = float((losses * n).sum() / n.sum())
+    train_loss = math.nan  # a round without clients (Poisson sampling under central DP)
+    if ups:
+        losses = torch.stack([u.train_loss for u in ups]).cpu().double()
+        train_loss = float((losses * n).sum() / n.sum())
     return {
         "train/loss": train_loss,
         "agg/conflict_fraction": conflict_fraction(batch.deltas, result.step) if kept else 0.0,

@@ -15,11 +15,13 @@ if TYPE_CHECKING:
     from fedcore.core.aggregators.base import Aggregator
     from fedcore.core.callbacks.configured import ConfiguredCallback
     from fedcore.core.config import ExperimentConfig
+    from fedcore.core.privacy.ledger import Ledger
     from fedcore.core.records.store import ClientStore
     from fedcore.core.stages.base import Chain
 
 # What a state holds (round protocol v2); a checkpoint lacking one cannot resume. ``stages``
-# and ``callbacks`` are left out: checkpoints written before them load with empty states.
+# and ``callbacks`` are left out: checkpoints written before them load with empty states;
+# ``privacy`` (the privacy account) is there when the run has a privacy mechanism.
 STATE_KEYS = (
     "config_hash", "round", "bytes_up_total", "bytes_down_total", "params", "buffers",
     "aggregator", "store", "history", "client_tables", "rng",
@@ -40,6 +42,7 @@ class Resumable(Protocol):
     store: ClientStore
     chain: Chain
     configured: list[ConfiguredCallback]
+    privacy: Ledger | None
     history: list[dict[str, float]]
     client_tables: list[ClientTable]
 
@@ -60,6 +63,7 @@ def state_of(run: Resumable) -> dict[str, Any]:
         "rng": checkpoint.rng_state(),
         "stages": run.chain.state_dict(),
         "callbacks": [cb.state_dict() for cb in run.configured],
+        **({"privacy": run.privacy.state_dict()} if run.privacy is not None else {}),
     }
 
 
@@ -97,6 +101,9 @@ def restore(run: Resumable, state: dict[str, Any], rng: bool = True) -> None:
     )
     if problem:
         raise checkpoint.unusable(state, problem)
+    if (run.privacy is not None) != ("privacy" in state):
+        raise checkpoint.unusable(state, "its privacy account does not match this run's "
+                                  "privacy.mechanism")
     stages = _states(state, "stages", len(run.chain.stages), "stage")
     callbacks = _states(state, "callbacks", len(run.configured), "callback")
     run.round = int(state["round"])
@@ -109,6 +116,8 @@ def restore(run: Resumable, state: dict[str, Any], rng: bool = True) -> None:
     run.chain.load_state_dict(stages)
     for cb, cb_state in zip(run.configured, callbacks, strict=True):
         cb.load_state_dict(cb_state)
+    if run.privacy is not None:
+        run.privacy.load_state_dict(state["privacy"])
     run.history[:] = [dict(h) for h in state["history"]]
     run.client_tables[:] = [ClientTable(**t) for t in state["client_tables"]]
     if rng:

@@ -76,6 +76,8 @@ class Simulation:
         self.compressor = parts.compressor
         self.chain = parts.chain
         self.sampler = parts.sampler
+        self.privacy = parts.privacy  # None: no privacy mechanism
+        self.privacy_params = self.privacy.params() if self.privacy is not None else {}
         self.engine, self.engine_name, self.engine_reason = (
             parts.engine, parts.engine_name, parts.engine_reason
         )
@@ -171,7 +173,13 @@ class Simulation:
         # rule
         batch = round_phases.update_batch(msgs, rc.uplink, self.layout, self.params, round,
                                           self.sampler.rule_sizes)
-        result, seconds = round_phases.aggregate(self.aggregator, batch, self.params, self.device)
+        # central DP: the rule sees the noised mean of the clipped deltas (and the round is
+        # accounted); local DP: the clip_noise stage noised each client, the round is accounted
+        rule_batch = batch if self.privacy is None else self.privacy.privatize(batch)
+        result, seconds = round_phases.aggregate(self.aggregator, rule_batch, self.params,
+                                                 self.device)
+        if self.privacy is not None:
+            self.privacy.spend(ids)
         # commit: each client's own state, knowing what the server received
         for m in msgs:
             state = self.store[m.update.client_id]
@@ -209,7 +217,7 @@ class Simulation:
         ``fedcore.core.runtime.stopping.StopRequested`` instead of finishing."""
         signal = SignalStop()
         components = callback_dispatch.contributed(
-            [self.client_algo, self.aggregator, self.compressor]
+            [self.client_algo, self.aggregator, self.compressor, self.privacy]
         ) + list(self.configured)
         self.run_callbacks = callback_dispatch.chain(
             self.builtins, components, self.callbacks, signal
