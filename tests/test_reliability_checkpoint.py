@@ -81,7 +81,7 @@ def test_a_file_edited_after_it_was_written_fails_its_hmac(tmp_path, caplog):
         checkpoint.load(path)
     del raw["hmac"]  # or dropped
     torch.save(raw, path)
-    with pytest.raises(checkpoint.CheckpointError, match="its HMAC does not match"):
+    with pytest.raises(checkpoint.CheckpointError, match="it carries no HMAC signature"):
         checkpoint.load(path)
     with caplog.at_level(logging.WARNING, "fedcore"):
         assert checkpoint.latest(folder) is None  # not resumed: the run starts at round 1
@@ -152,3 +152,30 @@ def test_digest_covers_every_part_of_the_state():
                     {**base, "b": [1, 2.5, "x", None, 1]},
                     {**base, "c": {"d": [1, 2]}}):
         assert checkpoint.digest(changed, b"k") != d
+
+
+def test_an_unsigned_checkpoint_of_another_code_digest_is_refused(tmp_path, caplog):
+    """A run with a plugin component has a code digest other than fedcore's: its checkpoint with
+    the ``hmac`` key deleted and a faked history was loaded and resumed (it ended FINISHED at
+    0.999 with no round trained). Every file needs its signature, whatever code wrote it."""
+    cfg, _, state = _setup(tmp_path)
+    folder = checkpoint.run_folder(cfg)
+    plugin = "0123456789abcdef-plugin-digest"
+    path = checkpoint.save(state, folder, 1, code=plugin)
+    raw = torch.load(path, weights_only=True)
+    del raw["hmac"]
+    raw["history"] = [{"round": 1, "test/accuracy": 0.999}]
+    torch.save(raw, path)
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        checkpoint.load(path)
+    msg = str(e.value)
+    assert msg == (f"checkpoint {path} cannot be resumed: it carries no HMAC signature "
+                   "(unsigned files are not trusted, whichever code wrote them); delete the "
+                   f"folder {folder} and rerun from round 1")
+    with caplog.at_level(logging.WARNING, "fedcore"):
+        assert checkpoint.latest(folder, plugin) is None  # the run starts at round 1
+    assert f"checkpoint {path} does not load" in caplog.text
+    # the MLflow copy is read by the same load: refused alike, naming where it came from
+    with pytest.raises(checkpoint.CheckpointError, match="^checkpoint MLflow copy cannot be "
+                       "resumed: it carries no HMAC signature"):
+        checkpoint.load(path, origin="MLflow copy")

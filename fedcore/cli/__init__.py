@@ -104,6 +104,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         data = build_federated_data(cfg.dataset, cfg.seed, resolve_device(cfg.device),
                                     cfg.clients)
+        if cfg.checkpoint_every:
+            from fedcore.core.round import checkpoint
+
+            checkpoint.check_key(checkpoint.run_folder(cfg).parent)
         if helper is not None:
             helper.go()  # the config and the data are valid: the store may be written
         bar = ProgressBar()

@@ -222,13 +222,17 @@ def tuning_studies(raw: Any, seeds: Iterable[int], where: str) -> dict[str, str]
 
 
 def check_resources(configs: Iterable[ExperimentConfig], devices: bool = True) -> None:
-    """Before Prefect starts: every config's dataset files are on disk (or will be downloaded)
-    and, with ``devices``, its device exists on this machine; one-line errors otherwise."""
+    """Before Prefect starts: every config's dataset files are on disk (or will be downloaded),
+    its checkpoint key file (if any) is trusted and, with ``devices``, its device exists on this
+    machine; one-line errors otherwise."""
     from fedcore.core.data.datasets import check_files_present
+    from fedcore.core.round import checkpoint
     from fedcore.core.runtime.device_check import check_device_present
 
     seen: set[tuple[str, str, bool]] = set()
     for cfg in configs:
+        if cfg.checkpoint_every:
+            checkpoint.check_key(checkpoint.run_folder(cfg).parent)
         ds = cfg.dataset
         if (ds.name, ds.root, ds.download) not in seen:
             seen.add((ds.name, ds.root, ds.download))

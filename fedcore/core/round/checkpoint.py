@@ -11,9 +11,11 @@ deletes those of other code, so one run never mixes two versions of the code.
 
 Every file also carries ``hmac``, an HMAC-SHA256 over everything else in it (:func:`digest`)
 under a key the user controls (:func:`key_for`: ``FEDCORE_CHECKPOINT_KEY``, else a random key
-file ``checkpoint.key``, mode 0600, in ``checkpoint_dir``), checked on load: a file edited,
-corrupted or forged (its digest recomputed) by someone without the key is refused, naming the
-file. Anyone who can read the key can forge a checkpoint.
+file ``checkpoint.key``, mode 0600, in ``checkpoint_dir``; :func:`check_key` refuses a key file
+that is not a regular 0600 file of this user holding a key of the right length), checked on
+load whatever code wrote the file: a file unsigned, edited, corrupted or forged (its digest
+recomputed) by someone without the key is refused, naming the file. Anyone who can read the key
+can forge a checkpoint.
 :func:`check_state` refuses a state inconsistent with the run it would resume (a round beyond
 its ``rounds``, a history or per-client tables that do not match the round, parameters or
 buffers of another shape).
@@ -28,6 +30,7 @@ import os
 import random
 import re
 import shutil
+import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,8 @@ _NAME = re.compile(r"^round-(\d+)\.pt$")
 _NUMPY = "__numpy__"
 KEY_ENV = "FEDCORE_CHECKPOINT_KEY"
 KEY_FILE = "checkpoint.key"  # in checkpoint_dir, next to the run folders
+KEY_BYTES = 32  # random bytes of a new key file
+KEY_HEX = 2 * KEY_BYTES  # the hexadecimal digits it holds
 MAC = "hmac"
 ORIGIN = "__origin__"  # added on load: where the state came from and how to start afresh
 
@@ -107,18 +112,21 @@ def digest(obj: Any, key: bytes) -> str:
 def key_for(base: Path) -> bytes:
     """The checkpoint key: ``FEDCORE_CHECKPOINT_KEY`` when set (give every machine that resumes
     another's uploaded checkpoint the same one), else the file ``<base>/checkpoint.key``, created
-    once with 32 random bytes and mode 0600 (atomically: concurrent runs agree on one key)."""
+    once with 32 random bytes and mode 0600 (atomically: concurrent runs agree on one key).
+
+    An existing key file is used only when :func:`check_key` accepts it."""
     env = os.environ.get(KEY_ENV)
     if env:
         return env.encode()
     path = base / KEY_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         base.mkdir(parents=True, exist_ok=True)
-        tmp = base / f".{KEY_FILE}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        tmp = base / f".{KEY_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
+            os.fchmod(fd, 0o600)  # whatever the umask
             with os.fdopen(fd, "w") as fh:
-                fh.write(os.urandom(32).hex())
+                fh.write(os.urandom(KEY_BYTES).hex())
                 fh.flush()
                 os.fsync(fh.fileno())
             try:
@@ -127,7 +135,49 @@ def key_for(base: Path) -> bytes:
                 pass
         finally:
             tmp.unlink(missing_ok=True)
-    return path.read_bytes().strip()
+    return _read_key(path)
+
+
+def check_key(base: Path) -> None:
+    """Refuse, in one line, a key file ``<base>/checkpoint.key`` that is not a regular file of
+    mode 0600 owned by this user holding a key of the length fedcore writes (a planted, public,
+    linked or empty file would let whoever made it forge checkpoints); nothing when
+    ``FEDCORE_CHECKPOINT_KEY`` is set or no key file exists yet."""
+    path = base / KEY_FILE
+    if not os.environ.get(KEY_ENV) and os.path.lexists(path):
+        _read_key(path)
+
+
+def _read_key(path: Path) -> bytes:
+    """The key in ``path``, read only after :func:`check_key`'s conditions hold on the opened
+    file itself (no symbolic link followed, a FIFO not waited on); its content is never shown."""
+    def refused(problem: str) -> CheckpointError:
+        return CheckpointError(
+            f"checkpoint key file {path} {problem}: it is not trusted; delete it to have a new "
+            f"key made (checkpoints signed with the old one then start afresh) or set {KEY_ENV}")
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise refused("is a symbolic link") from None
+        raise refused(f"cannot be read ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise refused("is not a regular file")
+        if st.st_uid != os.getuid():
+            raise refused(f"is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})")
+        if stat.S_IMODE(st.st_mode) != 0o600:
+            raise refused(f"has mode {stat.S_IMODE(st.st_mode):04o}, not 0600")
+        raw = os.read(fd, 2 * KEY_HEX)
+    finally:
+        os.close(fd)
+    key = raw.strip()
+    if len(key) != KEY_HEX or not all(c in b"0123456789abcdefABCDEF" for c in key):
+        raise refused(f"does not hold a key of {KEY_HEX} hexadecimal digits "
+                      f"({len(raw)} bytes read)")
+    return key
 
 
 def _feed(h: Any, obj: Any) -> None:
@@ -248,9 +298,10 @@ def load(
 
     The state gets ``ORIGIN``: ``origin`` (default: the path) and ``remedy``, how to start
     afresh instead (default: delete the run's checkpoint folder), for :func:`unusable`.
-    A file of this code whose ``hmac`` is missing or does not match its contents under ``key``
-    (None: :func:`key_for` of the folder above the file's; edited, corrupted or forged since it
-    was written, or written under another key) raises :class:`CheckpointError`.
+    A file whose ``hmac`` is missing (whatever its ``code_digest``: a plugin run's too) or does
+    not match its contents under ``key`` (None: :func:`key_for` of the folder above the file's;
+    edited, corrupted or forged since it was written, or written under another key) raises
+    :class:`CheckpointError`.
     """
     if map_location is None and not torch.cuda.is_available():
         map_location = "cpu"
@@ -264,12 +315,14 @@ def load(
         raise unusable({ORIGIN: where}, f"unknown format {shown(found)}")
     written = raw.pop(MAC, None)
     raw.pop("digest", None)  # the plain SHA-256 of older files proves nothing
-    if written is not None or raw.get("code_digest") == code_digest.current():
-        key = key if key is not None else key_for(Path(path).parent.parent)
-        if not isinstance(written, str) or not hmac.compare_digest(written, digest(raw, key)):
-            raise unusable({ORIGIN: where}, f"its HMAC does not match (edited, corrupted or "
-                           f"forged, or written under another key; the key is {KEY_ENV} or "
-                           f"{KEY_FILE} in checkpoint_dir)")
+    if not isinstance(written, str):  # whatever code wrote it: no file resumes unsigned
+        raise unusable({ORIGIN: where}, "it carries no HMAC signature (unsigned files are "
+                       "not trusted, whichever code wrote them)")
+    key = key if key is not None else key_for(Path(path).parent.parent)
+    if not hmac.compare_digest(written, digest(raw, key)):
+        raise unusable({ORIGIN: where}, f"its HMAC does not match (edited, corrupted or "
+                       f"forged, or written under another key; the key is {KEY_ENV} or "
+                       f"{KEY_FILE} in checkpoint_dir)")
     state: dict[str, Any] = decode(raw)
     state[ORIGIN] = where
     return state

@@ -59,6 +59,8 @@ class Simulation:
         self.cfg, self.device, self.data = parts.cfg, parts.device, parts.data
         if is_opaque(model):  # a lambda, closure, bound method: recorded by what it built
             self.cfg = with_initial_weights(self.cfg, parts.model)
+        if self.cfg.checkpoint_every:  # a planted key file: refused before any run starts
+            checkpoint.check_key(checkpoint.run_folder(self.cfg).parent)
         self.callbacks = list(callbacks)
         self.builtins = callback_dispatch.builtins(self.cfg.target_accuracy, builtins,
                                                 self.cfg.last_k)
