@@ -4,7 +4,7 @@
 plan. The engine then executes the plan's SGD steps: the sequential engine with autograd
 ([`run_pass`][fedcore.core.clients.template.run_pass], here), the vectorised engine on stacked
 clients with ``vmap``. ``finish``: after-training statistics, the
-[`ClientUpdate`][fedcore.core.clients.records.ClientUpdate] and the objective's ``finish``. A plan's
+[`ClientUpdate`][fedcore.core.records.ClientUpdate] and the objective's ``finish``. A plan's
 follow-up pass runs last, once the update is formed.
 """
 
