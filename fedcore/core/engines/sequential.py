@@ -3,8 +3,6 @@ autograd (the shared template of ``fedcore.core.clients.template``, via ``local_
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
-
 import torch
 from torch import nn
 
@@ -14,8 +12,8 @@ from fedcore.core.config.seeding import GLOBAL_RNG_LOCK
 from fedcore.core.engines.round_context import RoundContext
 
 NAME = "sequential"
-__all__ = ["NAME", "client_seed", "global_rng_guard", "local_context", "rng_devices",
-           "seed_global_rng", "train_client", "train_round"]
+__all__ = ["NAME", "RANDOM_LAYERS", "client_seed", "draws_global_rng", "local_context",
+           "rng_devices", "seed_global_rng", "train_client", "train_round"]
 
 
 def rng_devices(rc: RoundContext) -> list[torch.device]:
@@ -33,17 +31,34 @@ def seed_global_rng(rc: RoundContext, seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-def global_rng_guard(model: nn.Module) -> AbstractContextManager[object]:
-    """The process-wide RNG lock when training draws from torch's global RNG (dropout), so
-    simulations in parallel threads stay bit-identical; no lock otherwise."""
-    stochastic = any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules())
-    return GLOBAL_RNG_LOCK if stochastic else nullcontext()
+RANDOM_LAYERS: tuple[type[nn.Module], ...] = (nn.modules.dropout._DropoutNd, nn.RReLU)
+"""torch's layers that draw from the global RNG in training mode."""
+
+
+def draws_global_rng(model: nn.Module, client_algo: object) -> bool:
+    """Whether training ``model`` with ``client_algo`` may draw from torch's global RNG: a
+    random layer (dropout, RReLU), or a module or client objective whose code is neither
+    fedcore's nor ``torch.nn``'s (a plugin may call ``torch.randn``). fedcore's own code draws
+    everything else from explicit generators."""
+    def foreign(obj: object) -> bool:
+        module = type(obj).__module__
+        return not module.startswith(("fedcore.", "torch.nn."))
+
+    return foreign(client_algo) or any(
+        isinstance(m, RANDOM_LAYERS) or foreign(m) for m in model.modules())
 
 
 def train_client(rc: RoundContext, client_id: int) -> ClientUpdate:
-    """One client's local training in the round (seeded by (seed, round, client))."""
+    """One client's local training in the round (seeded by (seed, round, client)).
+
+    Training that may draw from torch's global RNG (:func:`draws_global_rng`) seeds it, under
+    ``GLOBAL_RNG_LOCK`` like every other section that seeds or draws from it (model
+    initialisation), and restores it after; other training leaves it untouched, so it never
+    changes the generator while another thread's section uses it."""
     ctx = local_context(rc, client_id, rc.client_algo)
-    with global_rng_guard(rc.model), torch.random.fork_rng(devices=rng_devices(rc)):
+    if not draws_global_rng(rc.model, rc.client_algo):
+        return rc.client_algo.local_update(ctx)
+    with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=rng_devices(rc)):
         seed_global_rng(rc, client_seed(rc, client_id))
         return rc.client_algo.local_update(ctx)
 
