@@ -189,7 +189,8 @@ def test_runs_stopped_early_on_a_validation_metric_are_named():
                                                "for 5 evaluations", ""]})
     line = early_text(runs)
     assert line.startswith("**Stopped early**: 1 run(s) ended before the horizon on a "
-                           "validation metric (early_stopping: val/accuracy")
+                           "validation metric or a privacy budget (early_stopping: "
+                           "val/accuracy")
     assert early_text(runs.assign(stopped_early="")) == ""
 
 

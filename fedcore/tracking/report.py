@@ -31,6 +31,7 @@ from fedcore.pipeline.hparams import regime
 from fedcore.pipeline.rows import TUNABLE, is_tuned
 from fedcore.pipeline.stats import detectable_difference, paired_seeds, seeds_for
 from fedcore.pipeline.sweep import SweepSpec
+from fedcore.tracking import privacy_report
 from fedcore.tracking.mlflow_tracker import CONVERGED_TAG, get_experiment_id, mlflow_client
 from fedcore.tracking.parents import html_page, log_variant_table, set_description
 from fedcore.tracking.plots import _pyplot
@@ -156,6 +157,8 @@ def sweep_runs(
         }
         for key, metric, _ in COLUMNS:
             row[key] = run.data.metrics.get(metric, np.nan) if status == "FINISHED" else np.nan
+        row["epsilon"], row["delta"] = (privacy_report.run_privacy(run) if status == "FINISHED"
+                                        else (np.nan, np.nan))
         row["gb_sent"] = row["gb_sent"] / 1e9
         rows.append(row)
     frame = pd.DataFrame(rows)
@@ -192,6 +195,10 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
                                for i in index]
     horizon = {k: int(g["rounds"].max()) for k, g in groups}
     table["target_text"] = [target_text(reached.get(i, []), horizon.get(i, 0)) for i in index]
+    if "epsilon" in runs:
+        spent = {k: (list(g["epsilon"]), list(g["delta"])) for k, g in groups}
+        table["epsilon_text"] = [privacy_report.epsilon_text(*spent.get(i, ([], [])))
+                                 for i in index]
     return table
 
 
@@ -225,6 +232,9 @@ def _formatted(table: pd.DataFrame, detectable: dict[tuple[Any, ...], str]) -> p
                         for v in out[key]]
     out = out.drop(columns=[k for k in keys if k.startswith("grid:")])
     out = out.rename(columns={"hparams": "regime"})
+    if "epsilon_text" in table and (table["epsilon_text"] != "∞").any():  # a private row
+        out.insert(out.columns.get_loc("regime") + 1, privacy_report.COLUMN,
+                   list(table["epsilon_text"]))
     out["seeds"] = [f"{n}" if not f else f"{n} of {n + f} finished; {f} failed: {why}"
                     for n, f, why in zip(table["seeds"], table["failed"], table["failures"],
                                          strict=True)]
@@ -559,6 +569,8 @@ def build_report(
         client_accuracy_png(finished, finals, stage / "client_accuracy.png")
         if sent_runs is not None:
             accuracy_vs_gb_png(sent_runs, acc, sent, stage / "accuracy_vs_gb.png")
+        if privacy_report.private(finished):
+            privacy_report.accuracy_vs_epsilon_png(finished, stage / "accuracy_vs_epsilon.png")
         if latex:
             write_latex(outcomes, table, runs, plan, stage)
 
@@ -606,7 +618,9 @@ def across_settings(runs: pd.DataFrame, reference: str, out: Path) -> str:
     done = runs[runs["status"] == "FINISHED"]
     columns = ["dataset", "alpha"] + [c for c in done.columns if c.startswith("grid:")
                                       and not c.removeprefix("grid:").startswith(TUNABLE)]
-    settings = done.assign(_s=done[columns].astype(str).agg("|".join, axis=1))
+    # a key only some grids vary is missing (NaN) in the other cells: "" there
+    keyed = done[columns].astype(object).where(done[columns].notna(), "").astype(str)
+    settings = done.assign(_s=keyed.agg("|".join, axis=1))
     spans = settings.groupby("row")["_s"].agg(lambda x: frozenset(x))
     multi = spans[spans.map(len) >= 2]
     if multi.empty or reference not in multi.index:
@@ -707,13 +721,15 @@ def counts_line(spec: SweepSpec, runs: pd.DataFrame, outcomes: list[FamilyOutcom
 
 def early_text(runs: pd.DataFrame) -> str:
     """A line on the runs a callback stopped early (on a validation metric: early stopping
-    refuses test-set monitors), whose endpoint reads their own last rounds; "" for none."""
+    refuses test-set monitors; or a privacy budget), whose endpoint reads their own last
+    rounds; "" for none."""
     early = runs[runs["stopped_early"].astype(bool)] if "stopped_early" in runs else runs[:0]
     if early.empty:
         return ""
     why = "; ".join(dict.fromkeys(early["stopped_early"]))[:300]
     return (f"**Stopped early**: {len(early)} run(s) ended before the horizon on a validation "
-            f"metric ({why}); their endpoint reads their own last evaluations.\n\n")
+            f"metric or a privacy budget ({why}); their endpoint reads their own last "
+            "evaluations.\n\n")
 
 
 def plan_text(plan: SeedPlan) -> str:
