@@ -151,6 +151,10 @@ def _store_helper() -> StoreHelper | None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    if args.latex and not args.report:
+        print("fedcore: error: --latex: needs --report (the LaTeX tables are part of the "
+              "report)", file=sys.stderr)
+        return 2
     helper = _store_helper()  # imports MLflow meanwhile; writes only once the input is valid
     try:
         rows, spec = _sweep_cells(args, helper)
@@ -166,7 +170,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     failed = 1 if any(r["status"] == "failed" for r in rows) else 0
     if args.report:  # failed seeds are counted in the report's rows
         print()
-        return write_report(spec, None, any_code=args.reuse_other_code) or failed
+        return write_report(spec, None, any_code=args.reuse_other_code,
+                            latex=args.latex) or failed
     return failed
 
 
@@ -182,6 +187,10 @@ def _sweep_cells(args: argparse.Namespace, helper: StoreHelper | None) -> tuple[
 
     check_runner(args.runner, args.workers, args.dask_address, args.cells_per_gpu)
     check_resources((c.config for c in spec.cells), devices=not args.dask_address)
+    if helper is None and spec.screening is not None:  # an existing store: its runs
+        from fedcore.tracking.confirmation import check_screening_runs
+
+        check_screening_runs(spec)
     if helper is not None:
         helper.go()  # the input is valid: the store may be written
     from fedcore.flows.server import prefect_api
@@ -363,6 +372,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--report", action="store_true",
         help="then write the sweep's report in this process, as `fedcore report SWEEP.yaml` "
         "would (reports/<sweep name>; of any code with --reuse-other-code)",
+    )
+    p_sweep.add_argument(
+        "--latex", action="store_true",
+        help="with --report: also write families.tex and statistics.md, as `fedcore report "
+        "--latex` does",
     )
     p_sweep.set_defaults(func=cmd_sweep)
     p_report = sub.add_parser(

@@ -35,6 +35,7 @@ from fedcore.pipeline.devices import pinned_device
 from fedcore.pipeline.sweep import Cell, SweepSpec, load_sweep
 from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.cell_claim import claim_cell
+from fedcore.tracking.confirmation import check_screening_runs
 from fedcore.tracking.mlflow_tracker import wait_for_runs
 from fedcore.tracking.names import cell_identities, parent_name
 from fedcore.tracking.parents import log_source, sweep_summary
@@ -235,6 +236,7 @@ def sweep(
     check_runner(runner, max_workers, dask_address, cells_per_gpu)
     spec = load_sweep(sweep_file, parse_overrides(overrides or []))
     settings = load_settings()
+    check_screening_runs(spec, settings)  # a confirmation on seeds its screening ran
     parent = parent_run(spec, settings)
     client = mlflow_client(settings)
     log_source(client, parent, sweep_file, list(overrides or []), "sweep.yaml")

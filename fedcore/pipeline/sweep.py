@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.core.compose.configure import build_config
-from fedcore.core.config import ConfigError, ExperimentConfig, read_yaml
+from fedcore.core.config import ConfigError, ExperimentConfig, limits, read_yaml
 from fedcore.pipeline.families import Family, SeedPlan, parse_families, seed_plan
 from fedcore.pipeline.rows import row_label
 from fedcore.pipeline.sweep_file import check_grid_keys, check_shape, read_base, sweep_name
@@ -51,7 +51,8 @@ class SweepSpec:
     (``craft_server_lr: 30 trials, seed 1000``); ``duplicates``: the grid points left out because
     an earlier cell has the same config (``label`` -> the cell's label that runs it);
     ``families``: the comparisons it decides (``fedcore.pipeline.families``); ``plan``: its
-    seeds and looks (None: the seeds its grid lists, one look)."""
+    seeds and looks (None: the seeds its grid lists, one look); ``screening``: the name of the
+    sweep a confirmation confirms (``confirms:``), whose recorded runs it must not reuse."""
 
     name: str
     cells: list[Cell]
@@ -59,6 +60,7 @@ class SweepSpec:
     duplicates: dict[str, str] = field(default_factory=dict)
     families: tuple[Family, ...] = ()
     plan: SeedPlan | None = None
+    screening: str | None = None  # a confirmation's screening sweep (its name in the store)
 
     @property
     def seed_plan(self) -> SeedPlan:
@@ -106,13 +108,16 @@ class SweepSpec:
         return hashlib.sha256(f"{self.name}:{blob}".encode()).hexdigest()[:16]
 
 
-def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
+def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None,
+               confirms: bool = True) -> SweepSpec:
     """Read a sweep YAML ({name, base, grid, set}) and validate every cell before any compute.
 
     ``grid`` maps dotted keys to value lists (their product is run), or is a list of such
     mappings (the union of their products).
 
-    ``overrides`` apply to every cell (after the grid), e.g. ``{"rounds": 2}``.
+    ``overrides`` apply to every cell (after the grid), e.g. ``{"rounds": 2}``. ``confirms``:
+    False reads a screening sweep without following its own ``confirms:`` (no chain or cycle
+    of files is followed).
     """
     path = Path(path)
     spec = read_yaml(path)
@@ -146,31 +151,44 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
             duplicates[cell.label] = first.label
     families = parse_families(spec.get("families"), "sweep")
     check_rows(list(cells.values()), families, "sweep")
-    if spec.get("confirms") is not None:
-        check_confirmation(spec["confirms"], path, {c.config.seed for c in cells.values()},
-                           families)
+    screening = None
+    if spec.get("confirms") is not None and confirms:
+        screening = check_confirmation(spec["confirms"], path,
+                                       {c.config.seed for c in cells.values()}, families)
     return SweepSpec(name, list(cells.values()),
                      tuning_studies(spec.get("studies"), [c.config.seed for c in cells.values()],
-                                    "sweep"), duplicates, families, plan)
+                                    "sweep"), duplicates, families, plan, screening)
 
 
 def check_confirmation(screening: Any, owner: Path, seeds: set[int],
-                       families: tuple[Family, ...]) -> None:
+                       families: tuple[Family, ...]) -> str:
     """A confirmation (``confirms: <screening sweep file>``) tests chosen comparisons on fresh
-    seeds: refused unless it declares families and none of its seeds is one the screening
-    sweep ran, so that choosing rows by looking at the screening cannot bias its tests."""
+    seeds: refused unless it declares families, names another sweep file, and none of its seeds
+    is one the screening sweep's file lists, so that choosing rows by looking at the screening
+    cannot bias its tests. Returns the screening's name: the seeds its recorded runs used are
+    checked against the store before the sweep runs
+    (``fedcore.tracking.confirmation.check_screening_runs``), whatever its file says now."""
     if not isinstance(screening, str):
         raise ConfigError("sweep.confirms: expected the path of the screening sweep file")
     other = Path(screening) if Path(screening).is_absolute() else owner.parent / screening
+    shown_path = limits.shown(str(other))
     if not other.is_file():
-        raise ConfigError(f"sweep.confirms: no sweep file {str(other)!r}")
+        raise ConfigError(f"sweep.confirms: no sweep file {shown_path}")
+    if other.resolve() == owner.resolve():
+        raise ConfigError(f"sweep.confirms: {shown_path} is this sweep file itself; a "
+                          "confirmation names the screening sweep it confirms")
     if not families:
         raise ConfigError("sweep.confirms: a confirmation must declare the families it tests")
-    shared = sorted(seeds & {c.config.seed for c in load_sweep(other).cells})
+    try:
+        screen = load_sweep(other, confirms=False)
+    except ConfigError as exc:
+        raise ConfigError(f"sweep.confirms: {exc}") from None
+    shared = sorted(seeds & {c.config.seed for c in screen.cells})
     if shared:
         raise ConfigError(f"sweep.confirms: seed {shared[0]} was run by the screening sweep "
-                          f"{str(other)!r}; a confirmation needs fresh seeds (disjoint from "
+                          f"{shown_path}; a confirmation needs fresh seeds (disjoint from "
                           "the screening's), e.g. seeds: {looks: [...], start: 100}")
+    return screen.name
 
 
 def check_rows(cells: list[Cell], families: tuple[Family, ...], where: str) -> None:

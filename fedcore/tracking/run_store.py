@@ -202,7 +202,16 @@ class MlflowRunStore:
         what a sweep's report reads for all its cells at once)."""
         from fedcore.tracking.provenance import CODE_DIGEST_TAG
 
-        query = f"attributes.status = 'FINISHED' and tags.`{CODE_DIGEST_TAG}` = '{code}'"
+        return self._all(f"attributes.status = 'FINISHED' and tags.`{CODE_DIGEST_TAG}` = "
+                         f"'{code}'")
+
+    def runs_of_sweep(self, name: str) -> list[Run]:
+        """Every run recorded under the sweep ``name`` (its cells' and its parent's ``sweep``
+        tag; a sweep name holds no quote), whatever its status, newest first."""
+        return self._all(f"tags.sweep = '{name}'")
+
+    def _all(self, query: str) -> list[Run]:
+        """Every run of the experiment matching ``query``, newest first (paged)."""
         runs: list[Run] = []
         token = None
         while True:

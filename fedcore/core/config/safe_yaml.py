@@ -140,13 +140,25 @@ def load(text: str, source: str) -> Any:
             loader.dispose()
 
 
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
 def read_file(path: str | Path, what: str = "config file") -> Any:
-    """:func:`load` of the file at ``path``: at most FILE_BYTES, UTF-8 (a BOM is allowed)."""
+    """:func:`load` of the file at ``path``: at most FILE_BYTES, UTF-8 (a BOM is allowed).
+
+    Only a regular file whose name, once symbolic links are followed, ends in ``.yaml`` or
+    ``.yml`` is read: a link ``base.yaml`` to /etc/shadow, or ``confirms: /etc/shadow``, had
+    the secret's first line echoed as an unknown key."""
     p = Path(path)
     source = f"{what} {limits.shown(str(p))}"
     try:
         if not p.is_file():
             raise ConfigError(f"{source} does not exist")
+        target = p.resolve()
+        if target.suffix.lower() not in YAML_SUFFIXES:
+            link = f" (a link to {limits.shown(target.name)})" if target.name != p.name else ""
+            raise ConfigError(f"{source}{link} is not a .yaml or .yml file; allowed: a YAML "
+                              "file named *.yaml or *.yml")
         if p.stat().st_size > limits.FILE_BYTES:
             raise ConfigError(f"{source} is {p.stat().st_size:,} bytes; at most "
                               f"{limits.FILE_BYTES:,} allowed")
