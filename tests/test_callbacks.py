@@ -9,6 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from fedcore.core import clients
 from fedcore.core.callbacks import Callback, RoundVerdict
+from fedcore.core.callbacks.configured import ConfiguredCallback
 from fedcore.core.callbacks.personal import PersonalEvaluation
 from fedcore.core.compose.configure import load_config
 from fedcore.core.round import checkpoint
@@ -139,3 +140,37 @@ def test_a_user_callback_may_not_return_a_built_in_metric_name():
             return RoundVerdict(metrics={"mine/accuracy": 0.999})
 
     assert Simulation(cfg, [Own()]).run().history[0]["mine/accuracy"] == 0.999
+
+
+class Forger(ConfiguredCallback):
+    """A callback a config names by import path (``module:Class``), returning fedcore's own
+    accuracy metric."""
+
+    name = "forger"
+
+    def on_round_end(self, record):
+        return RoundVerdict(metrics={"test/accuracy": 0.999})
+
+
+class Slotted(Callback):
+    __slots__ = ()  # no weak reference: it slipped past the reserved names
+
+    def on_round_end(self, record):
+        return RoundVerdict(metrics={"test/loss": 0.0})
+
+
+def test_reserved_names_hold_for_every_callback_however_it_is_named():
+    """A callback named in the config overwrote ``test/accuracy`` (final/accuracy 0.999): the
+    reserved names held only for callbacks passed from Python, and not for those whose
+    instances take no weak reference."""
+    cfg = load_config(None, [*FAST, "rounds=1",
+                             "callbacks=[{callback: 'tests.test_callbacks:Forger'}]"])
+    with pytest.raises(ValueError, match="^Forger.on_round_end returned metric 'test/accuracy', "
+                       "a built-in metric's name"):
+        Simulation(cfg).run()
+    plain = load_config(None, [*FAST, "rounds=1"])
+    with pytest.raises(ValueError, match="^Slotted.on_round_end returned metric 'test/loss'"):
+        Simulation(plain, [Slotted()]).run()
+    # a replacement of a built-in callback fills its slot: it may return built-in names
+    own = Slotted()
+    assert Simulation(plain, builtins={"divergence": own}).run().history[0]["test/loss"] == 0.0

@@ -15,7 +15,7 @@ from fedcore.core.callbacks.base import Callback, RoundRecord, RoundVerdict
 from fedcore.core.callbacks.checkpointing import Checkpointing
 from fedcore.core.callbacks.divergence import DivergenceGuard
 from fedcore.core.callbacks.evaluation import Evaluation
-from fedcore.core.callbacks.reserved import reserved, user_callback
+from fedcore.core.callbacks.reserved import reserved
 from fedcore.core.callbacks.signals import SignalStop
 from fedcore.core.callbacks.summary import Summary
 
@@ -65,7 +65,7 @@ def chain(
     def pick(*names: str) -> list[Callback]:
         return [builtin[n] for n in names if n in builtin]
 
-    mine = [user_callback(checked(cb)) for cb in user]
+    mine = [checked(cb) for cb in user]
     return [*pick("evaluation", "summary"), *components, *mine,
             *pick("divergence"), signal, *pick("checkpoint")]
 
@@ -81,10 +81,12 @@ def checked(cb: object) -> Callback:
 
 def end_round(
     callbacks: list[Callback], record: RoundRecord, entry: dict[str, float],
-    tables: list[ClientTable],
+    tables: list[ClientTable], builtin: Mapping[str, Callback | None],
 ) -> None:
     """Call ``on_round_end`` of each callback in order, merging each verdict into ``record``,
-    into the round's history ``entry`` and (a per-client table) into ``tables``."""
+    into the round's history ``entry`` and (a per-client table) into ``tables``; a callback of
+    code outside fedcore that fills none of the ``builtin`` slots may not return a built-in
+    metric name (``fedcore.core.callbacks.reserved``)."""
     for cb in callbacks:
         verdict = cb.on_round_end(record)
         if verdict is None:
@@ -103,7 +105,7 @@ def end_round(
                 raise ValueError(f"{type(cb).__name__} returned per-client columns in round "
                                  f"{record.round}, which has no per-client table")
             record.clients.extra.update(verdict.columns)
-        reserved(cb, verdict.metrics)
+        reserved(cb, verdict.metrics, builtin)
         record.metrics.update(verdict.metrics)
         entry.update(verdict.metrics)
         if verdict.finish and record.converged is None and record.stop is None:

@@ -241,7 +241,8 @@ class Simulation:
             record = RoundRecord(r, outcome.metrics, self.view, sampled, outcome.client_values)
             result.history.append({"round": r, **outcome.metrics})
             callback_dispatch.end_round(
-                self.run_callbacks, record, result.history[-1], result.client_tables
+                self.run_callbacks, record, result.history[-1], result.client_tables,
+                self.builtins,
             )
             if record.checkpoint:  # a callback's verdict (the built-in checkpoint's)
                 self.save_checkpoint()
