@@ -179,3 +179,23 @@ def test_an_unsigned_checkpoint_of_another_code_digest_is_refused(tmp_path, capl
     with pytest.raises(checkpoint.CheckpointError, match="^checkpoint MLflow copy cannot be "
                        "resumed: it carries no HMAC signature"):
         checkpoint.load(path, origin="MLflow copy")
+
+
+def test_a_run_that_starts_afresh_keeps_its_own_checkpoints_over_later_rounds(tmp_path,
+                                                                             tracking):
+    """A killed `fedcore tune` trial left rounds 5 and 6 in its folder; the retry (same config,
+    not resumed) wrote round 1 there, pruning by round number deleted it, the upload failed with
+    FileNotFoundError and the trial was FAIL with its folder never removed (3 of 3)."""
+    from fedcore.tracking.runner import run_tracked
+
+    cfg, _, state = _setup(tmp_path)
+    folder = checkpoint.run_folder(cfg)
+    for r in (5, 6):  # the killed run's files
+        checkpoint.save(state, folder, r)
+    path = checkpoint.save(state, folder, 1)
+    assert path.is_file() and [p.name for p in checkpoint.checkpoint_files(folder)] == [
+        "round-000001.pt"]
+    for r in (5, 6):
+        checkpoint.save(state, folder, r)
+    _, result = run_tracked(cfg, resume=False, figures=False)  # as a tune trial runs
+    assert len(result.history) == 4 and not folder.exists()

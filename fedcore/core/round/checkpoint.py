@@ -248,7 +248,7 @@ def checkpoint_files(folder: Path) -> list[Path]:
 
 def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP,
          code: str | None = None, key: bytes | None = None) -> Path:
-    """Write ``round-<round>.pt`` atomically (temporary file, fsync, rename); keep the newest.
+    """Write ``round-<round>.pt`` atomically (temporary file, fsync, rename); :func:`prune`.
 
     ``code``: the run's code digest (:func:`fedcore.core.round.code_digest.of_config`; None:
     fedcore's). ``key``: the HMAC key (None: :func:`key_for` of ``folder.parent``). A failed write
@@ -282,9 +282,26 @@ def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP,
             if faults.is_disk_full(exc):  # torch says "unexpected pos ..." for a short write
                 raise faults.no_space(f"checkpoint {path}") from None
             raise
-    for old in checkpoint_files(folder)[:-keep]:
-        old.unlink(missing_ok=True)
+    prune(folder, round, keep)
     return path
+
+
+def prune(folder: Path, round: int, keep: int = KEEP) -> None:
+    """After ``round-<round>.pt`` was written: delete the files of later rounds (left by an
+    earlier run of this config that did not resume, e.g. a retried trial: pruning by round
+    number alone deleted the file just written, whose upload then failed) and all but the
+    newest ``keep`` of the others, so the file just written is always kept."""
+    files = checkpoint_files(folder)
+    later = [p for p in files if _round(p) > round]
+    for old in later + [p for p in files if _round(p) <= round][:-keep]:
+        old.unlink(missing_ok=True)
+
+
+def _round(path: Path) -> int:
+    """The round of a checkpoint file's name (``round-000012.pt`` -> 12)."""
+    match = _NAME.match(path.name)
+    assert match is not None  # checkpoint_files lists only such names
+    return int(match.group(1))
 
 
 def load(
