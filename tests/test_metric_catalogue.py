@@ -45,7 +45,8 @@ EXTRA_RUNS = {
     "held-out clients and a validation split": [
         "method=fedavg", "dataset.val_fraction=0.2", "dataset.holdout_clients=0.34"],
     "a stage that rejects": ["method=fedavg", "method.stages=[{stage: median_norm, factor: 0.5}]"],
-    "central DP": ["method=fedavg", "privacy.mechanism=central", "privacy.noise_multiplier=1.0"],
+    "central DP": ["method=fedavg", "privacy.mechanism=central", "privacy.noise_multiplier=1.0",
+                   "privacy.clip_quantile=0.5"],
 }
 
 

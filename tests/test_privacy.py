@@ -182,8 +182,10 @@ def _numbers(history):
     return [{k: v for k, v in h.items() if k != TIMING} for h in history]
 
 
-def test_resumed_run_continues_the_account_and_equals_an_uninterrupted_one(tmp_path):
-    extra = [*CENTRAL, "privacy.target_epsilon=2.0", f"checkpoint_dir={tmp_path / 'ck'}"]
+@pytest.mark.parametrize("adaptive", [[], ["privacy.clip_quantile=0.5", "privacy.clip_lr=1.0"]])
+def test_resumed_run_continues_the_account_and_equals_an_uninterrupted_one(tmp_path, adaptive):
+    extra = [*CENTRAL, "privacy.target_epsilon=2.0", f"checkpoint_dir={tmp_path / 'ck'}",
+             *adaptive]
     full = Simulation(_cfg(*extra)).run()
     cfg = _cfg(*extra, "checkpoint_every=2")
     with pytest.raises(KeyboardInterrupt):
@@ -195,6 +197,8 @@ def test_resumed_run_continues_the_account_and_equals_an_uninterrupted_one(tmp_p
     assert [h["privacy/epsilon"] for h in result.history] == [
         h["privacy/epsilon"] for h in full.history]
     assert _numbers(result.history) == _numbers(full.history)
+    clips = [h["privacy/clip"] for h in result.history]
+    assert (len(set(clips)) > 1) == bool(adaptive)  # the adapted clip came back too
 
 
 def test_the_checkpoint_keeps_the_noise_multiplier_of_the_account(tmp_path):
@@ -298,6 +302,8 @@ def test_refusals_exit_2_in_one_line_before_any_run(tracking, capsys, args, mess
     (["privacy.noise_multiplier=1.0"], "privacy.noise_multiplier: set with privacy.mechanism"
      "=none; allowed: privacy.mechanism central or local"),
     (["privacy.mechanism=local"], "privacy.mechanism: local DP accounts one clip_noise stage"),
+    (["privacy.mechanism=local", "privacy.clip_quantile=0.5"],
+     "privacy.clip_quantile: adaptive clipping is for privacy.mechanism=central; allowed: unset"),
 ])
 def test_refusals_without_central(tracking, capsys, args, message):
     from fedcore.cli import main
@@ -305,3 +311,45 @@ def test_refusals_without_central(tracking, capsys, args, message):
     assert main(["run", *FAST, *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_adaptive_clip_moves_towards_the_target_quantile_of_the_norms():
+    cfg = _cfg(*CENTRAL, "privacy.noise_multiplier=0.5", "privacy.clip_quantile=0.5",
+               "privacy.clip_lr=0.3", "privacy.clip=0.05", "privacy.clip_count_std=1.0")
+    ledger = Ledger(cfg, 8, 8)
+    gen = torch.Generator().manual_seed(1)
+    norms = torch.tensor([0.5, 0.8, 1.2, 2.0])  # median between 0.8 and 1.2
+    clips = []
+    for r in range(1, 81):
+        rows = torch.randn(4, 50, generator=gen)
+        ledger.privatize(UpdateBatch(rows / rows.norm(dim=1, keepdim=True) * norms[:, None],
+                                     torch.ones(4), round=r))
+        clips.append(ledger.clip)
+    assert clips[0] > 0.05  # every delta was clipped: the clip grows
+    late = np.array(clips[40:])
+    assert 0.5 < float(np.median(late)) < 2.0
+
+
+def test_adaptive_clipping_splits_the_accounted_noise_between_deltas_and_count():
+    z, count_std = 1.2, 1.0  # z_delta = (z^-2 - (2 count_std)^-2)^-1/2
+    cfg = _cfg("privacy.mechanism=central", "privacy.clip=0.5", f"privacy.noise_multiplier={z}",
+               "privacy.clip_quantile=0.5", f"privacy.clip_count_std={count_std}", "rounds=1")
+    sim = Simulation(cfg, model=Constant)
+    z_delta = (z ** -2 - (2 * count_std) ** -2) ** -0.5
+    assert float(sim.privacy_params["dp.delta_noise_multiplier"]) == pytest.approx(z_delta)
+    before = sim.params.clone()
+    result = sim.run()
+    step = (sim.params - before).double()
+    assert float(step.std()) == pytest.approx(z_delta * 0.5 / 4, rel=0.02)
+    # the round is accounted as one Gaussian mechanism of noise multiplier z
+    assert result.history[0]["privacy/epsilon"] == pytest.approx(
+        _library_epsilon(z, 0.5, 1, 8 ** -1.1), rel=1e-6)
+
+
+def test_a_count_noise_that_leaves_none_for_the_deltas_is_refused(tracking, capsys):
+    from fedcore.cli import main
+
+    assert main(["run", *FAST, *CENTRAL, "privacy.noise_multiplier=3.0",
+                 "privacy.clip_quantile=0.5", "privacy.clip_count_std=1.0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "privacy.clip_count_std: 1 leaves no noise for the deltas" in err[0]

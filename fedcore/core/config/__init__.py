@@ -292,6 +292,16 @@ class PrivacyConfig(_Strict):
     accountant: Literal["rdp", "pld"] = Field(
         "rdp", description="dp-accounting's accountant: rdp (Renyi DP, Poisson or fixed "
         "sampling) or pld (privacy loss distributions, Poisson sampling only)")
+    clip_quantile: float | None = Field(
+        None, gt=0, lt=1, description="central: adaptive clipping (Andrew et al. 2021): the "
+        "share of clients whose delta the clip should leave unclipped; unset: a fixed clip")
+    clip_lr: float = Field(
+        0.2, gt=0, description="adaptive clipping: C <- C exp(-clip_lr (b - clip_quantile)), "
+        "b the noised unclipped share of the round")
+    clip_count_std: float | None = Field(
+        None, gt=0, description="adaptive clipping: the std of the noise on the count of "
+        "unclipped clients; unset: the larger of clients_per_round / 20 and z (the deltas' noise "
+        "multiplier is then at most 1.155 z)")
 
     @model_validator(mode="after")
     def _consistent(self) -> PrivacyConfig:
@@ -307,6 +317,10 @@ class PrivacyConfig(_Strict):
             if self.accountant == "pld" and self.sampling == "fixed":
                 raise ValueError("privacy.accountant: pld cannot account privacy.sampling="
                                  "fixed (sampling without replacement); allowed: rdp")
+        adaptive = [k for k in ("clip_quantile", "clip_count_std") if getattr(self, k) is not None]
+        if adaptive and self.mechanism != "central":
+            raise ValueError(f"privacy.{adaptive[0]}: adaptive clipping is for "
+                             "privacy.mechanism=central; allowed: unset")
         if self.mechanism == "local":
             taken = [k for k in ("noise_multiplier", "clip", "target_epsilon") if k in set_keys]
             if taken:

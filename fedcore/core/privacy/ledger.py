@@ -6,6 +6,7 @@ and finishes the run before it would overspend its budget."""
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from fedcore.core.config.errors import ConfigError
 from fedcore.core.config.seeding import derive_seed
 from fedcore.core.privacy import accountant
 from fedcore.core.privacy.accountant import Account, Sampling
-from fedcore.core.privacy.mechanism import noised_mean, private_batch
+from fedcore.core.privacy.mechanism import noised_mean, noised_unclipped_share, private_batch
 from fedcore.core.privacy.sampling import PoissonSampler
 
 if TYPE_CHECKING:
@@ -33,6 +34,10 @@ EMITTED_METRICS = {
             "epsilon at privacy.delta spent so far (central: the rounds played; local: the most "
             "rounds any client took part in), computed by the accountant"
         ),
+        "privacy/clip": (
+            "central DP: the clip C the round used (privacy.clip; with privacy.clip_quantile it "
+            "adapts from round to round)"
+        ),
     },
 }
 
@@ -44,6 +49,18 @@ def stage_clip_noise(cfg: ExperimentConfig) -> tuple[float, float]:
         raise ConfigError(f"privacy.mechanism: local DP accounts one clip_noise stage of "
                           f"method.stages, found {len(found)}; allowed: exactly one")
     return float(found[0]["clip"]), float(found[0]["sigma"])
+
+
+def delta_noise_multiplier(total: float, count_std: float) -> float:
+    """The noise multiplier left for the deltas when the count of adaptive clipping takes its
+    share: z_delta = (z^-2 - (2 count_std)^-2)^(-1/2), so that the round is one Gaussian
+    mechanism of noise multiplier z (Andrew et al. 2021, Theorem 1)."""
+    rest = total ** -2 - (2 * count_std) ** -2 if total > 0 else -1.0
+    if rest <= 0:
+        raise ConfigError(
+            f"privacy.clip_count_std: {count_std:g} leaves no noise for the deltas at noise "
+            f"multiplier {total:.4g}; allowed: more than {total / 2:.4g}")
+    return float(rest ** -0.5)
 
 
 class Ledger:
@@ -71,6 +88,7 @@ class Ledger:
         else:
             self.clip, z = stage_clip_noise(cfg)
             sampling = "local"
+        self.round_clip = self.clip  # the clip of the round last privatized
         self.account = Account(p.accountant, sampling, z, num_training, cfg.clients_per_round)
         if p.target_epsilon is not None:
             z = accountant.calibrate(self.account, cfg.rounds, p.target_epsilon, self.delta)
@@ -78,6 +96,13 @@ class Ledger:
             self.calibrated = True
             log.info("privacy: noise multiplier %.6g meets epsilon %g at delta %.3g after %d "
                      "rounds", z, p.target_epsilon, self.delta, cfg.rounds)
+        self.quantile, self.clip_lr = p.clip_quantile, p.clip_lr
+        # the paper's m/20, or z where that is smaller (z_delta is then at most 1.155 z)
+        self.count_std = (p.clip_count_std if p.clip_count_std is not None
+                          else max(cfg.clients_per_round / 20, self.noise_multiplier))
+        self.delta_noise = self.noise_multiplier
+        if self.quantile is not None:
+            self.delta_noise = delta_noise_multiplier(self.noise_multiplier, self.count_std)
         self.rounds = 0  # central: rounds accounted
         self.participations = np.zeros(num_clients, dtype=np.int64)  # local: per client
         if self.budget is not None and self.epsilon_after(1) > self.budget:
@@ -88,6 +113,8 @@ class Ledger:
 
     @property
     def noise_multiplier(self) -> float:
+        """z, the accounted noise multiplier of a round (with adaptive clipping: of the delta
+        and the count together)."""
         return self.account.noise_multiplier
 
     def sampler(self, default: Sampler) -> Sampler:
@@ -103,8 +130,12 @@ class Ledger:
         if self.mechanism != "central":
             return batch
         gen = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", batch.round))
-        mean = noised_mean(batch.deltas, self.clip, self.noise_multiplier,
-                           self.expected_clients, gen)
+        mean = noised_mean(batch.deltas, self.clip, self.delta_noise, self.expected_clients, gen)
+        self.round_clip = self.clip
+        if self.quantile is not None:  # the clip of the next round (Andrew et al. 2021)
+            share = noised_unclipped_share(batch.deltas, self.clip, self.count_std,
+                                           self.expected_clients, gen)
+            self.clip *= math.exp(-self.clip_lr * (share - self.quantile))
         return private_batch(batch, mean)
 
     def spend(self, sampled: list[int]) -> None:
@@ -132,6 +163,10 @@ class Ledger:
             "dp.delta": repr(self.delta),
             "dp.accountant": f"dp-accounting {self.account.accountant}",
             "dp.calibrated": str(self.calibrated).lower(),
+            **({"dp.clip_quantile": repr(self.quantile), "dp.clip_lr": repr(self.clip_lr),
+                "dp.clip_count_std": repr(self.count_std),
+                "dp.delta_noise_multiplier": repr(self.delta_noise)}
+               if self.quantile is not None else {}),
         }
 
     def callbacks(self) -> list[Callback]:
@@ -139,12 +174,17 @@ class Ledger:
 
     def state_dict(self) -> dict[str, Any]:
         return {"noise_multiplier": self.noise_multiplier, "rounds": self.rounds,
-                "participations": self.participations.copy()}
+                "participations": self.participations.copy(), "clip": self.clip}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue the account of a checkpoint (its noise multiplier: a calibration is not
         redone)."""
         self.account = self.account.with_noise(float(state["noise_multiplier"]))
+        if self.quantile is not None:
+            self.delta_noise = delta_noise_multiplier(self.noise_multiplier, self.count_std)
+        else:
+            self.delta_noise = self.noise_multiplier
+        self.clip = float(state.get("clip", self.clip))
         self.rounds = int(state["rounds"])
         self.participations = np.asarray(state["participations"], dtype=np.int64).copy()
 
@@ -167,4 +207,7 @@ class PrivacyReport(Callback):
                 finish = (f"privacy budget: epsilon {eps:.4g} after round {record.round}; "
                           f"round {record.round + 1} would spend {following:.4g} > "
                           f"privacy.epsilon_budget={ledger.budget:g}")
-        return RoundVerdict(metrics={"privacy/epsilon": eps}, finish=finish)
+        metrics = {"privacy/epsilon": eps}
+        if ledger.mechanism == "central":
+            metrics["privacy/clip"] = ledger.round_clip
+        return RoundVerdict(metrics=metrics, finish=finish)

@@ -30,6 +30,19 @@ def noised_mean(
     return (total + noise_multiplier * clip * noise.to(total.device)) / expected_clients
 
 
+def noised_unclipped_share(
+    deltas: torch.Tensor, clip: float, count_std: float, expected_clients: float,
+    generator: torch.Generator,
+) -> float:
+    """Adaptive clipping's estimate of the share of clients within the clip (Andrew et al. 2021):
+    (sum_k (1[||delta_k|| <= C] - 1/2) + N(0, count_std^2)) / expected_clients + 1/2, the
+    indicators centred so that one client moves the sum by at most 1/2."""
+    norms = deltas.double().norm(dim=1) if deltas.shape[0] else deltas.new_zeros(0).double()
+    centred = float(((norms <= clip).double() - 0.5).sum())
+    noise = float(torch.randn((), generator=generator, dtype=torch.float64))
+    return (centred + count_std * noise) / expected_clients + 0.5
+
+
 def private_batch(batch: UpdateBatch, mean: torch.Tensor) -> UpdateBatch:
     """The batch a mean-of-deltas rule sees: one row, the noised mean, of weight 1 (the rule's
     weighted mean is then that row)."""
