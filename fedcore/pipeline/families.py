@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fedcore.core.config import ConfigError
+from fedcore.core.config import ConfigError, limits
 from fedcore.pipeline.stats import LEVEL, MARGIN, Comparison, family_test
 
 # endpoint name -> (report column, whether higher is better, what it is)
@@ -66,19 +66,28 @@ def seed_plan(raw: Any, where: str) -> SeedPlan:
     if isinstance(raw, list):
         if not raw or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                               for s in raw) or len(set(raw)) != len(raw):
-            raise ConfigError(f"{where}.seeds: expected distinct seeds >= 0 (got {raw!r})")
+            raise ConfigError(f"{where}.seeds: expected distinct seeds >= 0 "
+                              f"(got {limits.shown(raw)})")
+        limits.check_count(f"{where}.seeds (seeds listed)", len(raw), limits.SEEDS)
+        limits.check_count(f"{where}.seeds (largest seed)", max(raw), limits.SEED)
         return SeedPlan(tuple(raw), (len(raw),))
     if not isinstance(raw, dict) or set(raw) - {"looks", "start"} or "looks" not in raw:
         raise ConfigError(f"{where}.seeds: expected a list of seeds or a mapping "
                           "{looks: [n1, n2, ...], start: first seed}")
     looks, start = raw["looks"], raw.get("start", 0)
-    ok = (isinstance(looks, list) and looks and all(isinstance(n, int) and n >= 2 for n in looks)
+    ok = (isinstance(looks, list) and looks
+          and all(isinstance(n, int) and not isinstance(n, bool) and n >= 2 for n in looks)
           and all(a < b for a, b in zip(looks, looks[1:], strict=False)))
     if not ok:
         raise ConfigError(f"{where}.seeds.looks: expected increasing seed counts >= 2, e.g. "
-                          f"[3, 5, 8] (got {looks!r})")
-    if not isinstance(start, int) or start < 0:
-        raise ConfigError(f"{where}.seeds.start: expected a seed >= 0 (got {start!r})")
+                          f"[3, 5, 8] (got {limits.shown(looks)})")
+    limits.check_count(f"{where}.seeds.looks (number of looks)", len(looks), limits.LOOKS)
+    limits.check_count(f"{where}.seeds.looks (seeds of the last look)", looks[-1], limits.SEEDS)
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise ConfigError(f"{where}.seeds.start: expected a seed >= 0 "
+                          f"(got {limits.shown(start)})")
+    limits.check_count(f"{where}.seeds (largest seed: start + last look - 1)",
+                       start + looks[-1] - 1, limits.SEED)
     return SeedPlan(tuple(range(start, start + looks[-1])), tuple(looks))
 
 

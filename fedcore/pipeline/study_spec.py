@@ -15,7 +15,14 @@ from typing import Any
 import yaml
 
 from fedcore.core.compose.configure import build_config
-from fedcore.core.config import ConfigError, ExperimentConfig, config_dir, project_root, read_yaml
+from fedcore.core.config import (
+    ConfigError,
+    ExperimentConfig,
+    config_dir,
+    limits,
+    project_root,
+    read_yaml,
+)
 from fedcore.core.config.seeding import TUNING_SEED_MIN
 from fedcore.pipeline.objective import DEFAULT_AVERAGE_LAST, objective_label
 from fedcore.pipeline.sweep_file import read_base
@@ -144,7 +151,9 @@ class StudySpec:
         if searched.type == "categorical":
             return tuple(sorted({int(c) for c in searched.choices}))
         low, high = searched.bounds()
-        return tuple(range(int(low), int(high) + 1, int(searched.step or 1)))
+        seeds = range(int(low), int(high) + 1, int(searched.step or 1))
+        limits.check_count("study.search.seed (seeds searched)", len(seeds), limits.SEEDS)
+        return tuple(seeds)
 
     @property
     def budget(self) -> str:
@@ -386,6 +395,8 @@ def _budget(value: Any, key: str, cast: type) -> Any:
         )
     if cast is int and value != int(value):  # n_trials=1.5 would run 1 trial
         raise ConfigError(f"study.{key}: expected a positive integer or null (got {value!r})")
+    if cast is int:
+        limits.check_count(f"study.{key}", int(value), limits.TRIALS)
     return cast(value)
 
 
@@ -395,6 +406,7 @@ def _average_last(value: Any) -> int:
             f"study.average_last: expected an int >= 1, the evaluations a trial's score "
             f"averages (1: the last one only) (got {value!r})"
         )
+    limits.check_count("study.average_last", value, limits.COUNT)
     return value
 
 
@@ -413,9 +425,13 @@ def _sampler(raw: Any, n_objectives: int) -> dict[str, Any]:
         )
     if spec["seed"] is not None and (not isinstance(spec["seed"], int) or spec["seed"] < 0):
         raise ConfigError(f"study.sampler.seed: expected an int >= 0 (got {spec['seed']!r})")
+    if spec["seed"] is not None:
+        limits.check_count("study.sampler.seed", spec["seed"], limits.SEED)
     for key in ("n_startup_trials", "population_size"):
         if key in spec and (not isinstance(spec[key], int) or spec[key] < 1):
             raise ConfigError(f"study.sampler.{key}: expected an int >= 1 (got {spec[key]!r})")
+        if key in spec:
+            limits.check_count(f"study.sampler.{key}", spec[key], limits.COUNT)
     return spec
 
 
@@ -430,6 +446,7 @@ def _heartbeat(raw: Any) -> dict[str, int]:
         low = 0 if key == "max_retry" else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"study.heartbeat.{key}: expected an int >= {low} (got {value!r})")
+        limits.check_count(f"study.heartbeat.{key}", value, limits.COUNT)
     if spec["grace_period"] <= spec["interval"]:
         raise ConfigError(
             f"study.heartbeat.grace_period: expected more than interval={spec['interval']} s "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,10 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None,
                               "list `seed` as well")
     base = read_base(spec.get("base"), path)
     fixed = {**(spec.get("set") or {}), **(overrides or {})}
+    size = sum(math.prod(len(v) for v in g.values()) for g in grids)
+    limits.check_count("sweep.grid (cells: the product of its value lists, times the planned "
+                       "seeds)", size * (len(plan.seeds) if plan is not None else 1),
+                       limits.CELLS)
     points = [dict(zip(g.keys(), values, strict=True))
               for g in grids for values in itertools.product(*g.values())]
     if plan is not None:

@@ -52,6 +52,12 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
     Raises:
         ConfigError: a bad key or value, named in one line with the values allowed.
     """
+    if not isinstance(raw, dict):  # [1, 2] raised AttributeError
+        raise ConfigError(f"config: expected a mapping of keys to values (got a "
+                          f"{type(raw).__name__})")
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ConfigError(f"overrides: expected a mapping of dotted keys to values (got a "
+                          f"{type(overrides).__name__})")
     limits.check_tree(raw)
     limits.check_tree(overrides or {})
     tree = copy.deepcopy(raw)

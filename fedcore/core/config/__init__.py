@@ -114,7 +114,7 @@ class DatasetConfig(_Recorded):
     verify: bool = True
     partition: Literal["iid", "dirichlet", "shards", "natural", "given"] = "dirichlet"
     alpha: float = Field(0.1, gt=0)
-    num_clients: int = Field(20, ge=1)
+    num_clients: int = Field(20, ge=1, le=limits.CLIENTS)
     min_samples: int = Field(10, ge=0)
     shards_per_client: int = Field(2, ge=1)
     test_fraction: float = Field(0.2, ge=0, lt=1)
@@ -124,7 +124,7 @@ class DatasetConfig(_Recorded):
         "validation set (val/* metrics, early stopping); 0: none")
     source: str | None = None  # own data: where it came from
     digest: str | None = None  # own data: content digest (samples, labels, clients)
-    partition_seed: int | None = Field(None, ge=0)  # own data: the seed of its partition
+    partition_seed: int | None = Field(None, ge=0, le=limits.SEED)  # own data: its seed
     holdout_clients: float = Field(
         0.0, ge=0, lt=1, description="fraction of clients never sampled for training, drawn "
         "from the partition seed; the global model is evaluated on them (`unseen/*`)"
@@ -342,10 +342,10 @@ class ExperimentConfig(_Recorded):
     model: ModelConfig = Field(default_factory=ModelConfig)
     method: MethodConfig = Field(default_factory=MethodConfig)
     rounds: int = Field(60, ge=1)
-    clients_per_round: int = Field(5, ge=1)
+    clients_per_round: int = Field(5, ge=1, le=limits.CLIENTS)
     local: LocalConfig = Field(default_factory=LocalConfig)
     clients: ClientsConfig = Field(default_factory=ClientsConfig)
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=limits.SEED)
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda|cuda:\d+|mps)$")
     eval_every: int = Field(1, ge=1)
     target_accuracy: float | None = Field(None, gt=0, le=1)

@@ -21,6 +21,14 @@ STRING_CHARS = 1_000  # any string: a key, a value, a path
 NAME_CHARS = 100  # a method name (it names runs and the files `fedcore tune --best` writes)
 PATH_PART_BYTES = 255  # one component of a path (the file system's NAME_MAX)
 SHOWN_CHARS = 80  # the most of an input value an error message repeats
+# Counts a file can set (far above any real study, far below what hangs or exhausts memory):
+COUNT = 1_000_000  # rounds, steps, epochs, batch size, samples and any other plain count
+CLIENTS = 100_000  # dataset.num_clients, clients_per_round
+SEED = 2**32 - 1  # the largest seed
+SEEDS = 10_000  # seeds one sweep or study runs (a look plan's last count, a seed list)
+LOOKS = 20  # looks of a seed plan
+CELLS = 100_000  # cells of a sweep's grid (before duplicates are dropped)
+TRIALS = 100_000  # a study's n_trials
 
 _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 2, SHOWN_CHARS, SHOWN_CHARS
@@ -91,3 +99,10 @@ def check_path(key: str, value: str) -> None:
     problem = path_problem(value)
     if problem:
         raise ConfigError(f"{key}: {problem} (got {shown(value)})")
+
+
+def check_count(key: str, value: int, limit: int) -> None:
+    """Refuse a count above ``limit``, naming ``key`` (one line)."""
+    if value > limit:
+        raise ConfigError(f"{key}: {shown(value)} is above the limit of {limit:,}; allowed: "
+                          f"at most {limit:,}")

@@ -185,6 +185,12 @@ def build_federated_data(
         ]
         trains, tests = [s[0] for s in splits], [s[1] for s in splits]
         x_local, y_local = x, y
+    empty = [k for k, train in enumerate(trains) if len(train) == 0]
+    if empty:  # a client with nothing to train on failed mid-round (range() arg 3 is zero)
+        raise ConfigError(
+            f"dataset.num_clients={cfg.num_clients}: {len(empty)} client(s) (first: client "
+            f"{empty[0]}) get no training sample of the {len(y)} in {cfg.name!r}; allowed: "
+            "fewer clients, or dataset.min_samples >= 1 (num_clients x min_samples <= samples)")
     clients = []
     for k, (train, test) in enumerate(zip(trains, tests, strict=True)):
         tr, te = torch.as_tensor(train), torch.as_tensor(test)

@@ -183,6 +183,9 @@ def federate(
                           "dirichlet, shards, or client index lists (clients=...)")
     if x_test is not None:
         xt, yt = _tensors(x_test, y_test, "x_test", "y_test", num_classes)
+        if tuple(xt.shape[1:]) != tuple(xs.shape[1:]):
+            raise ConfigError(f"x_test: samples of shape {tuple(xt.shape[1:])}, those of x are "
+                              f"{tuple(xs.shape[1:])}; allowed: the same sample shape as x")
         train_idx = np.arange(len(ys))
     elif clients is not None:
         raise ConfigError("dataset: with client index lists (clients=...), give x_test/y_test")
@@ -192,7 +195,12 @@ def federate(
         xt, yt = xs[np.sort(perm[:n_test])], ys[np.sort(perm[:n_test])]
         train_idx = np.sort(perm[n_test:])
     if clients is not None:
-        parts = [np.asarray(c, dtype=np.int64) for c in clients]
+        raw = [np.asarray(c) for c in clients]
+        floats = [k for k, p in enumerate(raw) if len(p) and p.dtype.kind not in "iu"]
+        if floats:  # 1.7 was truncated to 1
+            raise ConfigError(f"clients: client {floats[0]}'s indices are "
+                              f"{raw[floats[0]].dtype}; allowed: integer sample indices")
+        parts = [p.astype(np.int64) for p in raw]
         bad = [k for k, p in enumerate(parts) if len(p) and (p.min() < 0 or p.max() >= len(ys))]
         if bad:
             raise ConfigError(f"clients: client {bad[0]} has indices outside 0..{len(ys) - 1}")
@@ -206,6 +214,9 @@ def federate(
     splits = [split_local(p, settings.test_fraction, numpy_rng(seed, "local_split", k))
               for k, p in enumerate(parts)]
     classes = int(num_classes or int(max(int(ys.max()), int(yt.max()))) + 1)
+    if classes < 2:  # one-class data scored 1.0 as a 1-class problem
+        raise ConfigError("y: every label is 0 (one class); allowed: labels of at least 2 "
+                          "classes, or num_classes=N with N >= 2")
     client_data = []
     for k, (tr, te) in enumerate(splits):
         tr_t, te_t = torch.as_tensor(tr), torch.as_tensor(te)
