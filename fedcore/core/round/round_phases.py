@@ -70,7 +70,33 @@ def sample(
         sizes=np.array([data.clients[k].num_train for k in ids]),
         local_loss=lambda chosen: loss([int(ids[k]) for k in chosen]),
     )
-    return np.sort(ids[np.asarray(sampler.sample(pop), dtype=np.int64)])
+    return np.sort(ids[checked_draw(sampler, pop, sampler.sample(pop))])
+
+
+def checked_draw(sampler: Sampler, pop: Population, drawn: object) -> np.ndarray:
+    """``drawn`` as int64 ids when it holds ``pop.per_round`` distinct integers in
+    ``0..pop.num_clients-1``; otherwise a one-line ``ValueError`` naming the sampler (a plugin's
+    duplicates, -1, floats or every client ran silently: -1 wrapped to the last client, floats
+    were truncated)."""
+    arr = np.asarray(drawn)
+    problem = None
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        problem = f"a {arr.dtype} array of shape {arr.shape}, not a list of integer ids"
+    elif len(arr) != pop.per_round:
+        problem = f"{len(arr)} client id(s), not clients_per_round={pop.per_round}"
+    elif len(arr) and (arr.min() < 0 or arr.max() >= pop.num_clients):
+        bad = arr.min() if arr.min() < 0 else arr.max()
+        problem = f"client id {int(bad)}, outside 0..{pop.num_clients - 1}"
+    elif len(np.unique(arr)) != len(arr):
+        values, counts = np.unique(arr, return_counts=True)
+        problem = f"client id {int(values[counts > 1][0])} more than once"
+    if problem is not None:
+        cls = type(sampler)
+        raise ValueError(f"sampler {getattr(sampler, 'name', cls.__name__)!r} "
+                         f"({cls.__module__}:{cls.__qualname__}) returned {problem} in round "
+                         f"{pop.round}; a sampler returns {pop.per_round} distinct integer ids "
+                         f"in 0..{pop.num_clients - 1}")
+    return arr.astype(np.int64)
 
 
 def local_loss(
