@@ -16,6 +16,7 @@ class PoissonSampler(Sampler):
     """Each of the N training clients independently with probability ``rate``."""
 
     name: ClassVar[str] = "poisson"
+    fixed_size: ClassVar[bool] = False
 
     def __init__(self, rate: float) -> None:
         super().__init__()

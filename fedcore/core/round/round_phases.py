@@ -74,15 +74,15 @@ def sample(
 
 
 def checked_draw(sampler: Sampler, pop: Population, drawn: object) -> np.ndarray:
-    """``drawn`` as int64 ids when it holds ``pop.per_round`` distinct integers in
-    ``0..pop.num_clients-1``; otherwise a one-line ``ValueError`` naming the sampler (a plugin's
-    duplicates, -1, floats or every client ran silently: -1 wrapped to the last client, floats
-    were truncated)."""
+    """``drawn`` as int64 ids when it holds ``pop.per_round`` (any number for a sampler that is
+    not ``fixed_size``) distinct integers in ``0..pop.num_clients-1``; otherwise a one-line
+    ``ValueError`` naming the sampler (a plugin's duplicates, -1, floats or every client ran
+    silently: -1 wrapped to the last client, floats were truncated)."""
     arr = np.asarray(drawn)
     problem = None
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         problem = f"a {arr.dtype} array of shape {arr.shape}, not a list of integer ids"
-    elif len(arr) != pop.per_round:
+    elif sampler.fixed_size and len(arr) != pop.per_round:
         problem = f"{len(arr)} client id(s), not clients_per_round={pop.per_round}"
     elif len(arr) and (arr.min() < 0 or arr.max() >= pop.num_clients):
         bad = arr.min() if arr.min() < 0 else arr.max()

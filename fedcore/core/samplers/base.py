@@ -43,6 +43,8 @@ class Sampler(Component):
     name: ClassVar[str]
     HParams: ClassVar[type[HParams]] = HParams
     hp: AnyHParams
+    # whether every draw holds exactly clients_per_round clients (False: any number, Poisson)
+    fixed_size: ClassVar[bool] = True
 
 
     def check(self, num_clients: int, per_round: int) -> str | None:
