@@ -155,14 +155,15 @@ def test_a_1e30_scaled_byzantine_client_moves_the_model_by_at_most_clip_plus_noi
     assert 0 < moved <= 2 * 0.5 / 8 * (1 + 1e-5)
 
 
-@pytest.mark.parametrize(("target", "sampling"), [(1.0, "poisson"), (4.0, "poisson"),
-                                                  (8.0, "fixed")])
-def test_calibration_meets_its_target_from_below(target, sampling):
-    account = Account("rdp", sampling, 0.0, 16, 5)
-    z = accountant.calibrate(account, 20, target, 1e-3)
-    eps = accountant.epsilon(account.with_noise(z), 20, 1e-3)
+@pytest.mark.parametrize(("target", "sampling", "kind", "rounds"), [
+    (1.0, "poisson", "rdp", 20), (4.0, "poisson", "rdp", 20), (8.0, "fixed", "rdp", 20),
+    (3.0, "poisson", "pld", 5)])
+def test_calibration_meets_its_target_from_below(target, sampling, kind, rounds):
+    account = Account(kind, sampling, 0.0, 16, 5)
+    z = accountant.calibrate(account, rounds, target, 1e-3)
+    eps = accountant.epsilon(account.with_noise(z), rounds, 1e-3)
     assert eps <= target and eps == pytest.approx(target, rel=1e-3)
-    assert accountant.epsilon(account.with_noise(z * 0.99), 20, 1e-3) > target
+    assert accountant.epsilon(account.with_noise(z * 0.99), rounds, 1e-3) > target
 
 
 def test_a_run_calibrated_to_a_target_ends_at_most_at_it():
@@ -288,6 +289,8 @@ REFUSED = [
     (["privacy.target_epsilon=2"], "privacy.noise_multiplier: central DP needs exactly one"),
     (["privacy.epsilon_budget=0.01"], "privacy.epsilon_budget: one round already spends"),
     (["privacy.sampling=sometimes"], "privacy.sampling: Input should be 'poisson' or 'fixed'"),
+    (["privacy.accountant=pld", "privacy.noise_multiplier=0.1"],
+     "privacy.accountant: pld needs an accounted noise multiplier >= 0.5"),
 ]
 
 

@@ -21,6 +21,9 @@ from typing import Any, Literal
 RDP_ORDERS = tuple(range(2, 65)) + (128, 256, 512, 1024)
 
 Sampling = Literal["poisson", "fixed", "local"]
+# The PLD accountant's loss grid grows as 1/z^2 (z = 0.1: 15 s and 1 GB per epsilon); below this
+# z epsilon is far beyond any useful budget anyway, and the RDP accountant is fast there.
+PLD_MIN_NOISE = 0.5  # of the accounted noise multiplier
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,12 @@ class Account:
         """q = m / N (1 for local DP: each release is a client's own)."""
         return 1.0 if self.sampling == "local" else self.per_round / self.num_clients
 
+    @property
+    def accounted_noise(self) -> float:
+        """The noise multiplier the accountant sees: z, or z / 2 under replace-one neighbours
+        (fixed-size sampling, local DP), whose sensitivity is 2C."""
+        return self.noise_multiplier if self.sampling == "poisson" else self.noise_multiplier / 2
+
     def with_noise(self, noise_multiplier: float) -> Account:
         return Account(self.accountant, self.sampling, noise_multiplier, self.num_clients,
                        self.per_round)
@@ -61,14 +70,14 @@ def dp_event(account: Account, rounds: int) -> Any:
     """The dp-accounting event of ``rounds`` rounds of ``account``'s mechanism."""
     import dp_accounting as dpa
 
-    z = account.noise_multiplier
+    gaussian = dpa.GaussianDpEvent(account.accounted_noise)
     if account.sampling == "poisson":
-        one = dpa.PoissonSampledDpEvent(account.rate, dpa.GaussianDpEvent(z))
+        one = dpa.PoissonSampledDpEvent(account.rate, gaussian)
     elif account.sampling == "fixed":
-        one = dpa.SampledWithoutReplacementDpEvent(
-            account.num_clients, account.per_round, dpa.GaussianDpEvent(z / 2))
+        one = dpa.SampledWithoutReplacementDpEvent(account.num_clients, account.per_round,
+                                                   gaussian)
     else:
-        one = dpa.GaussianDpEvent(z / 2)
+        one = gaussian
     return dpa.SelfComposedDpEvent(one, rounds)
 
 
@@ -96,11 +105,25 @@ def epsilon(account: Account, rounds: int, delta: float) -> float:
 
 def calibrate(account: Account, rounds: int, target: float, delta: float) -> float:
     """The smallest noise multiplier (to dp-accounting's tolerance, 1e-6) whose epsilon after
-    ``rounds`` rounds is at most ``target``: dp-accounting's ``calibrate_dp_mechanism``."""
+    ``rounds`` rounds is at most ``target``: dp-accounting's ``calibrate_dp_mechanism``.
+
+    PLD searches between half the RDP answer (at least ``PLD_MIN_NOISE``) and the RDP answer
+    (PLD's epsilon is the tighter, so its z is the smaller), never where its grid explodes; a
+    target met at ``PLD_MIN_NOISE`` already returns that floor."""
     import dp_accounting as dpa
 
-    return float(dpa.calibrate_dp_mechanism(
-        lambda: fresh_accountant(account),
-        lambda z: dp_event(account.with_noise(z), rounds),
-        target, delta, dpa.LowerEndpointAndGuess(1e-3, 1.0),
-    ))
+    def search(acc: Account, bracket: Any) -> float:
+        return float(dpa.calibrate_dp_mechanism(
+            lambda: fresh_accountant(acc), lambda z: dp_event(acc.with_noise(z), rounds),
+            target, delta, bracket))
+
+    rdp_account = Account("rdp", account.sampling, 0.0, account.num_clients, account.per_round)
+    z_rdp = search(rdp_account, dpa.LowerEndpointAndGuess(1e-3, 1.0))
+    if account.accountant == "rdp":
+        return z_rdp
+    low, high = max(PLD_MIN_NOISE, z_rdp / 2), max(PLD_MIN_NOISE, z_rdp)
+    if epsilon(account.with_noise(low), rounds, delta) <= target:
+        return low
+    while epsilon(account.with_noise(high), rounds, delta) > target:
+        high *= 1.5
+    return search(account, dpa.ExplicitBracketInterval(low, high))

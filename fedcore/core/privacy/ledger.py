@@ -103,6 +103,12 @@ class Ledger:
         self.delta_noise = self.noise_multiplier
         if self.quantile is not None:
             self.delta_noise = delta_noise_multiplier(self.noise_multiplier, self.count_std)
+        if p.accountant == "pld" and self.account.accounted_noise < accountant.PLD_MIN_NOISE:
+            raise ConfigError(
+                f"privacy.accountant: pld needs an accounted noise multiplier >= "
+                f"{accountant.PLD_MIN_NOISE:g} (its loss grid grows as 1/z^2), got "
+                f"{self.account.accounted_noise:g}; allowed: rdp, or more noise")
+        self._epsilons: dict[int, float] = {}  # releases -> epsilon, for this z
         self.rounds = 0  # central: rounds accounted
         self.participations = np.zeros(num_clients, dtype=np.int64)  # local: per client
         if self.budget is not None and self.epsilon_after(1) > self.budget:
@@ -150,7 +156,10 @@ class Ledger:
         return int(self.participations.max()) if len(self.participations) else 0
 
     def epsilon_after(self, releases: int) -> float:
-        return accountant.epsilon(self.account, releases, self.delta)
+        """epsilon at ``delta`` after ``releases`` rounds (computed once per count)."""
+        if releases not in self._epsilons:
+            self._epsilons[releases] = accountant.epsilon(self.account, releases, self.delta)
+        return self._epsilons[releases]
 
     def params(self) -> dict[str, str]:
         """The mechanism's resolved parameters, as the run's params (``dp.*``)."""
@@ -180,6 +189,7 @@ class Ledger:
         """Continue the account of a checkpoint (its noise multiplier: a calibration is not
         redone)."""
         self.account = self.account.with_noise(float(state["noise_multiplier"]))
+        self._epsilons = {}
         if self.quantile is not None:
             self.delta_noise = delta_noise_multiplier(self.noise_multiplier, self.count_std)
         else:
