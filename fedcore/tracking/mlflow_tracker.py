@@ -20,6 +20,7 @@ from fedcore.core.round import checkpoint
 from fedcore.core.runtime import faults
 from fedcore.pipeline.hparams import regime_tags
 from fedcore.tracking import figure_helper
+from fedcore.tracking.machine import machine_tags
 from fedcore.tracking.provenance import device_tags, provenance_tags
 from fedcore.tracking.run_store import MlflowRunStore
 from fedcore.tracking.run_store import get_experiment_id as get_experiment_id
@@ -238,7 +239,7 @@ class MLflowTracker(Callback):
             self.start(run.cfg.resolved(), run.cfg.config_hash())
         from fedcore.tracking.inputs import dataset_description
 
-        tags = dict(device_tags(run.device))
+        tags = {**device_tags(run.device), **machine_tags()}  # what float32 numbers depend on
         self._start_system_metrics(str(run.device))
         self._run = run
         if getattr(run, "engine_name", None):  # the client-training engine used, and why
