@@ -199,3 +199,32 @@ def test_a_run_that_starts_afresh_keeps_its_own_checkpoints_over_later_rounds(tm
         checkpoint.save(state, folder, r)
     _, result = run_tracked(cfg, resume=False, figures=False)  # as a tune trial runs
     assert len(result.history) == 4 and not folder.exists()
+
+
+def test_a_fifo_named_like_a_checkpoint_does_not_hang_the_run(tmp_path, caplog):
+    """A FIFO ``round-000005.pt`` in the run folder hung `fedcore run` (reading it waits for a
+    writer), which then ignored SIGTERM; it is not a regular file, so it is not read."""
+    import os
+    import threading
+
+    cfg, _, _ = _setup(tmp_path)
+    folder = checkpoint.run_folder(cfg)
+    folder.mkdir(parents=True)
+    fifo = folder / "round-000005.pt"
+    os.mkfifo(fifo)
+    outcome: dict = {}
+
+    def resume() -> None:
+        with pytest.raises(checkpoint.CheckpointError) as e:
+            checkpoint.load(fifo)
+        outcome["error"] = str(e.value)
+        outcome["resumed"] = Simulation(cfg).resume()
+
+    with caplog.at_level(logging.WARNING, "fedcore"):
+        worker = threading.Thread(target=resume, daemon=True)
+        worker.start()
+        worker.join(60)
+    assert not worker.is_alive(), "reading the FIFO hung"
+    assert outcome["error"] == (f"checkpoint {fifo} cannot be resumed: it is not a regular "
+                                f"file; delete the folder {folder} and rerun from round 1")
+    assert outcome["resumed"] is False  # the run starts at round 1

@@ -326,7 +326,15 @@ def load(
         "file": origin or str(path),
         "remedy": remedy or f"delete the folder {Path(path).parent} and rerun from round 1",
     }
-    raw = torch.load(path, map_location=map_location, weights_only=True)
+    try:  # no symbolic link followed, a FIFO not waited on (it hung `run`, deaf to SIGTERM)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise unusable({ORIGIN: where}, f"it cannot be opened as a plain file "
+                       f"({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise unusable({ORIGIN: where}, "it is not a regular file")
+        raw = torch.load(fh, map_location=map_location, weights_only=True)
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         found = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
         raise unusable({ORIGIN: where}, f"unknown format {shown(found)}")
