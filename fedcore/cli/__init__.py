@@ -470,6 +470,10 @@ def main(argv: list[str] | None = None) -> int:
             code = _call(args)
     except stopping.StopRequested:
         code = 1
+    if stopping.requested() and code == 0:  # it came after the work was done (the last round)
+        print(f"fedcore: {stopping.signal_name()} received after the {args.command} had "
+              "finished; nothing to resume", file=sys.stderr)
+        return 0
     if stopping.requested():  # whatever the command did since: the stop decides the exit code
         print(f"fedcore: stopped by {stopping.signal_name()}; {RESUME[args.command]}",
               file=sys.stderr)
