@@ -26,16 +26,23 @@ def mlflow_client(settings: TrackingSettings | None = None) -> MlflowClient:
     """
     from mlflow.tracking import MlflowClient
 
+    from fedcore.tracking.links import without_credentials
     from fedcore.tracking.reach import bound_http_retries, hide_credentials
-    from fedcore.tracking.retry import RetryingClient
+    from fedcore.tracking.retry import RetryingClient, with_retry
 
     bound_http_retries()  # a server that went away: seconds, not minutes
     settings = settings or load_settings()
-    hide_credentials(settings.tracking_uri)
+    uri = settings.tracking_uri
+    hide_credentials(uri)
+    store = f"the MLflow store {without_credentials(uri)}"
+
+    def make() -> MlflowClient:
+        with store_lock(uri):
+            return MlflowClient(tracking_uri=uri)
+
     with _CLIENTS_LOCK:
-        client = _CLIENTS.get(settings.tracking_uri)
-        if client is None:
-            with store_lock(settings.tracking_uri):
-                client = MlflowClient(tracking_uri=settings.tracking_uri)
-            _CLIENTS[settings.tracking_uri] = client
-    return cast("MlflowClient", RetryingClient(client))  # the same methods, each retried
+        client = _CLIENTS.get(uri)
+        if client is None:  # reading or making the schema waits out a lock as every call does
+            client = with_retry(make, "opening the store", store=store)
+            _CLIENTS[uri] = client
+    return cast("MlflowClient", RetryingClient(client, store))  # every method retried

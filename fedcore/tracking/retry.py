@@ -32,29 +32,51 @@ def is_locked(exc: BaseException) -> bool:
     return False
 
 
+PATIENCE_S = 30.0
+"""How long a call waits out a lock (another process's write transaction) before failing: a
+15 s exclusive lock at start failed `fedcore run` after 9 s (ten tries, not a duration)."""
+
+
+class StoreLocked(RuntimeError):
+    """The store stayed locked longer than :data:`PATIENCE_S`: one line naming it."""
+
+
 def with_retry(
-    call: Callable[[], T], name: str = "mlflow", attempts: int = 10, delay: float = 0.05,
-    max_delay: float = 2.0,
+    call: Callable[[], T], name: str = "mlflow", delay: float = 0.05, max_delay: float = 2.0,
+    patience: float | None = None, store: str = "the MLflow store",
 ) -> T:
-    """``call()``, again after a jittered, doubling pause while SQLite is locked."""
+    """``call()``, again after a jittered, doubling pause (``delay`` to ``max_delay``) while
+    SQLite is locked, for up to ``patience`` seconds (None: :data:`PATIENCE_S`); then
+    :class:`StoreLocked` naming ``store``."""
+    patience = PATIENCE_S if patience is None else patience
     jitter = random.Random()  # own generator: never touches the global RNG
-    for attempt in range(attempts - 1):
+    start = time.monotonic()
+    attempt = 0
+    while True:
         try:
             return call()
         except Exception as exc:
             if not is_locked(exc):
                 raise
+            waited = time.monotonic() - start
+            if waited >= patience:
+                raise StoreLocked(
+                    f"database is locked: {store} stayed locked for {waited:.0f} s ({name}; "
+                    "another process holds a write transaction); run again once it is free"
+                ) from None
             pause = min(max_delay, delay * 2**attempt) * (0.5 + jitter.random())
-            log.warning("MLflow store locked (%s); retry %d in %.2fs", name, attempt + 1, pause)
+            pause = min(pause, max(patience - waited, 0.01))
+            attempt += 1
+            log.warning("MLflow store locked (%s); retry %d in %.2fs", name, attempt, pause)
             time.sleep(pause)
-    return call()
 
 
 class RetryingClient:
     """An ``MlflowClient`` whose every method call goes through :func:`with_retry`."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, store: str = "the MLflow store") -> None:
         self._client = client
+        self._store = store
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
@@ -63,6 +85,7 @@ class RetryingClient:
 
         @functools.wraps(attr)
         def call(*args: Any, **kwargs: Any) -> Any:
-            return with_retry(functools.partial(attr, *args, **kwargs), name)
+            return with_retry(functools.partial(attr, *args, **kwargs), name,
+                              store=self._store)
 
         return call
