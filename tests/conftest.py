@@ -35,9 +35,24 @@ def prefect_harness():
         yield
 
 
+@pytest.fixture(scope="session")
+def migrated_store(tmp_path_factory):
+    """An empty MLflow SQLite store with its schema made, once per test process: making a
+    new store's schema (MLflow's migrations) takes 2-4 s, copying this file milliseconds."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("migrated-store") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
 @pytest.fixture
-def tracking(monkeypatch, tmp_path):
-    """A fresh MLflow SQLite store for one test."""
+def tracking(request, monkeypatch, tmp_path):
+    """A fresh MLflow SQLite store for one test: a copy of the migrated empty store, or no file
+    at all for tests marked ``new_store`` (they check that nothing creates one, or how fedcore
+    creates one)."""
+    if request.node.get_closest_marker("new_store") is None:
+        shutil.copyfile(request.getfixturevalue("migrated_store"), tmp_path / "mlflow.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("FEDCORE_ARTIFACT_LOCATION", str(tmp_path / "artifacts"))
     from fedcore.tracking import load_settings

@@ -18,6 +18,9 @@ from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ConfigError, limits, safe_yaml
 from tests.conftest import TINY
 
+# these tests check that nothing creates the store, or how it is created: no ready-made copy
+pytestmark = pytest.mark.new_store
+
 
 @pytest.fixture
 def tmp_path() -> Iterator[Path]:

@@ -7,9 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fedcore import cli
 from fedcore.tracking import store_setup
 from tests.conftest import TINY
+
+# these tests check that nothing creates the store, or how it is created: no ready-made copy
+pytestmark = pytest.mark.new_store
 
 
 def _schema(db: Path) -> list[tuple[str, object]]:

@@ -10,6 +10,9 @@ import pytest
 from fedcore.cli import main
 from fedcore.pipeline.sweep import load_sweep
 
+# these tests check that nothing creates the store, or how it is created: no ready-made copy
+pytestmark = pytest.mark.new_store
+
 TINY_SET = "set: {rounds: 1, model.name: mlp, dataset.num_clients: 6, clients_per_round: 2}\n"
 
 

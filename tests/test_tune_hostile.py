@@ -9,6 +9,9 @@ from fedcore.cli import main
 from fedcore.pipeline.study_spec import load_study
 from tests.test_tuning import _study
 
+# these tests check that nothing creates the store, or how it is created: no ready-made copy
+pytestmark = pytest.mark.new_store
+
 
 def _ask(spec, n: int) -> list[dict]:
     """Open (or resume) the study and let its sampler propose ``n`` trials (told COMPLETE)."""
