@@ -47,6 +47,7 @@ EXTRA_RUNS = {
     "a stage that rejects": ["method=fedavg", "method.stages=[{stage: median_norm, factor: 0.5}]"],
     "central DP": ["method=fedavg", "privacy.mechanism=central", "privacy.noise_multiplier=1.0",
                    "privacy.clip_quantile=0.5"],
+    "the vectorised engine": ["method=fedavg", "engine=vectorised"],
 }
 
 

@@ -84,6 +84,21 @@ def _images(
     return out
 
 
+def synthetic_labels(
+    name: str, gen: torch.Generator | int, train: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y_train, y_test) of the synthetic dataset ``name``, drawn from ``gen`` (the CPU
+    generator the images' prototypes are drawn from next), or from the run's ``seed`` alone
+    (an int: the labels, and so the partition, without generating an image)."""
+    spec = SYNTHETIC[name]
+    if isinstance(gen, int):
+        gen = torch.Generator().manual_seed(derive_seed(gen, name, "labels"))
+    labels = [torch.arange(n, dtype=torch.int64) % spec.num_classes
+              for n in synthetic_sizes(name, train)]
+    y_train, y_test = (y[torch.randperm(len(y), generator=gen)] for y in labels)
+    return y_train, y_test
+
+
 def synthetic_arrays(
     name: str, seed: int, device: torch.device | str = "cpu", train: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -91,10 +106,8 @@ def synthetic_arrays(
     images standardised float32 on ``device``, labels int64 on the CPU."""
     spec = SYNTHETIC[name]
     device = torch.device(device)
-    n_train, n_test = synthetic_sizes(name, train)
     cpu = torch.Generator().manual_seed(derive_seed(seed, name, "labels"))
-    labels = [torch.arange(n, dtype=torch.int64) % spec.num_classes for n in (n_train, n_test)]
-    y_train, y_test = (y[torch.randperm(len(y), generator=cpu)] for y in labels)
+    y_train, y_test = synthetic_labels(name, cpu, train)
     prototypes = _smooth(spec.num_classes, spec.shape, cpu, torch.device("cpu")).to(device)
     gen = torch.Generator(device=device).manual_seed(derive_seed(seed, name, "images"))
     x_train = _images(y_train, prototypes, gen, device)

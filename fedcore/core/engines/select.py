@@ -131,6 +131,13 @@ def build_engine(
     return sequential, "sequential", blocker
 
 
+def engine_metrics(engine: Engine) -> dict[str, float]:
+    """The round metrics of the engine's last round (the vectorised engine's padding; the
+    sequential engine pads nothing and records none)."""
+    metrics = getattr(engine, "round_metrics", None)
+    return dict(metrics()) if callable(metrics) else {}
+
+
 def note_fallback(engine: Engine, name: str, reason: str) -> tuple[str, str]:
     """(name, reason) of what trained: a vectorised engine that fell back to sequential
     training (an objective it cannot express) makes them say so, once."""

@@ -34,6 +34,7 @@ from fedcore.core.clients.sgd import sgd_step
 from fedcore.core.clients.template import Pass, Prepared, client_seed, local_context
 from fedcore.core.config.seeding import GLOBAL_RNG_LOCK
 from fedcore.core.engines import sequential
+from fedcore.core.engines.buckets import Passes, bucketed_passes, chunk_order, segments
 from fedcore.core.engines.round_context import RoundContext
 from fedcore.core.engines.sequential import rng_devices, seed_global_rng
 from fedcore.core.models import FedModel
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("fedcore")
 
 NAME = "vectorised"
+EFFICIENCY = "engine/padding_efficiency"
+USEFUL, EXECUTED = "engine/useful_passes", "engine/executed_passes"
 CPU_MEMORY_SHARE = 0.25  # share of available RAM a chunk may use on CPU
 CUDA_MEMORY_SHARE = 0.5  # share of free device memory a chunk may use on CUDA
 
@@ -55,6 +58,24 @@ FrozenParamDicts = dict[str, dict[str, torch.Tensor]]  # functional_call's param
 ChunkTensors = tuple[
     torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]
 ]
+
+
+# What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
+EMITTED_METRICS = {
+    "round": {
+        "engine/padding_efficiency": (
+            "vectorised engine: useful / executed client-sample passes of the round's local "
+            "training (a ragged batch is padded to its chunk's widest batch: the padded rows "
+            "are executed, not useful; 1 = no padding); only in rounds it trained vectorised"
+        ),
+        "engine/useful_passes": (
+            "vectorised engine: the round's real batch rows over all local steps"
+        ),
+        "engine/executed_passes": (
+            "vectorised engine: the batch rows its vmapped steps ran, padding included"
+        ),
+    },
+}
 
 
 def model_blocker(model: nn.Module) -> str | None:
@@ -261,6 +282,15 @@ class VectorisedEngine:
         self.fallback_logged: str | None = None
         self.last_path: str | None = None  # what trained the last round: vectorised/sequential
         self.fallback: str | None = None  # why a round trained sequentially (kept once seen)
+        self.passes = Passes()  # the last round's client-sample passes (useful, executed)
+        self.compile_step = False  # torch.compile each chunk's vmapped step (benchmarks)
+
+    def round_metrics(self) -> dict[str, float]:
+        """The last round's padding metrics; none when it trained sequentially."""
+        if self.last_path != NAME:
+            return {}
+        p = self.passes
+        return {EFFICIENCY: p.efficiency, USEFUL: float(p.useful), EXECUTED: float(p.executed)}
 
     # -- planning ---------------------------------------------------------------------------
 
@@ -296,7 +326,7 @@ class VectorisedEngine:
                 self.fallback_logged = blocker
             self.last_path, self.fallback = sequential.NAME, blocker
             return sequential.train_round(rc, sampled, order)
-        self.last_path = NAME
+        self.last_path, self.passes = NAME, Passes()
         algo = rc.client_algo
         preps = [tpl.prepare(algo, local_context(rc, int(cid), algo)) for cid in sampled]
         clients = [_Client(p, tpl.main_pass(p)) for p in preps]
@@ -319,9 +349,9 @@ class VectorisedEngine:
 
     def _chunks(self, rc: RoundContext, members: list[_Client]) -> list[list[_Client]]:
         """``members`` longest first (finished clients drop off the end), in chunks that fit."""
-        members = sorted(members, key=lambda c: -len(c.batches))
         size = self.chunk_size(rc, members)
-        chunks = [members[lo : lo + size] for lo in range(0, len(members), size)]
+        order = chunk_order([len(c.batches) for c in members], size)
+        chunks = [[members[i] for i in positions] for positions in order]
         self.last_chunks.extend(len(c) for c in chunks)
         return chunks
 
@@ -398,8 +428,10 @@ class VectorisedEngine:
         sched, arity, loss_of = run.schedule, run.arity, run.loss
         x_all, y_all, index, image_mask, tuplet_mask, noise = self._tensors(rc, chunk, arity)
         counts = [len(c.batches) for c in chunk]
-        if counts != sorted(counts, reverse=True):
-            raise ValueError("vectorised chunk: clients must come longest first (step count)")
+        buckets = segments(counts)  # raises unless the clients come longest first
+        real = [[arity * (len(b) // arity) if arity else len(b) for b in c.batches]
+                for c in chunk]
+        self.passes += bucketed_passes(real, int(index.shape[2]))
         ctx = shared_context(chunk[0].ctx)  # one traced call serves every client of the chunk
         feed, view = self.feed, self.view
         shared, stacked = self._frozen_params(rc, chunk)
@@ -427,6 +459,8 @@ class VectorisedEngine:
             return loss, loss.detach()
 
         step_grad = vmap(grad(one_client, has_aux=True))
+        if self.compile_step:
+            step_grad = torch.compile(step_grad, dynamic=True)
         mu = run.mu
         anchors = [rc.params] if mu else None
         shift_rows = [c.run.shift for c in chunk if c.run.shift is not None]  # all or none
@@ -436,21 +470,23 @@ class VectorisedEngine:
         loss_sum = torch.zeros(m, device=device)
         rows = image_mask.sum(2)  # steps x m: real rows of each client's batch (exact counts)
         seen = rows.sum(0)
-        for t in range(int(index.shape[0])):
-            k = sum(n > t for n in counts)  # clients still training: a prefix (sorted)
-            p, idx = params[:k], index[t, :k]
-            tensors = self._views(p)
-            frozen = {name: self._views(f[:k]) for name, f in stacked.items()}
-            grads, loss = step_grad(
-                tensors, x_all[idx], y_all[idx], image_mask[t, :k], tuplet_mask[t, :k],
-                tuple(n[t, :k] for n in noise), frozen,
-            )
-            g = torch.cat([grads[f"m.{s.name}"].reshape(k, -1) for s in self.slots], dim=1)
-            bufs = [None if buf is None else buf[:k]]  # views: updated in place
-            shifts = None if shift is None else [shift[:k]]
-            sgd_step([p], [g], bufs, sched, mu, anchors, shifts)  # p: view, params[:k] updated
-            buf = bufs[0] if buf is None else buf
-            loss_sum[:k] += loss * rows[t, :k]
+        for seg in buckets:  # a bucket leaves the batch after its last step
+            k = seg.clients  # the clients still training: a prefix (longest first)
+            p = params[:k]
+            for t in range(seg.start, seg.stop):
+                idx = index[t, :k]
+                tensors = self._views(p)
+                frozen = {name: self._views(f[:k]) for name, f in stacked.items()}
+                grads, loss = step_grad(
+                    tensors, x_all[idx], y_all[idx], image_mask[t, :k], tuplet_mask[t, :k],
+                    tuple(n[t, :k] for n in noise), frozen,
+                )
+                g = torch.cat([grads[f"m.{s.name}"].reshape(k, -1) for s in self.slots], dim=1)
+                bufs = [None if buf is None else buf[:k]]  # views: updated in place
+                shifts = None if shift is None else [shift[:k]]
+                sgd_step([p], [g], bufs, sched, mu, anchors, shifts)  # p: view of params[:k]
+                buf = bufs[0] if buf is None else buf
+                loss_sum[:k] += loss * rows[t, :k]
         feed.masks = ()
         for v in views.values():
             v.params = {}

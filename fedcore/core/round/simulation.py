@@ -21,7 +21,7 @@ from fedcore.core.config import ExperimentConfig
 from fedcore.core.data.federated import FederatedData
 from fedcore.core.data.holdout import held_out_clients, training_clients
 from fedcore.core.engines.round_context import RoundContext
-from fedcore.core.engines.select import note_fallback
+from fedcore.core.engines.select import engine_metrics, note_fallback
 from fedcore.core.models.external import ModelArg, is_opaque, with_initial_weights
 from fedcore.core.models.layout import flat_params
 from fedcore.core.models.protocol import REPR_METRICS, has_embedding
@@ -201,7 +201,7 @@ class Simulation:
             msgs, batch, result, seconds, bytes_down, (self.bytes_up_total, self.bytes_down_total)
         )
         for more in (result.metrics, verdicts, ending, opening,
-                     round_phases.stat_metrics(msgs)):
+                     round_phases.stat_metrics(msgs), engine_metrics(self.engine)):
             metrics.update(more)
         columns = round_phases.client_columns(msgs, result.client_values, self.data.num_clients)
         return RoundOutcome(metrics, columns)
