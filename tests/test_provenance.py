@@ -3,6 +3,7 @@ partition digest, the final (and personal) models, system metrics; parent-run de
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from dataclasses import replace
@@ -37,6 +38,9 @@ def test_run_records_code_libraries_host_user_and_device(tracking):
     assert tags["fedcore.torch_version"] == torch.__version__
     assert tags["fedcore.cuda_version"] == (torch.version.cuda or "none")
     assert tags["fedcore.host"] and tags["device"] == "cpu"
+    lock = (ROOT / "requirements" / "lock.txt").read_bytes()
+    assert tags["fedcore.lock_digest"] == hashlib.sha256(lock).hexdigest()[:12]
+    assert tags["fedcore.env_matches_lock"] == "true" and len(tags["fedcore.env_digest"]) == 12
     assert "fedcore.prefect_flow_run_id" not in tags  # not run by Prefect
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import fedcore
 from fedcore.core.round import code_digest
+from fedcore.tracking.environment import environment_tags
 
 CODE_DIGEST_TAG = "fedcore.code_digest"
 COMMIT_TAG = "mlflow.source.git.commit"
@@ -160,6 +161,7 @@ def _static_tags() -> dict[str, str]:
         "fedcore.cuda_version": torch.version.cuda or "none",
         "fedcore.python_version": sys.version.split()[0],
         "fedcore.host": socket.gethostname(),
+        **environment_tags(SOURCE_TREE / "requirements" / "lock.txt"),
     }
     return tags
 
