@@ -76,8 +76,10 @@ def test_table_is_mean_and_interval_over_seeds_of_the_recorded_runs(ran_sweep, t
     assert table.loc["fedavg_topk", "gb_sent_mean"] < table.loc["fedavg", "gb_sent_mean"] / 5
     names = {f.name for f in report.files}
     assert names == {"table.md", "table.html", "table.csv", "runs.csv", "convergence.png",
-                     "forest.png", "client_accuracy.png", "accuracy_vs_gb.png"}
+                     "forest.png", "client_accuracy.png", "accuracy_vs_gb.png", "summary.md"}
     assert all(f.stat().st_size > 0 for f in report.files)
+    summary = (tmp_path / "out" / "summary.md").read_text()  # what run-main.sh publishes
+    assert summary.startswith("# Sweep ") and "6 cells planned: 6 finished" in summary
     md = (tmp_path / "out" / "table.md").read_text()
     assert "6 cells planned: 6 finished, 0 diverged or failed" in md
     assert "**Primary endpoint** (declared in the sweep file before it ran): mean test " \

@@ -559,6 +559,7 @@ def build_report(
     def write(stage: Path) -> None:
         text = body + across_settings(runs, reference, stage)
         (stage / "table.md").write_text(header + text)
+        (stage / "summary.md").write_text(description(header, outcomes))
         (stage / "table.html").write_text(html_page(_html_body(header + text, pretty),
                                                     f"Sweep {spec.name}"))
         table.to_csv(stage / "table.csv", index=False)
