@@ -133,3 +133,21 @@ def test_the_counting_script_on_a_reduced_partition(tmp_path, capsys):
     assert padding.main(["--rounds", "0"]) == 2
     assert padding.main(["dataset.partition=natural"]) == 2
     assert "dataset.partition" in capsys.readouterr().err
+
+
+def test_auto_on_cpu_follows_the_tiny_clients_measurement():
+    """``auto`` on CPU: vectorised for many one-step clients on the MLP (measured 1.31-1.50x),
+    sequential for the CNN there (0.72-0.81x), with more steps, or with fewer clients."""
+    from benchmarks.tiny_clients import PROTOCOL
+
+    def engine(*over: str) -> tuple[str, str]:
+        sim = Simulation(load_config(None, [*PROTOCOL, "engine=auto", "rounds=1", *over]))
+        return sim.engine_name, sim.engine_reason
+
+    name, reason = engine("model.name=mlp")
+    assert name == "vectorised" and "10 clients per round of 1 local steps" in reason
+    assert "1.31-1.50x for the MLP" in reason
+    for over in (["model.name=cnn"], ["model.name=mlp", "local.epochs=3"],
+                 ["model.name=mlp", "clients_per_round=9"]):
+        name, reason = engine(*over)
+        assert name == "sequential" and "at least 10 clients per round of at most 2" in reason

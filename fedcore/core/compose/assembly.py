@@ -19,6 +19,7 @@ from fedcore.core.config.seeding import GLOBAL_RNG_LOCK, derive_seed
 from fedcore.core.data.adversaries import choose_clients
 from fedcore.core.data.federated import FederatedData, build_federated_data
 from fedcore.core.data.own import config_with_data
+from fedcore.core.engines.buckets import mean_steps
 from fedcore.core.engines.select import build_engine
 from fedcore.core.models.external import ModelArg, config_with_model, instantiate
 from fedcore.core.models.layout import ParamLayout
@@ -125,8 +126,11 @@ def build(
     aggregator.setup(data.num_clients, layout)
     compressor = compression.build(cfg.method.compression)
     sampler = samplers.build(cfg.method.sampler)
+    local = cfg.local
+    steps = mean_steps([data.clients[k].num_train for k in range(data.num_clients)],
+                       local.batch_size, local.epochs, local.steps)
     engine, engine_name, engine_reason = build_engine(
-        cfg, fed_model, layout, tuple(data.in_shape), device
+        cfg, fed_model, layout, tuple(data.in_shape), device, steps
     )
     return Components(
         cfg=cfg,

@@ -117,3 +117,9 @@ def planned_rows(n: int, batch_size: int, epochs: int, steps: int | None = None)
         return one * epochs
     full = [r for r in one if r == bs] or one
     return (full * -(-steps // len(full)))[:steps]
+
+
+def mean_steps(sizes: Sequence[int], batch_size: int, epochs: int, steps: int | None) -> float:
+    """The mean number of local steps of clients of ``sizes`` samples (0 for no client)."""
+    counts = [len(planned_rows(n, batch_size, epochs, steps)) for n in sizes]
+    return sum(counts) / len(counts) if counts else 0.0

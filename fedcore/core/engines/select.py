@@ -31,6 +31,25 @@ CPU_MEASURED = (
     "CNN 0.59-0.86x at 5-50; benchmarks/vectorised.py"
 )
 RESNETS = ("resnet20", "resnet56", "resnet110")
+# Where ``auto`` picks the vectorised engine on CPU: many tiny clients (benchmarks/tiny_clients.py,
+# docs/benchmarks/vectorised.md), where the sequential engine's per-client overhead dominates.
+TINY_STEPS = 2.0  # at most this many planned local steps per client, on average
+TINY_CLIENTS = 10  # at least this many clients per round
+TINY_MODELS = ("mlp", "resnet20")  # the models measured faster vectorised there
+CPU_TINY_MEASURED = (
+    "CRAFT's protocol on digits (100 clients, 10 per round, batch 20, one epoch: one step per "
+    "client), one torch thread, 2026-12-05: vectorised/sequential 1.31-1.50x for the MLP "
+    "(1.26x at 2 steps, 1.12x at 4), 1.08-1.18x for ResNet-20 with GroupNorm, 0.72-0.81x for "
+    "the CNN; benchmarks/tiny_clients.py"
+)
+
+
+def tiny_clients(cfg: ExperimentConfig, steps_per_client: float | None) -> bool:
+    """Whether ``cfg`` is the CPU setting the vectorised engine measured faster in: at least
+    :data:`TINY_CLIENTS` clients per round taking at most :data:`TINY_STEPS` local steps on
+    average, on a model of :data:`TINY_MODELS`."""
+    return (steps_per_client is not None and steps_per_client <= TINY_STEPS
+            and cfg.clients_per_round >= TINY_CLIENTS and cfg.model.name in TINY_MODELS)
 
 
 class Engine(Protocol):
@@ -102,12 +121,15 @@ def build_engine(
     layout: ParamLayout,
     in_shape: tuple[int, ...],
     device: torch.device,
+    steps_per_client: float | None = None,
 ) -> tuple[Engine, str, str]:
     """(engine, name, reason) for a simulation: the config's choice, checked on the real model.
 
-    ``auto`` picks the vectorised engine on CUDA only: on CPU it measured slower than the
-    sequential engine (:data:`CPU_MEASURED`, recorded as the run's ``engine_reason``). An
-    explicit ``vectorised`` whose model cannot be vmapped raises ConfigError before training.
+    ``auto`` picks the vectorised engine on CUDA, and on CPU only for many tiny clients
+    (:func:`tiny_clients`, ``steps_per_client`` the mean planned local steps of a client):
+    elsewhere on CPU it measured slower than the sequential engine (:data:`CPU_MEASURED`,
+    :data:`CPU_TINY_MEASURED`, recorded as the run's ``engine_reason``). An explicit
+    ``vectorised`` whose model cannot be vmapped raises ConfigError before training.
     """
     from fedcore.core.engines import sequential
 
@@ -115,10 +137,18 @@ def build_engine(
     if name == "sequential":
         return sequential, name, reason
     if cfg.engine.backend == "auto" and device.type != "cuda":
-        return sequential, "sequential", (
-            f"engine.backend=auto on {device.type}: the vectorised engine measured slower "
-            f"than the sequential one there, or at best 1.33x for the MLP at 50 clients per "
-            f"round ({CPU_MEASURED}); engine.backend=vectorised forces it"
+        if not tiny_clients(cfg, steps_per_client):
+            return sequential, "sequential", (
+                f"engine.backend=auto on {device.type}: the vectorised engine measured slower "
+                f"than the sequential one there, or at best 1.33x for the MLP at 50 clients per "
+                f"round ({CPU_MEASURED}); faster only with at least {TINY_CLIENTS} clients per "
+                f"round of at most {TINY_STEPS:g} local steps on {' or '.join(TINY_MODELS)} "
+                f"({CPU_TINY_MEASURED}); engine.backend=vectorised forces it"
+            )
+        reason = (
+            f"engine.backend=auto on {device.type}: {cfg.clients_per_round} clients per round "
+            f"of {steps_per_client:.2g} local steps on average on {cfg.model.name}, where the "
+            f"vectorised engine measured faster ({CPU_TINY_MEASURED})"
         )
     from fedcore.core.engines.vectorised import VectorisedEngine, model_blocker
 
