@@ -65,15 +65,77 @@ def test_the_evaluation_splits_training_and_unseen_clients():
     held = table.extra["held_out"]
     assert np.array_equal(np.flatnonzero(held), sim.held_out)
     assert last["clients/accuracy_mean"] == pytest.approx(table.accuracy[~held].mean())
-    assert last["unseen/accuracy"] == pytest.approx(table.accuracy[held].mean())
+    sizes = np.array([len(c.y_test) for c in sim.data.clients], dtype=float)
+    pooled = np.dot(table.accuracy[held], sizes[held]) / sizes[held].sum()  # by test size
+    assert last["unseen/accuracy"] == pytest.approx(pooled)
+    assert last["unseen/clients"] == held.sum() and last["unseen/samples"] == sizes[held].sum()
     assert last["unseen/accuracy_worst10"] == pytest.approx(np.sort(table.accuracy[held])[0])
-    assert last["unseen/participation_gap"] == pytest.approx(
-        last["clients/accuracy_mean"] - last["unseen/accuracy"])
+    trained = np.dot(table.accuracy[~held], sizes[~held]) / sizes[~held].sum()
+    assert last["unseen/participation_gap"] == pytest.approx(trained - pooled)
     assert result.summary["final/participation_gap"] == last["unseen/participation_gap"]
     # Ditto: an unseen client has no personal model and is served the global one
     personal = table.extra["personal_accuracy"]
     assert np.allclose(personal[held], table.accuracy[held])
     assert last["personal/accuracy_mean"] == pytest.approx(personal[~held].mean())
+
+
+def test_unseen_accuracy_weights_clients_by_test_size():
+    from fedcore.core.callbacks.evaluation import unseen_metrics
+
+    out = unseen_metrics(np.array([1.0, 0.0]), np.array([2.0, 98.0]), 0.5)
+    assert out["unseen/accuracy"] == pytest.approx(0.02)  # not the unweighted 0.5
+    assert out["unseen/clients"] == 2 and out["unseen/samples"] == 100
+    assert out["unseen/participation_gap"] == pytest.approx(0.48)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_every_class_keeps_training_samples_at_dirichlet_0_1(seed):
+    from fedcore.core.data.holdout import classes_missing, data_class_counts
+
+    sim = _sim(f"seed={seed}", "dataset.name=digits", "dataset.alpha=0.1",
+               "dataset.holdout_clients=0.2")
+    counts = data_class_counts(sim.data)
+    assert len(sim.held_out) == 4
+    assert classes_missing(counts, sim.held_out) == 0
+    # stratified: no class loses most of its training samples to the held-out clients
+    share = counts[sim.held_out].sum(axis=0) / counts.sum(axis=0)
+    assert share.max() < 0.5, share
+
+
+def test_a_class_only_held_out_clients_have_is_counted():
+    from fedcore.core.data.holdout import classes_missing
+
+    counts = np.array([[5, 0, 0], [0, 3, 0], [0, 0, 2], [1, 1, 0]])
+    assert classes_missing(counts, np.array([2])) == 1
+    assert classes_missing(counts, np.array([0, 1])) == 0
+    assert classes_missing(counts, np.array([0, 1, 3])) == 2
+
+
+def test_the_cover_keeps_a_class_random_draws_would_take_out():
+    from fedcore.core.data.holdout import classes_missing, held_out_clients
+
+    # classes 1-4 live on clients 3, 7, 11, 15 only: one random draw of 15 of 20 clients in
+    # 15504 keeps them and a client of class 0
+    counts = np.zeros((20, 5), dtype=np.int64)
+    counts[:, 0] = 4
+    for c, k in enumerate((3, 7, 11, 15), start=1):
+        counts[k] = [0] * 5
+        counts[k, c] = 5
+    cfg = load_config(None, ["dataset.num_clients=20", "clients_per_round=1",
+                             "dataset.holdout_clients=0.75"]).dataset
+    for seed in range(5):
+        held = held_out_clients(cfg, seed, counts)
+        assert len(held) == 15 and classes_missing(counts, held) == 0, seed
+
+
+def test_a_partition_that_cannot_keep_every_class_is_refused_in_one_line(capsys, tracking):
+    from fedcore.cli import main
+
+    code = main(["run", *SMALL, "dataset.name=digits", "dataset.alpha=0.01",
+                 "clients_per_round=2", "dataset.holdout_clients=0.9", "seed=0"])
+    err = [line for line in capsys.readouterr().err.splitlines() if " mlflow." not in line]
+    assert code == 2
+    assert len(err) == 1 and "dataset.holdout_clients=0.9" in err[0] and "allowed" in err[0]
 
 
 def test_no_unseen_metrics_without_a_holdout():
@@ -108,8 +170,10 @@ def test_unseen_metrics_reach_mlflow(tracking):
     client = mlflow_client(load_settings())
     metrics = client.get_run(run_id).data.metrics
     for name in ("unseen/accuracy", "unseen/accuracy_worst10", "unseen/participation_gap",
-                 "final/unseen_accuracy", "final/participation_gap"):
+                 "final/unseen_accuracy", "final/participation_gap", "final/unseen_clients",
+                 "final/unseen_samples"):
         assert name in metrics, name
+    assert metrics["data/classes_missing_from_training"] == 0
     steps = client.get_metric_history(run_id, "unseen/participation_gap")
     assert [m.step for m in steps] == [1, 2]
     assert metrics["final/participation_gap"] == pytest.approx(

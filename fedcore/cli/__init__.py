@@ -104,6 +104,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         data = build_federated_data(cfg.dataset, cfg.seed, resolve_device(cfg.device),
                                     cfg.clients)
+        from fedcore.core.data.holdout import of_data
+
+        of_data(cfg.dataset, cfg.seed, data)  # a holdout that takes a class out: refused here
         if cfg.checkpoint_every:
             from fedcore.core.round import checkpoint
 

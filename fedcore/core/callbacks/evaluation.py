@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from fedcore.core.callbacks.base import Callback, RoundRecord, RoundVerdict
-from fedcore.core.data.holdout import held_out_clients
+from fedcore.core.data.holdout import classes_missing, data_class_counts
 from fedcore.core.metrics import (
     decile_mean,
     eval_with_embeddings,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from fedcore.core.data.federated import FederatedData
     from fedcore.core.models import FedModel
-    from fedcore.core.records import RunView
+    from fedcore.core.records import Result, RunView
 
 
 @dataclass(frozen=True)
@@ -77,16 +77,28 @@ EMITTED_METRICS = {
         ),
         "val/loss": "mean cross-entropy of the global model on the validation set",
         "unseen/accuracy": (
-            "with dataset.holdout_clients: mean over the held-out clients (never sampled for "
-            "training) of the global model's accuracy on each one's local test split; clients/* "
-            "then cover the training clients only"
+            "with dataset.holdout_clients: accuracy of the global model on the held-out clients' "
+            "local test splits pooled (each client weighted by its test size; clients never "
+            "sampled for training); clients/* then cover the training clients only"
         ),
         "unseen/accuracy_worst10": (
             "mean accuracy of the worst 10 % of held-out clients (at least one client)"
         ),
+        "unseen/clients": "held-out clients measured (those with a local test split)",
+        "unseen/samples": (
+            "test samples behind unseen/accuracy: the held-out clients' local test splits (no "
+            "local splits: the global test set their label mixes weight)"
+        ),
         "unseen/participation_gap": (
-            "clients/accuracy_mean (training clients) minus unseen/accuracy: how much better the "
-            "global model does on clients that could train than on clients that never did"
+            "accuracy of the training clients' local test splits pooled (weighted by test size) "
+            "minus unseen/accuracy: how much better the global model does on clients that could "
+            "train than on clients that never did"
+        ),
+    },
+    "summary": {
+        "data/classes_missing_from_training": (
+            "classes with training samples on some client but on no training client (the "
+            "held-out clients are stratified so that this is 0; 0 without a holdout)"
         ),
     },
 }
@@ -123,7 +135,8 @@ def evaluate(
         metrics.update(representation_stats(z, data.y_test))
     n_clients = data.num_clients
     has_test = np.array([len(c.y_test) > 0 for c in data.clients])
-    if has_test.any():
+    local = bool(has_test.any())
+    if local:
         tests = tests if tests is not None else client_tests(data)
         c_correct, c_loss = per_sample_eval(model, tests.x, tests.y)
         owner = tests.owner.to(c_correct.device)
@@ -138,27 +151,40 @@ def evaluate(
     held = np.isin(np.arange(n_clients), held_out if held_out is not None else [])
     metrics.update(fairness_summary(acc_np[has_test & ~held]))
     if held.any():
-        metrics.update(unseen_metrics(acc_np[has_test & held], metrics["clients/accuracy_mean"]))
+        sizes = (np.array([len(c.y_test) for c in data.clients], dtype=float)
+                 if local else np.full(n_clients, float(len(data.y_test))))
+        train, unseen = has_test & ~held, has_test & held
+        metrics.update(unseen_metrics(acc_np[unseen], sizes[unseen],
+                                      _weighted(acc_np[train], sizes[train])))
     return Evaluated(metrics, acc_np, cl.numpy(), has_test)
 
 
-def unseen_metrics(acc: np.ndarray, participating: float) -> dict[str, float]:
-    """``unseen/*`` from the held-out clients' accuracies ``acc`` (one per client with a local
-    test split; empty: none measured): their mean, their worst-10 % mean, and the participation
-    gap, ``participating`` (the mean over training clients) minus that mean."""
+def _weighted(acc: np.ndarray, sizes: np.ndarray) -> float:
+    """Accuracy of clients pooled: their accuracies weighted by their test sizes."""
+    total = float(sizes.sum())
+    return float(np.dot(acc, sizes) / total) if total > 0 else float(np.mean(acc))
+
+
+def unseen_metrics(acc: np.ndarray, sizes: np.ndarray, participating: float) -> dict[str, float]:
+    """``unseen/*`` from the held-out clients' accuracies ``acc`` and test sizes ``sizes`` (one
+    per client with a local test split; empty: none measured): their pooled accuracy (weighted
+    by test size), their worst-10 % mean, how many clients and samples, and the participation
+    gap, ``participating`` (the training clients' pooled accuracy) minus the pooled accuracy."""
     if not len(acc):
         return {}
-    mean = float(acc.mean())
+    mean = _weighted(acc, sizes)
     return {
         "unseen/accuracy": mean,
         "unseen/accuracy_worst10": decile_mean(acc, worst=True),
+        "unseen/clients": float(len(acc)),
+        "unseen/samples": float(sizes.sum()),
         "unseen/participation_gap": participating - mean,
     }
 
 
 def run_held_out(run: RunView) -> np.ndarray:
     """The ids of the run's clients held out of training (drawn from the partition seed)."""
-    return held_out_clients(run.cfg.dataset, run.cfg.seed, run.data.num_clients)
+    return run.held_out
 
 
 def evaluate_run(
@@ -201,6 +227,7 @@ class Evaluation(Callback):
 
     def __init__(self) -> None:
         self._tests: tuple[FederatedData, ClientTests] | None = None
+        self._missing: int | None = None
 
     def tests(self, data: FederatedData) -> ClientTests:
         """The stacked client test splits of ``data`` (made once per run's data)."""
@@ -212,9 +239,17 @@ class Evaluation(Callback):
         run = record.run
         if record.round % run.cfg.eval_every and not record.last:
             return None
+        if self._missing is None:
+            self._missing = classes_missing(data_class_counts(run.data), run.held_out)
         metrics, table = evaluate_run(run, record.round, record.sampled, record.client_values,
                                       self.tests(run.data))
         return RoundVerdict(metrics=metrics, clients=table)
+
+    def on_run_end(self, result: Result) -> Mapping[str, float] | None:
+        """``data/classes_missing_from_training`` (once an evaluation has seen the data)."""
+        if self._missing is None:
+            return None
+        return {"data/classes_missing_from_training": float(self._missing)}
 
 
 def tested_clients(data: FederatedData, held_out: np.ndarray | None = None) -> np.ndarray:

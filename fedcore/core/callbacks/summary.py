@@ -25,6 +25,8 @@ EMITTED_METRICS = {
         "final/unseen_accuracy": "unseen/accuracy at the last evaluation",
         "final/unseen_accuracy_worst10": "unseen/accuracy_worst10 at the last evaluation",
         "final/participation_gap": "unseen/participation_gap at the last evaluation",
+        "final/unseen_clients": "unseen/clients at the last evaluation",
+        "final/unseen_samples": "unseen/samples at the last evaluation",
         "final/accuracy_last_k": (
             "mean test accuracy of the last last_k evaluations (fewer if fewer were made): the "
             "default primary endpoint of a comparison family"
@@ -51,6 +53,8 @@ FINAL = {
     "final/unseen_accuracy": "unseen/accuracy",
     "final/unseen_accuracy_worst10": "unseen/accuracy_worst10",
     "final/participation_gap": "unseen/participation_gap",
+    "final/unseen_clients": "unseen/clients",
+    "final/unseen_samples": "unseen/samples",
 }
 
 

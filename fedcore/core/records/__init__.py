@@ -208,6 +208,7 @@ class RunState(Protocol):
     engine_name: str
     engine_reason: str
     privacy_params: dict[str, str]
+    held_out: np.ndarray
 
     def eval_params(self) -> torch.Tensor: ...
 
@@ -242,6 +243,11 @@ class RunView:
     @property
     def data(self) -> FederatedData:
         return self._state.data
+
+    @property
+    def held_out(self) -> np.ndarray:
+        """The sorted ids of the clients held out of training (``dataset.holdout_clients``)."""
+        return self._state.held_out
 
     @property
     def model(self) -> FedModel:

@@ -19,7 +19,7 @@ from fedcore.core.compose import assembly as compose
 from fedcore.core.compose.assembly import resolve_device
 from fedcore.core.config import ExperimentConfig
 from fedcore.core.data.federated import FederatedData
-from fedcore.core.data.holdout import held_out_clients, training_clients
+from fedcore.core.data.holdout import of_data, training_clients
 from fedcore.core.engines.round_context import RoundContext
 from fedcore.core.engines.select import engine_metrics, note_fallback
 from fedcore.core.models.external import ModelArg, is_opaque, with_initial_weights
@@ -65,7 +65,7 @@ class Simulation:
         self.builtins = callback_dispatch.builtins(self.cfg.target_accuracy, builtins,
                                                 self.cfg.last_k)
         # clients never sampled for training (dataset.holdout_clients), and those that may be
-        self.held_out = held_out_clients(self.cfg.dataset, self.cfg.seed, self.data.num_clients)
+        self.held_out = of_data(self.cfg.dataset, self.cfg.seed, self.data)
         self.training = training_clients(self.data.num_clients, self.held_out)
         self.configured = parts.callbacks  # the config's; their state is checkpointed
         self.byzantine = parts.byzantine
