@@ -48,11 +48,16 @@ def test_a_confirmation_on_seeds_the_screening_ran_is_refused_whatever_its_file_
         check_screening_runs(spec, load_settings())
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(
-        "sweep.confirms: seed 1 (cell [method=fedavg seed=1]) was run by the screening sweep "
-        "'screen' (its run "), msg
+        "sweep.confirms: seed 1 (cell [method=fedavg seed=1]) was run by the sweep 'screen' "
+        "(run "), msg
     fresh = load_sweep(_sweep(tmp_path, "confirm2", {
         "seeds": {"looks": [2], "start": 100}, "confirms": "screen.yaml", "families": FAM}))
     check_screening_runs(fresh, load_settings())  # seeds it never ran: accepted
+    # the screening renamed in its file too: the cells' configs were still run before
+    _sweep(tmp_path, "screen", {"name": "renamed", "seeds": [50, 51]})
+    with pytest.raises(ConfigError, match=r"seed 1 \(cell \[method=fedavg seed=1\]\) was run "
+                       "by the sweep 'screen'"):
+        check_screening_runs(load_sweep(confirm), load_settings())
     # the command: one line, exit code 2, before Prefect starts or any run is made
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
@@ -61,7 +66,7 @@ def test_a_confirmation_on_seeds_the_screening_ran_is_refused_whatever_its_file_
                           cwd=root, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 2, done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "was run by the screening sweep 'screen'" in lines[0], lines
+    assert len(lines) == 1 and "was run by the sweep 'screen'" in lines[0], lines
     from fedcore.tracking.run_store import MlflowRunStore
 
     assert MlflowRunStore(load_settings()).runs_of_sweep("confirm") == []  # no parent, no cell

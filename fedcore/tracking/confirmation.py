@@ -13,18 +13,25 @@ from fedcore.tracking.settings import TrackingSettings, load_settings
 
 def check_screening_runs(spec: SweepSpec, settings: TrackingSettings | None = None) -> None:
     """Refuse ``spec`` in one line when it confirms a screening sweep (``confirms:``) one of
-    whose recorded runs has a seed or a config hash of one of its cells."""
+    whose recorded runs has a seed or a config hash of one of its cells, or when a cell's very
+    config was run before by anything but this sweep (a screening renamed since)."""
     if spec.screening is None:
         return
-    runs = MlflowRunStore(settings or load_settings()).runs_of_sweep(spec.screening)
+    store = MlflowRunStore(settings or load_settings())
+    runs = store.runs_of_sweep(spec.screening)
     seeds = {r.data.tags.get("seed"): r for r in runs if r.data.tags.get("seed") is not None}
     hashes = {r.data.tags.get("config_hash"): r for r in runs}
     for cell in spec.cells:
         cfg = cell.config
         run = hashes.get(cfg.config_hash()) or seeds.get(str(cfg.seed))
+        if run is None:  # the screening renamed since: any earlier run of this very config
+            run = next((r for r in store.runs_of_config(cfg.config_hash())
+                        if r.data.tags.get("sweep") != spec.name), None)
         if run is not None:
+            by = run.data.tags.get("sweep")
             raise ConfigError(
-                f"sweep.confirms: seed {cfg.seed} (cell [{cell.label}]) was run by the "
-                f"screening sweep {spec.screening!r} (its run {run.info.run_id} in the store, "
-                "whatever its file lists now); a confirmation needs seeds the screening never "
-                "ran, e.g. seeds: {looks: [...], start: 100}")
+                f"sweep.confirms: seed {cfg.seed} (cell [{cell.label}]) was run by "
+                f"{'the sweep ' + repr(by) if by else 'an earlier run'} (run "
+                f"{run.info.run_id} in the store, whatever the screening's file lists now); a "
+                "confirmation needs seeds the screening never ran, e.g. seeds: {looks: [...], "
+                "start: 100}")

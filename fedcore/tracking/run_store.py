@@ -210,6 +210,10 @@ class MlflowRunStore:
         tag; a sweep name holds no quote), whatever its status, newest first."""
         return self._all(f"tags.sweep = '{name}'")
 
+    def runs_of_config(self, config_hash: str) -> list[Run]:
+        """Every run of the config ``config_hash``, whatever its status or sweep, newest first."""
+        return self._all(f"tags.config_hash = '{config_hash}'")
+
     def _all(self, query: str) -> list[Run]:
         """Every run of the experiment matching ``query``, newest first (paged)."""
         runs: list[Run] = []
