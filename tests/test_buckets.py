@@ -151,3 +151,31 @@ def test_auto_on_cpu_follows_the_tiny_clients_measurement():
                  ["model.name=mlp", "clients_per_round=9"]):
         name, reason = engine(*over)
         assert name == "sequential" and "at least 10 clients per round of at most 2" in reason
+
+
+def test_compile_is_tried_only_where_asked_or_on_a_fast_gpu():
+    from benchmarks.bucketed import should_compile
+
+    cpu = torch.device("cpu")
+    assert should_compile("auto", cpu) == (False, "not an H100/H200 (auto)")
+    assert should_compile("yes", cpu) == (True, "--compile yes")
+    assert should_compile("no", cpu)[0] is False
+
+
+@pytest.mark.slow
+def test_a_compiled_bucketed_step_trains_the_same_clients():
+    """``compile_step``: each chunk's vmapped step under torch.compile (about 30 s to compile
+    on this CPU) gives the eager engine's deltas to float32 rounding, round after round."""
+    from benchmarks.tiny_clients import PROTOCOL
+
+    sim = Simulation(load_config(None, [*PROTOCOL, "model.name=mlp", "local.epochs=2"]))
+    eager = VectorisedEngine(sim.model, sim.layout, sim.data.in_shape, sim.device)
+    compiled = VectorisedEngine(sim.model, sim.layout, sim.data.in_shape, sim.device)
+    compiled.compile_step = True
+    for r in (1, 2):
+        sampled = list(map(int, sim.sample_clients(r)))
+        rc = sim.round_context(r)
+        want, got = eager.train_round(rc, sampled), compiled.train_round(rc, sampled)
+        assert compiled.passes == eager.passes
+        for c in sampled:
+            assert torch.allclose(got[c].delta, want[c].delta, rtol=1e-5, atol=1e-7)

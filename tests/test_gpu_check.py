@@ -3,6 +3,7 @@ folder against it (no network), and the script's dry run (``--device cpu --round
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -78,6 +79,12 @@ def test_dry_run_on_cpu_writes_the_whole_table(tmp_path):
     assert done.returncode == 0, log[-3000:]
     assert "install skipped (wheel list verified)" in log
     assert "cuda tests exit: 0" in log and "recipes exit: 0" in log
+    assert "padding exit: 0" in log and "bucketed exit: 0" in log
+    counted = json.loads((tmp_path / "out" / "padding.json").read_text())
+    assert counted["clients"] == 1000 and counted["bucketed_efficiency"] > 0.8
+    bucketed = json.loads((tmp_path / "out" / "bucketed.json").read_text())
+    assert bucketed["eager_s_per_round"] > 0 and 0 < bucketed["padding_efficiency"] <= 1
+    assert bucketed["compile"] == "not an H100/H200 (auto)"
     table = (tmp_path / "out" / "gpu_table.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 1 + 10  # header; CRAFT x 2 engines x tracked or not; 3 recipes x 2

@@ -456,6 +456,9 @@ class VectorisedEngine:
                 views[name].params = tensors
             mask = BatchMask(img_mask, tup_mask if arity else None)
             loss = loss_of(Batch(cast("ModelView", view), x, y, ctx, mask, arity))
+            feed.masks, view.params = (), {}  # no transformed tensor outlives the call
+            for name in frozen:
+                views[name].params = {}
             return loss, loss.detach()
 
         step_grad = vmap(grad(one_client, has_aux=True))
