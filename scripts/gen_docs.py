@@ -103,7 +103,8 @@ KEY_MEANINGS: dict[str, str] = {
     "eval_every": "evaluate the global model every that many rounds (and at the last)",
     "target_accuracy": "test accuracy whose first round is recorded as `rounds_to_target`",
     "engine.backend": "how clients train: `sequential`, `vectorised`, or `auto` (vectorised "
-    "on CUDA where supported); `engine=NAME` is short for it "
+    "on CUDA where supported, and on CPU for many clients of one or two local steps); "
+    "`engine=NAME` is short for it "
     "([vectorised engine](../how-to/gpu.md))",
     "engine.max_clients_per_chunk": "clients per vmapped chunk (null: from free memory)",
     "checkpoint_every": "rounds between checkpoints (0 = off); not part of `config_hash`",
