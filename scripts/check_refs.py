@@ -28,6 +28,9 @@ REFERENCE = re.compile(
 )
 DIRECTIVE = re.compile(r"^::: (?P<path>[\w.]+)[ \t]*\n(?P<options>(?:[ \t]+.*\n?)*)", re.M)
 SOURCE_FOLDERS = ("fedcore", "flows")
+# code, where autorefs resolves nothing: fenced blocks, then inline spans of one or more backticks
+FENCE = re.compile(r"^([ \t]*)(```|~~~).*?^\1\2[ \t]*$", re.S | re.M)
+SPAN = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
 
 
 @dataclass(frozen=True)
@@ -44,10 +47,21 @@ def references(root: Path) -> Iterator[Reference]:
     files = [p for folder in SOURCE_FOLDERS for p in sorted((root / folder).rglob("*.py"))]
     files += sorted((root / "docs").rglob("*.md"))
     for path in files:
-        text = path.read_text(encoding="utf-8")
+        text = _without_code(path.read_text(encoding="utf-8"))
         for match in REFERENCE.finditer(text):
             target = match.group("target") or match.group("bare")
             yield Reference(path.relative_to(root), text.count("\n", 0, match.start()) + 1, target)
+
+
+def _without_code(text: str) -> str:
+    """``text`` with its code blanked (newlines kept, so line numbers stay), the example
+    references a page shows as code are not references."""
+
+    def blank(match: re.Match[str]) -> str:
+        return re.sub(r"[^\n]", " ", match.group(0))
+
+    return SPAN.sub(lambda m: blank(m) if "][" in m.group(2) else m.group(0),
+                    FENCE.sub(blank, text))
 
 
 def _directives(root: Path) -> Iterator[tuple[str, list[str] | None]]:

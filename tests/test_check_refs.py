@@ -58,3 +58,15 @@ def test_the_bare_form_is_checked_too(tmp_path):
     page.write_text(page.read_text() + "\nSee [fedcore.api.no_such_function][].\n")
     done = _check(root)
     assert "`fedcore.api.no_such_function` does not exist" in done.stdout
+
+
+def test_references_shown_as_code_are_not_checked(tmp_path):
+    root = _copy(tmp_path)
+    page = root / "docs" / "how-to" / "docs.md"
+    page.write_text(page.read_text() + "\nWrite `` [`X`][fedcore.no.such] `` for a link.\n\n"
+                    "```markdown\n[`Y`][fedcore.no.other]\n```\n")
+    assert _check(root).returncode == 0
+    page.write_text(page.read_text() + "\nBut [`Z`][fedcore.no.third] is one.\n")
+    done = _check(root)
+    assert done.returncode == 1 and "fedcore.no.third" in done.stdout
+    assert "fedcore.no.such" not in done.stdout and "fedcore.no.other" not in done.stdout
