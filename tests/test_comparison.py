@@ -58,3 +58,25 @@ def test_batch_order_stream_is_the_same_for_every_method_at_a_seed():
     assert seed_of(fedavg, 2, 7) == seed_of(krum, 2, 7)
     assert seed_of(fedavg, 2, 7) != seed_of(other, 2, 7)
     assert seed_of(fedavg, 2, 7) != seed_of(fedavg, 3, 7) != seed_of(fedavg, 2, 8)
+
+
+def test_a_row_interval_past_the_range_of_an_accuracy_is_cut_and_shown_whole():
+    from fedcore.pipeline.comparison import half_width
+
+    runs = pd.DataFrame({"row": ["a"] * 3, "seed": [0, 1, 2], "acc": [0.99, 0.90, 0.97]})
+    line = with_intervals(runs, ["acc"], ["row"], {"acc": (0.0, 1.0)}).iloc[0]
+    assert line["acc_high"] == 1.0 and line["acc_low"] > 0.7 and line["acc_resolved"]
+    text = half_width(line["acc_mean"], line["acc_low"], line["acc_high"], 3, ".4f")
+    assert text == f"{line['acc_mean']:.4f} [{line['acc_low']:.4f}, 1.0000]"  # not mean ± half
+    uncut = with_intervals(runs, ["acc"], ["row"]).iloc[0]
+    assert uncut["acc_high"] > 1.0
+
+
+def test_a_row_interval_spanning_the_whole_range_has_no_resolution():
+    from fedcore.pipeline.comparison import half_width
+
+    runs = pd.DataFrame({"row": ["a"] * 3, "seed": [0, 1, 2], "acc": [0.05, 0.95, 0.5]})
+    line = with_intervals(runs, ["acc"], ["row"], {"acc": (0.0, 1.0)}).iloc[0]
+    assert not line["acc_resolved"]
+    assert half_width(line["acc_mean"], line["acc_low"], line["acc_high"], 3, ".4f",
+                      line["acc_resolved"]) == "0.5000 (no resolution at n = 3)"

@@ -177,3 +177,12 @@ def test_forest_without_families_says_so(tmp_path):
 
     fig = family_forest_png(forest_frame([]), tmp_path / "f.png")
     assert [t.get_text() for t in fig.texts] == ["no comparison family in this sweep"]
+
+
+def test_the_forest_draws_the_equivalence_margin(tmp_path):
+    diffs = _diffs().assign(margin=0.01)
+    fig = family_forest_png(diffs, tmp_path / "forest.png")
+    for ax in fig.axes:
+        xs = sorted(line.get_xdata()[0] for line in ax.get_lines()
+                    if line.get_linestyle() == "--")
+        assert xs == pytest.approx([-0.01, 0.01])

@@ -227,3 +227,33 @@ def test_a_comparison_where_only_one_side_was_tuned_says_so():
     assert _tuning_note("craft (tuned)", "fedavg (tuned)") == ""
     assert "only the reference was tuned" in _tuning_note("craft (tuned)", "fedavg")
     assert "only the baseline was tuned" in _tuning_note("craft", "fedavg (tuned)")
+
+
+def test_an_equivalent_answer_prints_its_tost_interval_inside_the_margin():
+    from fedcore.pipeline.families import Decision
+    from fedcore.pipeline.stats import compare
+
+    ref = [0.900, 0.910, 0.905, 0.915, 0.902, 0.908, 0.911, 0.906]
+    row = [r - d for r, d in zip(ref, [0.005, -0.005, 0.01, 0.0, -0.01, 0.005, 0.0, -0.005],
+                                 strict=True)]
+    c = compare(ref, row, margin=0.01)
+    words = Decision("b", c, decided_at=8).words("ref")
+    t = c.tost
+    assert c.verdict == "equivalent" and t is not None
+    assert f"[{t.low:+.3f}, {t.high:+.3f}] (TOST 90 % interval)), decided at 8 seeds" in words
+    assert f"[{c.interval.low:+.3f}, {c.interval.high:+.3f}]" not in words
+
+
+def test_a_verdict_on_a_hair_is_marked_fragile_and_keeps_its_summary_shape():
+    from dataclasses import replace
+
+    from fedcore.pipeline.families import Decision
+    from fedcore.pipeline.stats import compare
+
+    c = replace(compare([0.91, 0.93, 0.90, 0.94, 0.92], [0.88, 0.92, 0.86, 0.91, 0.90]),
+                p=0.003541, level=0.003571)
+    words = Decision("trimmed_mean", c, decided_at=5).words("crf_fedavg")
+    assert words.startswith("crf_fedavg vs trimmed_mean: better by 0.026 [")
+    assert "decided at 5 seeds (fragile: p = 0.00354 against 0.00357)" in words
+    far = replace(c, p=0.001)
+    assert "fragile" not in Decision("t", far, decided_at=5).words("r")

@@ -122,3 +122,52 @@ def test_detectable_difference_and_seeds_for_are_statsmodels_power():
 def test_pairing_keeps_only_common_seeds_in_seed_order():
     seeds, mine, theirs = paired_seeds({2: 0.3, 0: 0.1, 5: 0.9}, {0: 1.0, 2: 3.0, 7: 0.0})
     assert (seeds, mine, theirs) == ([0, 2], [0.1, 0.3], [1.0, 3.0])
+
+
+def test_an_interval_past_the_range_of_a_difference_is_cut_to_it():
+    from fedcore.pipeline.stats import DIFFERENCE_RANGE
+
+    # three seeds near the top of the range: the 95 % t-interval reaches past +1
+    c = compare([0.95, 0.8, 0.9], [0.05, 0.1, 0.05], bounds=DIFFERENCE_RANGE)
+    assert c.interval.high > 1 and c.resolved
+    shown = c.shown
+    assert DIFFERENCE_RANGE[0] <= shown.low <= shown.high == DIFFERENCE_RANGE[1]
+    assert shown.low == c.interval.low and shown.mean == c.interval.mean
+    assert c.text("+.3f").startswith(f"{c.interval.mean:+.3f} [{c.interval.low:+.3f}, +1.000]")
+
+
+def test_a_comparison_that_cannot_resolve_the_range_says_so_instead_of_a_number():
+    # interval [-2.16, +2.72], detects ±3.2: wider than the range
+    c = compare([0.95, 0.05, 0.9], [0.05, 0.9, 0.1], bounds=(-1.0, 1.0))
+    assert not c.resolved
+    assert c.text("+.3f") == "+0.283 (no resolution at n = 3), undecided"
+    close = compare(A, B)  # a tight difference resolves
+    assert close.resolved and close.text() == "+0.0260 [+0.0118, +0.0402], better"
+
+
+def test_an_equivalent_verdict_shows_its_tost_interval():
+    ref = [0.900, 0.910, 0.905, 0.915, 0.902, 0.908, 0.911, 0.906]
+    row = [r + d for r, d in zip(ref, [0.001, -0.001, 0.002, 0.0, -0.002, 0.001, 0.0, -0.001],
+                                 strict=True)]
+    c = compare(row, ref, margin=0.01)
+    assert c.verdict == "equivalent"
+    assert c.tost is not None
+    tost = mean_interval([r - f for r, f in zip(row, ref, strict=True)], 1 - 2 * c.level)
+    assert (c.shown.low, c.shown.high) == pytest.approx((tost.low, tost.high))
+    assert -0.01 < c.shown.low and c.shown.high < 0.01
+    assert c.shown.high - c.shown.low < c.interval.high - c.interval.low  # 90 %, not 95 %
+    assert "TOST 90 % interval" in c.text()
+
+
+def test_a_p_value_within_ten_percent_of_its_threshold_is_fragile():
+    from dataclasses import replace
+
+    c = compare(A, B)
+    assert c.verdict == "better"
+    assert replace(c, p=c.level * 0.95).fragile
+    assert not replace(c, p=c.level * 0.5).fragile
+    # the case: p = 0.003541 against 0.003571
+    hair = replace(c, p=0.003541, level=0.003571)
+    assert hair.fragile and "fragile: p = 0.00354 against 0.00357" in hair.fragile_text()
+    undecided = replace(c, verdict="undecided", p=0.0258, level=0.025)
+    assert undecided.fragile

@@ -8,27 +8,33 @@ Input: one line per run with ``row`` (what is compared: a method at its settings
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from fedcore.pipeline.stats import mean_interval
+from fedcore.pipeline.stats import Interval, mean_interval, no_resolution
 
 SETTING = ["dataset", "alpha"]
 
 
-def with_intervals(runs: pd.DataFrame, metrics: Sequence[str], keys: Sequence[str]) -> pd.DataFrame:
+def with_intervals(runs: pd.DataFrame, metrics: Sequence[str], keys: Sequence[str],
+                   bounds: Mapping[str, tuple[float, float]] | None = None) -> pd.DataFrame:
     """Per group of ``keys``: ``seeds`` and, per metric, ``<m>_mean``, ``<m>_low``, ``<m>_high``
-    (95 % t-interval over seeds; NaN bounds with one seed) and ``<m>_n`` (seeds with a value)."""
+    (95 % t-interval over seeds, cut to the metric's range in ``bounds``; NaN bounds with one
+    seed), ``<m>_n`` (seeds with a value) and ``<m>_resolved`` (False where the uncut interval
+    spans the whole range)."""
+    bounds = bounds or {}
     out = []
     for key, group in runs.groupby(list(keys), sort=False, dropna=False):
         line = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
         line["seeds"] = int(group["seed"].nunique())
         for m in metrics:
-            iv = mean_interval(list(group[m].astype(float)))
+            raw = mean_interval(list(group[m].astype(float)))
+            iv: Interval = raw.clipped(bounds[m]) if m in bounds else raw
             line.update({f"{m}_mean": iv.mean, f"{m}_low": iv.low, f"{m}_high": iv.high,
-                         f"{m}_n": iv.n})
+                         f"{m}_n": iv.n,
+                         f"{m}_resolved": m not in bounds or raw.resolves(bounds[m])})
         out.append(line)
     return pd.DataFrame(out)
 
@@ -48,12 +54,19 @@ def reference_rows(runs: pd.DataFrame, reference: str) -> dict[tuple[str, float]
     return out
 
 
-def half_width(mean: float, low: float, high: float, n: int, fmt: str) -> str:
-    """``0.8388 ± 0.0210`` (± half the 95 % interval), ``0.8388 (1 seed)``, or ``—``."""
+def half_width(mean: float, low: float, high: float, n: int, fmt: str,
+               resolved: bool = True) -> str:
+    """``0.8388 ± 0.0210`` (± half the 95 % interval), ``0.9800 [0.9512, 1.0000]`` (an interval
+    cut at the metric's range, no longer symmetric), ``0.5000 (no resolution at n = 3)``,
+    ``0.8388 (1 seed)``, or ``—``."""
     if math.isnan(mean):
         return "—"
     if n < 2 or math.isnan(high):
         return f"{mean:{fmt}} ({n} seed)"
+    if not resolved:
+        return f"{mean:{fmt}} ({no_resolution(n)})"
+    if abs((high - mean) - (mean - low)) > 1e-9 * max(1.0, abs(mean)):  # cut at the range
+        return f"{mean:{fmt}} [{low:{fmt}}, {high:{fmt}}]"
     half = float(np.subtract(high, low)) / 2
     half = 0.0 if half <= 1e-9 * abs(mean) else half  # float noise of equal values
     return f"{mean:{fmt}} ± {half:{fmt}}"

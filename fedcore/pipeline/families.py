@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from fedcore.core.config import ConfigError, limits
-from fedcore.pipeline.stats import LEVEL, MARGIN, Comparison, family_test
+from fedcore.pipeline.stats import DIFFERENCE_RANGE, LEVEL, MARGIN, Comparison, family_test
 
 # endpoint name -> (report column, whether higher is better, what it is)
 ENDPOINTS: dict[str, tuple[str, bool, str]] = {
@@ -181,18 +181,18 @@ class Decision:
             return f"{head}: no verdict ({self.blocked})"
         if c is None:
             return f"{head}: not run yet"
-        iv = c.interval
-        span = (f" [{iv.low:+.3f}, {iv.high:+.3f}]" if not math.isnan(iv.low) else
-                " (equal on every seed)")
+        iv, span, hair = c.interval, c.span("+.3f"), c.fragile_text()
         if c.verdict in ("better", "worse"):
-            return (f"{head}: {c.verdict} by {abs(iv.mean):.3f}{span}, decided at "
-                    f"{self.decided_at} seeds")
+            return (f"{head}: {c.verdict} by {abs(iv.mean):.3f} {span}, decided at "
+                    f"{self.decided_at} seeds{hair}")
         if c.verdict == "equivalent":
-            return (f"{head}: equivalent within ±{c.margin:g} ({iv.mean:+.3f}{span}), decided "
-                    f"at {self.decided_at} seeds")
+            return (f"{head}: equivalent within ±{c.margin:g} ({iv.mean:+.3f} {span}"
+                    f"{c.tost_label()}), decided at {self.decided_at} seeds{hair}")
+        if not c.resolved:
+            return f"{head}: undecided at {c.n} seeds ({iv.mean:+.3f}, {span[1:-1]}){hair}"
         detect = (f"; detects ±{c.detectable:.3f} at this n" if math.isfinite(c.detectable)
                   else "")
-        return f"{head}: undecided at {c.n} seeds ({iv.mean:+.3f}{span}{detect})"
+        return f"{head}: undecided at {c.n} seeds ({iv.mean:+.3f} {span}{detect}){hair}"
 
 
 @dataclass
@@ -257,6 +257,7 @@ def decide(family: Family, plan: SeedPlan, values: Mapping[str, Mapping[int, flo
             [[values[d.baseline][s] for s in seeds] if d in ready else
              [values[ref][s] for s in seeds] for d in tested],
             higher_is_better=higher, level=plan.level_per_look, margin=family.margin,
+            bounds=DIFFERENCE_RANGE,  # every endpoint is an accuracy
             decided=[None if d in ready else "blocked" if d.blocked or d.comparison is None
                      else d.comparison.verdict for d in tested])
         for d, c in zip(tested, comps, strict=True):

@@ -30,6 +30,9 @@ CONFIDENCE = 0.95  # of every per-row interval
 POWER = 0.8  # of the detectable-difference and seeds-for figures
 MARGIN = 0.01  # default equivalence margin (accuracy points / 100)
 VERDICTS = ("better", "worse", "equivalent", "undecided", "no test")
+DIFFERENCE_RANGE = (-1.0, 1.0)  # a difference of two accuracies (every endpoint is one)
+VALUE_RANGE = (0.0, 1.0)  # an accuracy
+UNBOUNDED = (-math.inf, math.inf)  # a metric without a range (rounds, bytes)
 _FLAT = 1e-12  # relative spread below which differences count as equal on every seed
 
 
@@ -54,6 +57,23 @@ class Interval:
     def excludes(self, value: float) -> bool:
         """Whether the interval lies wholly above or below ``value`` (False without one)."""
         return not math.isnan(self.low) and (self.low > value or self.high < value)
+
+    def clipped(self, bounds: tuple[float, float]) -> Interval:
+        """The interval cut to the metric's range ``bounds`` (a t-interval on 3-5 seeds can
+        reach past it; what lies outside is impossible, so cutting it loses no coverage)."""
+        if math.isnan(self.low):
+            return self
+        return Interval(self.mean, max(self.low, bounds[0]), min(self.high, bounds[1]), self.n)
+
+    def resolves(self, bounds: tuple[float, float]) -> bool:
+        """False when the unclipped interval covers the metric's whole range: at this n the
+        data say nothing about where in the range the value lies."""
+        return math.isnan(self.low) or not (self.low <= bounds[0] and self.high >= bounds[1])
+
+
+def no_resolution(n: int) -> str:
+    """What a table prints where an interval or detectable difference would span the range."""
+    return f"no resolution at n = {n}"
 
 
 def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
@@ -214,6 +234,9 @@ class Comparison:
     differences: tuple[float, ...]
     margin: float = MARGIN
     detectable: float = math.nan
+    tost: Interval | None = None  # the (1 - 2a) interval of TOST at its Holm level a
+    equivalence_level: float = LEVEL  # a: the level Holm gave the equivalence test
+    bounds: tuple[float, float] = UNBOUNDED  # the range of a difference of the metric
 
     @property
     def n(self) -> int:
@@ -223,19 +246,78 @@ class Comparison:
     def difference(self) -> Interval:
         return self.interval
 
+    @property
+    def shown(self) -> Interval:
+        """The interval a table prints: TOST's (1 - 2a) one for an ``equivalent`` verdict, else
+        the superiority-level one, either cut to the range of a difference."""
+        iv = self.tost if self.verdict == "equivalent" and self.tost is not None else self.interval
+        return iv.clipped(self.bounds)
+
+    @property
+    def resolved(self) -> bool:
+        """Whether n resolves the range: the interval does not span all of it and the
+        detectable difference is smaller than the range's half-width."""
+        half = (self.bounds[1] - self.bounds[0]) / 2
+        big = math.isfinite(self.detectable) and self.detectable >= half
+        return self.interval.resolves(self.bounds) and not big
+
+    @property
+    def fragile(self) -> bool:
+        """Whether the verdict sits on a hair: the p-value that decided it (or, undecided, that
+        nearly did) lies within ``FRAGILE`` (10 %) of its Holm threshold."""
+        sup = _near(self.p, self.level)
+        eq = _near(self.p_equivalence, self.equivalence_level)
+        if self.verdict in ("better", "worse"):
+            return sup
+        if self.verdict == "equivalent":
+            return eq
+        return self.verdict == "undecided" and (sup or eq)
+
+    def fragile_text(self) -> str:
+        """`` (fragile: p = 0.00354 against 0.00357)`` for a fragile verdict, else ""."""
+        if not self.fragile:
+            return ""
+        p, a = ((self.p_equivalence, self.equivalence_level)
+                if self.verdict == "equivalent" or not _near(self.p, self.level)
+                else (self.p, self.level))
+        return f" (fragile: p = {p:.3g} against {a:.3g})"
+
+    def span(self, fmt: str = "+.4f") -> str:
+        """``[-0.0040, +0.0286]`` (the shown interval), ``(equal on every seed)`` or ``(no
+        resolution at n = 3)``."""
+        d = self.shown
+        if math.isnan(d.low):
+            return "(equal on every seed)"
+        if not self.resolved:
+            return f"({no_resolution(self.n)})"
+        return f"[{d.low:{fmt}}, {d.high:{fmt}}]"
+
     def text(self, fmt: str = "+.4f") -> str:
-        """``+0.0123 [-0.0040, +0.0286], undecided (detects ±0.031)``."""
+        """``+0.0123 [-0.0040, +0.0286], undecided (detects ±0.031)``; an ``equivalent``
+        verdict shows its TOST interval, ``... equivalent within ±0.01 (TOST 90 %)``."""
         d = self.interval
         if self.verdict == "no test":
             return f"{d.mean:{fmt}} ({d.n} seed, no test)"
-        span = (f"[{d.low:{fmt}}, {d.high:{fmt}}]" if not math.isnan(d.low)
-                else "(equal on every seed)")
         extra = ""
         if self.verdict == "equivalent":
-            extra = f" within ±{self.margin:g}"
-        elif self.verdict == "undecided" and math.isfinite(self.detectable):
+            extra = f" within ±{self.margin:g}{self.tost_label()}"
+        elif self.verdict == "undecided" and math.isfinite(self.detectable) and self.resolved:
             extra = f" (detects ±{self.detectable:.2g})"
-        return f"{d.mean:{fmt}} {span}, {self.verdict}{extra}"
+        return f"{d.mean:{fmt}} {self.span(fmt)}, {self.verdict}{extra}"
+
+    def tost_label(self) -> str:
+        """`` (TOST 90 % interval)``: which interval an equivalent verdict shows."""
+        if self.tost is None or math.isnan(self.tost.low):
+            return ""
+        return f" (TOST {100 * (1 - 2 * self.equivalence_level):.3g} % interval)"
+
+
+FRAGILE = 0.1  # a p-value within this fraction of its threshold marks the verdict fragile
+
+
+def _near(p: float, threshold: float) -> bool:
+    """``p`` within ``FRAGILE`` of ``threshold`` (relative)."""
+    return math.isfinite(p) and abs(p - threshold) <= FRAGILE * threshold
 
 
 def _verdict(mean: float, sup: bool, eq: bool, n: int, higher_is_better: bool) -> str:
@@ -247,27 +329,35 @@ def _verdict(mean: float, sup: bool, eq: bool, n: int, higher_is_better: bool) -
 
 
 def _build(diffs: np.ndarray, level: float, sup: bool, eq: bool, higher_is_better: bool,
-           margin: float, p: float, p_eq: float) -> Comparison:
+           margin: float, p: float, p_eq: float, eq_level: float = LEVEL,
+           bounds: tuple[float, float] = UNBOUNDED) -> Comparison:
     n = len(diffs)
     if n >= 2 and is_flat(diffs):
         interval = Interval(float(diffs.mean()), math.nan, math.nan, n)
+        tost = interval
     else:
         interval = mean_interval(list(diffs), 1 - level)
+        tost = mean_interval(list(diffs), 1 - 2 * eq_level)
     sd = _mean_sd(diffs)[1] if n > 1 else math.nan
     return Comparison(interval, p, p_eq, level,
                       _verdict(interval.mean, sup, eq, n, higher_is_better), higher_is_better,
-                      tuple(map(float, diffs)), margin, detectable_difference(sd, n, level))
+                      tuple(map(float, diffs)), margin, detectable_difference(sd, n, level),
+                      tost, eq_level, bounds)
 
 
 def compare(values: Sequence[float], reference: Sequence[float], higher_is_better: bool = True,
-            level: float = LEVEL, margin: float = MARGIN) -> Comparison:
-    """``values`` against ``reference`` (the same seeds, in the same order), alone at ``level``."""
-    return family_test([values], [reference], higher_is_better, level, margin)[0]
+            level: float = LEVEL, margin: float = MARGIN,
+            bounds: tuple[float, float] = UNBOUNDED) -> Comparison:
+    """``values`` against ``reference`` (the same seeds, in the same order), alone at ``level``;
+    ``bounds``: the range of a difference of the metric (intervals are cut to it)."""
+    return family_test([values], [reference], higher_is_better, level, margin,
+                       bounds=bounds)[0]
 
 
 def family_test(values: Sequence[Sequence[float]], references: Sequence[Sequence[float]],
                 higher_is_better: bool = True, level: float = LEVEL, margin: float = MARGIN,
-                decided: Sequence[str | None] | None = None) -> list[Comparison]:
+                decided: Sequence[str | None] | None = None,
+                bounds: tuple[float, float] = UNBOUNDED) -> list[Comparison]:
     """Paired comparisons of one family, each ``values[i] - references[i]``, with Holm's
     step-down over the family at ``level``, separately for better/worse and for equivalence.
 
@@ -298,17 +388,17 @@ def family_test(values: Sequence[Sequence[float]], references: Sequence[Sequence
     out_of_play = {i for i in range(m) if decided[i] == "blocked"}  # counted, never rejected
     sup_level, sup = _holm({i: (0.0 if i in prior_sup else 1.0 if i in prior_eq | out_of_play
                                 else p_sup[i]) for i in testable}, level)
-    _, eq = _holm({i: (0.0 if i in prior_eq else 1.0 if i in prior_sup | out_of_play
+    eq_level, eq = _holm({i: (0.0 if i in prior_eq else 1.0 if i in prior_sup | out_of_play
                        else p_eq[i]) for i in testable}, level)
     out = []
     for i in range(m):
         if i not in testable:
             out.append(_build(diffs[i], level, False, False, higher_is_better, margin,
-                              math.nan, math.nan))
+                              math.nan, math.nan, bounds=bounds))
             continue
         a = sup_level[i]
         out.append(_build(diffs[i], a, i in sup, i in eq and i not in sup, higher_is_better,
-                          margin, p_sup[i], p_eq[i]))
+                          margin, p_sup[i], p_eq[i], eq_level[i], bounds))
     return out
 
 

@@ -136,10 +136,12 @@ def convergence_png(panels: Sequence[tuple[str, Any, str | None, list[str]]],
 def family_forest_png(diffs: pd.DataFrame, path: Path) -> Figure:
     """Forest plot of each family's comparisons: a panel per family and setting, the baselines on
     the y axis, reference − baseline on the x axis with the interval at the level the family's
-    Holm correction gave it (so it excludes 0 exactly when the verdict is better or worse),
-    coloured by verdict.
+    Holm correction gave it (so it excludes 0 exactly when the verdict is better or worse; an
+    equivalent verdict's is its TOST interval), coloured by verdict, with dashed lines at ±
+    the family's equivalence margin.
 
-    ``diffs``: family, row, mean, low, high (NaN: no interval), verdict, reference, n.
+    ``diffs``: family, row, mean, low, high (NaN: no interval), verdict, reference, n and
+    (optional) margin.
     """
     from matplotlib.lines import Line2D
 
@@ -167,6 +169,11 @@ def family_forest_png(diffs: pd.DataFrame, path: Path) -> Figure:
             elif math.isfinite(mean):
                 ax.plot([mean], [y], "D", color=colour, markersize=5, markeredgecolor="dimgrey")
         ax.axvline(0.0, color="black", linewidth=0.8)
+        margin = float(sub["margin"].iloc[0]) if "margin" in sub else math.nan
+        if math.isfinite(margin) and margin > 0:
+            for x in (-margin, margin):
+                ax.axvline(x, color="dimgrey", linestyle="--", linewidth=0.8,
+                           label=f"±{margin:g} (equivalence margin)" if x > 0 else None)
         ax.set_yticks(range(len(sub)), [f"{r} (n={n})" for r, n in zip(sub["row"], sub["n"],
                                                                         strict=True)],
                       fontsize=8)

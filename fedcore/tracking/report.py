@@ -29,8 +29,15 @@ from fedcore.pipeline.families import (
 )
 from fedcore.pipeline.hparams import regime
 from fedcore.pipeline.rows import TUNABLE, is_tuned
-from fedcore.pipeline.stats import detectable_difference, paired_seeds, seeds_for
+from fedcore.pipeline.stats import (
+    DIFFERENCE_RANGE,
+    VALUE_RANGE,
+    detectable_difference,
+    paired_seeds,
+    seeds_for,
+)
 from fedcore.pipeline.sweep import SweepSpec
+from fedcore.pipeline.training_state import CLIMBING, MIN_CHANGE, NOISE_SE, training_state
 from fedcore.tracking import privacy_report
 from fedcore.tracking.mlflow_tracker import CONVERGED_TAG, get_experiment_id, mlflow_client
 from fedcore.tracking.parents import html_page, log_variant_table, set_description
@@ -64,6 +71,8 @@ COLUMNS = [
     # with dataset.holdout_clients: the global model on clients that never trained
     ("unseen_accuracy", "final/unseen_accuracy", "unseen-client accuracy"),
     ("participation_gap", "final/participation_gap", "participation gap"),
+    ("unseen_clients", "final/unseen_clients", "unseen clients"),
+    ("unseen_samples", "final/unseen_samples", "unseen test samples"),
     # personalised methods (Ditto): their personal models; blank for every other method
     ("personal_accuracy", "final/personal_accuracy_mean", "personal accuracy"),
     ("personal_worst10", "final/personal_accuracy_worst10", "personal worst-10 %"),
@@ -71,7 +80,14 @@ COLUMNS = [
     ("personal_jain", "final/personal_jain", "personal Jain"),
 ]
 PERSONAL = {key for key, metric, _ in COLUMNS if metric.startswith("final/personal_")} | {
-    "unseen_accuracy", "participation_gap"}  # blank where a run does not have them
+    "unseen_accuracy", "participation_gap", "unseen_clients",
+    "unseen_samples"}  # blank where a run does not have them
+COUNTS = ("unseen_clients", "unseen_samples")  # shown as the mean over seeds, no interval
+# the range of each bounded column: its intervals are cut to it (docs/explanation/statistics.md)
+BOUNDS = {**{key: VALUE_RANGE for key in (
+    "accuracy_last_k", "accuracy", "worst10", "jain", "auc", "unseen_accuracy",
+    "personal_accuracy", "personal_worst10", "personal_jain")},
+    "client_std": (0.0, 0.5), "personal_std": (0.0, 0.5), "participation_gap": DIFFERENCE_RANGE}
 DISCRETE = ("accuracy", "worst10", "rounds_to_target")  # steps of 1/|test set|, clients, rounds
 
 
@@ -180,7 +196,8 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     keys = _group_keys(runs)
     runs = runs.assign(**{k: runs[k].astype(object).where(runs[k].notna(), "")
                           for k in keys if k.startswith("grid:")})  # NaN keys never match
-    table = with_intervals(runs, [key for key, _, _ in COLUMNS], keys)  # NaN: failed seeds
+    table = with_intervals(runs, [key for key, _, _ in COLUMNS], keys,  # NaN: failed seeds
+                           BOUNDS)
     if table.empty:
         return table
     groups = runs.groupby(keys, sort=False, dropna=False)
@@ -200,6 +217,39 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
         table["epsilon_text"] = [privacy_report.epsilon_text(*spent.get(i, ([], [])))
                                  for i in index]
     return table
+
+
+def with_training_state(table: pd.DataFrame, runs: pd.DataFrame,
+                        acc: dict[str, pd.Series]) -> pd.DataFrame:
+    """``table`` with each row's training state at its endpoint (``training``: its text,
+    ``climbing``: whether it was still climbing), from the finished seeds' test-accuracy
+    histories ``acc`` (run id -> accuracy by round) and the endpoint's window ``last_k``."""
+    if table.empty:
+        return table
+    keys = _group_keys(runs)
+    runs = runs.assign(**{k: runs[k].astype(object).where(runs[k].notna(), "")
+                          for k in keys if k.startswith("grid:")})
+    states = {}
+    for key, g in runs.groupby(keys, sort=False, dropna=False):
+        ok = g[g["status"] == "FINISHED"]
+        curves = [list(acc[r].to_numpy(dtype=float)) for r in ok["run_id"] if r in acc]
+        states[key] = training_state(curves, int(g["last_k"].max()))
+    index = [tuple(r) if len(keys) > 1 else r[0] for r in table[keys].itertuples(index=False)]
+    found = [states.get(i) for i in index]
+    return table.assign(training=["" if st is None else st.text() for st in found],
+                        climbing=[st is not None and st.state == CLIMBING for st in found])
+
+
+def training_header(table: pd.DataFrame) -> str:
+    """The header's count of rows still climbing at their endpoint, with the rule."""
+    if "climbing" not in table or table.empty:
+        return ""
+    climbing = int(table["climbing"].sum())
+    return (f"**Training state at the endpoint**: {climbing} of {len(table)} rows still "
+            f"climbing (mean change of test accuracy between the last two windows of k "
+            f"evaluations at least {MIN_CHANGE:g} and above {NOISE_SE:g} standard errors of its "
+            "seed-to-seed spread; column `training`)"
+            + ("; their endpoint is not the method's plateau." if climbing else ".") + "\n\n")
 
 
 def target_text(rounds: list[float], horizon: int) -> str:
@@ -244,12 +294,18 @@ def _formatted(table: pd.DataFrame, detectable: dict[tuple[Any, ...], str]) -> p
             out[label] = list(table["target_text"])
             continue
         f = fmt.get(key, ".4f")
+        if key in COUNTS:
+            out[label] = ["" if np.isnan(m) else f"{m:.4g}" for m in table[f"{key}_mean"]]
+            continue
         out[label] = [
-            "" if key in PERSONAL and np.isnan(m) else half_width(m, lo, hi, n, f)
-            for m, lo, hi, n in zip(table[f"{key}_mean"], table[f"{key}_low"],
-                                    table[f"{key}_high"], table[f"{key}_n"], strict=True)
+            "" if key in PERSONAL and np.isnan(m) else half_width(m, lo, hi, n, f, ok)
+            for m, lo, hi, n, ok in zip(table[f"{key}_mean"], table[f"{key}_low"],
+                                        table[f"{key}_high"], table[f"{key}_n"],
+                                        table[f"{key}_resolved"], strict=True)
         ]
         if key == "accuracy_last_k":
+            if "training" in table:
+                out["training at the endpoint"] = list(table["training"])
             out["detectable Δ vs ref"] = [
                 detectable.get((d, a, r), "") for d, a, r in
                 zip(table["dataset"], table["alpha"], table["row"], strict=True)]
@@ -306,8 +362,8 @@ def family_markdown(outcomes: list[FamilyOutcome], secondary: list[FamilyOutcome
         words = "\n".join(f"- {d.words(fam.reference)}{_tuning_note(fam.reference, d.baseline)}"
                           for d in o.decisions)
         lines = ["| row | regime | seeds | endpoint (mean ± 95 %) | Δ reference − row "
-                 "[adjusted interval] | verdict | decided at | best? |",
-                 "|---|---|---|---|---|---|---|---|"]
+                 "[adjusted interval] | verdict | decided at | best? | training |",
+                 "|---|---|---|---|---|---|---|---|---|"]
         marks = best_marks(o)
         for row in fam.rows:
             r = by_row.get((dataset, alpha, row))
@@ -316,16 +372,20 @@ def family_markdown(outcomes: list[FamilyOutcome], secondary: list[FamilyOutcome
                 f" (+{int(r['failed'])} failed: {r['failures']})" if r["failed"] else "")
             value = "—" if r is None else half_width(r[f"{col}_mean"], r[f"{col}_low"],
                                                      r[f"{col}_high"], int(r[f"{col}_n"]),
-                                                     ".4f")
+                                                     ".4f", bool(r[f"{col}_resolved"]))
+            state = "" if r is None else str(r.get("training", ""))
             regime_text = "" if r is None else str(r["hparams"])
             if d is None:
                 lines.append(f"| **{row}** (reference) | {regime_text} | {seeds} | {value} | "
-                             f"— | — | — | {marks.get(row, '')} |")
+                             f"— | — | — | {marks.get(row, '')} | {state} |")
                 continue
             c = d.comparison
             delta = "—" if c is None else c.text("+.4f").split(", " + c.verdict)[0]
+            verdict = d.verdict + ("" if c is None else (
+                c.tost_label() if c.verdict == "equivalent" else "") + c.fragile_text())
             lines.append(f"| {row} | {regime_text} | {seeds} | {value} | {delta} | "
-                         f"{d.verdict} | {d.decided_at or '—'} | {marks.get(row, '')} |")
+                         f"{verdict} | {d.decided_at or '—'} | {marks.get(row, '')} | "
+                         f"{state} |")
         sec = [x for x in secondary if x.family.name == fam.name and x.setting == o.setting]
         sec_text = ""
         if sec:
@@ -336,10 +396,14 @@ def family_markdown(outcomes: list[FamilyOutcome], secondary: list[FamilyOutcome
                 cells = []
                 for x in sec:
                     d = next(y for y in x.decisions if y.baseline == b)
-                    cells.append(d.verdict if d.comparison is None else d.comparison.text("+.3f"))
+                    c = d.comparison
+                    cells.append(d.verdict if c is None else c.text("+.3f") + c.fragile_text())
                 sec_lines.append(f"| {b} | " + " | ".join(cells) + " |")
             sec_text = ("\n\nSecondary endpoints (each tested once on the first look's seeds, "
-                        "Holm over the family at 5 %):\n\n" + "\n".join(sec_lines))
+                        "Holm over the family at 5 %; intervals cut to the range of a "
+                        "difference of accuracies, [-1, 1]; `no resolution at n = ...` where "
+                        "the interval or the detectable difference spans that range):\n\n"
+                        + "\n".join(sec_lines))
         parts.append(f"{head}{status}\n\n{words}\n\n" + "\n".join(lines) + sec_text
                      + plan_line(o, plan))
     return "\n\n".join(parts)
@@ -414,20 +478,25 @@ def detectable_vs_reference(runs: pd.DataFrame, reference: str) -> dict[tuple[An
 
 
 def forest_frame(outcomes: list[FamilyOutcome]) -> pd.DataFrame:
-    """The forest plot's input: one line per comparison of every family (primary endpoint)."""
-    columns = ["family", "setting", "row", "mean", "low", "high", "verdict", "reference", "n"]
+    """The forest plot's input: one line per comparison of every family (primary endpoint),
+    with the interval a table shows (TOST's for an equivalent verdict, cut to [-1, 1]) and the
+    family's equivalence margin."""
+    columns = ["family", "setting", "row", "mean", "low", "high", "verdict", "reference", "n",
+               "margin"]
     lines = []
     for o in outcomes:
         for d in o.decisions:
             c = d.comparison
+            shown = None if c is None else c.shown
             lines.append({
                 "family": f"{o.family.paper} ({o.family.name}), Dirichlet {o.setting[1]:g}",
                 "setting": o.setting, "row": d.baseline,
-                "mean": np.nan if c is None else c.interval.mean,
-                "low": np.nan if c is None else c.interval.low,
-                "high": np.nan if c is None else c.interval.high,
+                "mean": np.nan if shown is None else shown.mean,
+                "low": np.nan if shown is None else shown.low,
+                "high": np.nan if shown is None else shown.high,
                 "verdict": d.verdict if c is not None else "not run",
-                "reference": o.family.reference, "n": 0 if c is None else c.n})
+                "reference": o.family.reference, "n": 0 if c is None else c.n,
+                "margin": o.family.margin})
     return pd.DataFrame(lines, columns=columns)
 
 
@@ -529,7 +598,7 @@ def build_report(
         runs = runs.assign(last_k=last_k, accuracy_last_k=[
             float(acc[r].iloc[-last_k:].mean()) if st == "FINISHED" else np.nan
             for r, st in zip(runs["run_id"], runs["status"], strict=True)])
-    table = summary_table(runs)
+    table = with_training_state(summary_table(runs), runs, acc)
     plan = spec.seed_plan
     outcomes = family_outcomes(runs, spec.families, plan)
     secondary = secondary_outcomes(runs, spec.families, plan)
@@ -539,7 +608,8 @@ def build_report(
               + "**Primary endpoint** (declared in the sweep file before it ran): "
               + "; ".join(endpoint_text(runs, e) for e in dict.fromkeys(
                   [f.endpoint for f in spec.families] or [DEFAULT_ENDPOINT]))
-              + f". **Seed plan**: {plan_text(plan)}.\n\n" + early_text(runs))
+              + f". **Seed plan**: {plan_text(plan)}.\n\n" + training_header(table)
+              + early_text(runs))
     families_md = family_markdown(outcomes, secondary, table, plan, runs)
     body = ("## Families: each paper's question\n\n" + families_md + "\n\n"
             if families_md else "*No comparison family is declared: the table below is "
