@@ -83,17 +83,47 @@ def test_the_same_runs_give_the_same_numbers_bit_for_bit():
     assert not np.array_equal(a["iqm_low"], c["iqm_low"])  # the seed is what draws
 
 
-def test_probability_of_improvement():
-    assert agg.prob_greater(np.array([1.0, 2.0]), np.array([0.0, 2.0])) == 0.625
+def _by_seed(groups):
+    return {s: dict(enumerate(v)) for s, v in groups.items()}
+
+
+def test_probability_of_improvement_is_paired_by_seed():
+    assert agg.paired_wins(np.array([1.0, 2.0, 0.0]), np.array([0.0, 2.0, 1.0])) == 0.5
     g = {"s1": np.array([0.7, 0.8, 0.8]), "s2": np.array([0.5, 0.5, 0.6])}
-    est = agg.improvement_estimate(g, g, np.random.default_rng(0), reps=400)
-    assert est.value == 0.5 and est.low <= 0.5 <= est.high
+    est = agg.improvement_estimate(_by_seed(g), _by_seed(g), np.random.default_rng(0), reps=400)
+    assert (est.value, est.low, est.high) == (0.5, 0.5, 0.5)  # ties on every seed
     better = {"s1": g["s1"] + 1, "s2": g["s2"] + 1, "s3": np.array([0.0])}
-    est = agg.improvement_estimate(better, g, np.random.default_rng(0), reps=400)
+    est = agg.improvement_estimate(_by_seed(better), _by_seed(g), np.random.default_rng(0),
+                                   reps=400)
     assert (est.value, est.low, est.high, est.settings) == (1.0, 1.0, 1.0, 2)  # s3: X alone
     # per setting, then averaged: wins everywhere in s1, loses everywhere in s2
     mixed = {"s1": g["s1"] + 1, "s2": g["s2"] - 1}
-    assert agg.improvement_estimate(mixed, g, np.random.default_rng(0), reps=10).value == 0.5
+    assert agg.improvement_estimate(_by_seed(mixed), _by_seed(g), np.random.default_rng(0),
+                                    reps=10).value == 0.5
+    # a seed-level effect: the row is 0.01 better on every seed, though the seeds spread by 0.2;
+    # an unpaired comparison of runs (Mann-Whitney) would give 5/9, paired gives 1
+    ref = {"s": {0: 0.5, 1: 0.7, 2: 0.9}}
+    row = {"s": {k: v + 0.01 for k, v in ref["s"].items()}}
+    assert agg.improvement_estimate(row, ref, np.random.default_rng(0), reps=10).value == 1.0
+    # only the seeds both ran are paired
+    partial = {"s": {0: 0.6, 5: 0.0}}
+    est = agg.improvement_estimate(partial, ref, np.random.default_rng(0), reps=10)
+    assert est.value == 1.0 and est.runs == 1
+
+
+def test_the_section_pools_the_seeds_every_row_ran_in_every_setting(tmp_path):
+    runs = _runs(2, {"fedavg": 0.0, "craft": 0.02}, seeds=5)
+    # the looks ran seeds 3-4 of fedavg in the first setting only
+    runs = runs[~((runs["seed"] >= 3) & ~((runs["row"] == "fedavg") & (runs["alpha"] < 0.15)))]
+    assert agg.common_seeds(runs) == [0, 1, 2]
+    md, _ = aggregate_section(runs, "fedavg", tmp_path, reps=100, metrics=("accuracy",))
+    assert "On the 3 seeds every row ran in every setting (seeds 0-2); 2 runs on other " \
+           "seeds" in md
+    assert "| fedavg | 6 | 2 |" in md and "| craft | 6 | 2 |" in md  # 3 per setting each
+    csv = pd.read_csv(tmp_path / "aggregate.csv").set_index("row")
+    kept = runs[runs["seed"] <= 2]
+    fed = kept[kept["row"] == "fedavg"]["accuracy"].to_numpy()
+    assert csv.loc["fedavg", "iqm"] == pytest.approx(agg.interquartile_mean(fed))
 
 
 def test_the_reference_row_has_no_improvement_and_the_rest_do():

@@ -185,39 +185,58 @@ def iqm_estimate(
     return Estimate(point, *_percentile(reps_iqm, confidence), len(values), len(parts))
 
 
-def prob_greater(x: np.ndarray, y: np.ndarray) -> np.ndarray | float:
-    """P(X > Y) of one setting, the Mann-Whitney U statistic over n m: the share of (x, y)
-    pairs with x > y, ties counted half. Matrices (reps, n) and (reps, m) give one per row."""
+def seed_values(
+    runs: pd.DataFrame, row: str, metric: str, columns: Sequence[str] | None = None
+) -> dict[str, dict[int, float]]:
+    """A row's values of ``metric`` per setting, by seed (NaN dropped)."""
+    sub = runs[runs["row"] == row].assign(_setting=setting_labels(runs, columns))
+    sub = sub[sub[metric].notna()]
+    return {str(s): {int(k): float(v) for k, v in zip(g["seed"], g[metric], strict=True)}
+            for s, g in sub.groupby("_setting", sort=True)}
+
+
+def common_seeds(runs: pd.DataFrame, columns: Sequence[str] | None = None) -> list[int]:
+    """The seeds every row ran in every setting the runs span (sorted)."""
+    frame = runs.assign(_setting=setting_labels(runs, columns))
+    sets = [set(map(int, g["seed"])) for _, g in frame.groupby(["row", "_setting"], sort=False)]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def paired_wins(x: np.ndarray, y: np.ndarray) -> np.ndarray | float:
+    """The share of seeds on which ``x`` beats ``y`` (aligned by seed), ties counted half;
+    matrices (reps, n) give one share per row."""
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    wins = (xs[..., :, None] > ys[..., None, :]).astype(float)
-    ties = (xs[..., :, None] == ys[..., None, :]).astype(float)
-    out = (wins + 0.5 * ties).mean(axis=(-2, -1))
-    return float(out) if out.ndim == 0 else out
+    out = ((xs > ys) + 0.5 * (xs == ys)).mean(axis=-1)
+    return float(out) if np.ndim(out) == 0 else np.asarray(out)
 
 
 def improvement_estimate(
-    x: Mapping[str, np.ndarray],
-    y: Mapping[str, np.ndarray],
+    x: Mapping[str, Mapping[int, float]],
+    y: Mapping[str, Mapping[int, float]],
     rng: np.random.Generator,
     reps: int = REPS,
     confidence: float = CONFIDENCE,
 ) -> Estimate:
-    """The probability of improvement of X over Y (Agarwal et al. 2021): P(X > Y) per setting
-    both ran, averaged over those settings; the interval redraws each row's runs within every
-    setting, independently for X and Y."""
-    common = sorted(s for s in set(x) & set(y) if len(x[s]) and len(y[s]))
-    if not common:
+    """The probability of improvement of X over Y, paired by seed: per setting, the share of the
+    seeds both ran on which X beats Y (a seed fixes partition, initial model and client
+    sampling for both), averaged over the settings with equal weight; the interval redraws
+    the seeds within every setting, the same draw for X and Y."""
+    pairs = {}
+    for s in sorted(set(x) & set(y)):
+        seeds = sorted(set(x[s]) & set(y[s]))
+        if seeds:
+            pairs[s] = (np.array([x[s][k] for k in seeds]), np.array([y[s][k] for k in seeds]))
+    if not pairs:
         return Estimate(math.nan, math.nan, math.nan, 0, 0)
-    point = float(np.mean([prob_greater(x[s], y[s]) for s in common]))
-    runs = sum(len(x[s]) for s in common)
-    if all(len(x[s]) < 2 and len(y[s]) < 2 for s in common):
-        return Estimate(point, math.nan, math.nan, runs, len(common))
+    point = float(np.mean([paired_wins(a, b) for a, b in pairs.values()]))
+    runs = sum(len(a) for a, _ in pairs.values())
+    if all(len(a) < 2 for a, _ in pairs.values()):
+        return Estimate(point, math.nan, math.nan, runs, len(pairs))
     total = np.zeros(reps)
-    for s in common:
-        xs = x[s][rng.integers(0, len(x[s]), size=(reps, len(x[s])))]
-        ys = y[s][rng.integers(0, len(y[s]), size=(reps, len(y[s])))]
-        total += np.asarray(prob_greater(xs, ys))
-    return Estimate(point, *_percentile(total / len(common), confidence), runs, len(common))
+    for a, b in pairs.values():
+        pick = rng.integers(0, len(a), size=(reps, len(a)))
+        total += np.asarray(paired_wins(a[pick], b[pick]))
+    return Estimate(point, *_percentile(total / len(pairs), confidence), runs, len(pairs))
 
 
 def performance_profile(
@@ -335,14 +354,15 @@ def summary_table(
     """Per row: IQM with its interval, P(row > reference) with its interval (NaN for the
     reference itself), runs and settings. Each estimate draws from its own Generator
     (``numpy_rng(seed, purpose, metric, row)``): the same runs give the same numbers."""
-    ref = groups_by_setting(runs, reference, metric, columns)
+    ref = seed_values(runs, reference, metric, columns)
     records = []
     for row in rows_in_order(runs, reference):
         g = groups_by_setting(runs, row, metric, columns)
         iqm = iqm_estimate(g, numpy_rng(seed, "iqm", metric, row), reps, confidence)
         poi = (Estimate(math.nan, math.nan, math.nan, 0, 0) if row == reference else
-               improvement_estimate(g, ref, numpy_rng(seed, "improvement", metric, row),
-                                    reps, confidence))
+               improvement_estimate(seed_values(runs, row, metric, columns), ref,
+                                    numpy_rng(seed, "improvement", metric, row), reps,
+                                    confidence))
         records.append({
             "row": row, "metric": metric, "runs": iqm.runs, "settings": iqm.settings,
             "iqm": iqm.value, "iqm_low": iqm.low, "iqm_high": iqm.high,

@@ -23,6 +23,7 @@ from fedcore.pipeline.aggregate import (
     REPS,
     Estimate,
     cliques,
+    common_seeds,
     complete_rows,
     groups_by_setting,
     performance_profile,
@@ -147,15 +148,25 @@ def aggregate_section(
                if reference not in complete else "fewer than two rows ran in every setting")
         return "\n".join([*lines, "", f"No aggregate: {why}.", ""]), []
     runs = runs[runs["row"].astype(str).isin(complete)]
+    seeds = common_seeds(runs, cols)
+    if not seeds:
+        return "\n".join([*lines, "", "No aggregate: no seed was run by every row in every "
+                          "setting.", ""]), []
+    dropped = int((~runs["seed"].isin(seeds)).sum())
+    runs = runs[runs["seed"].isin(seeds)]
     out_dir.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
     lines += [
-        "Each row is pooled over all its runs in every setting. IQM: interquartile mean "
+        f"On the {len(seeds)} seeds every row ran in every setting ({_seed_text(seeds)})"
+        + (f"; {dropped} runs on other seeds (a look's extra seeds) are left out" if dropped
+           else "")
+        + ", so every setting weighs the same in every row. IQM: interquartile mean "
         f"(the mean of the middle half of the runs), with a {CONFIDENCE:.0%} stratified "
         f"bootstrap interval ({reps} replicates, seeds redrawn within each setting). "
-        f"P(> {reference}): the probability that a run of the row beats a run of the "
-        "reference in the same setting (ties count half), averaged over the settings both "
-        "ran; 0.5 is no difference.", "",
+        f"P(> {reference}): per setting, the share of seeds on which the row beats the "
+        "reference run of the same seed (paired: a seed fixes partition, initial model and "
+        "client sampling; ties count half), averaged over the settings with equal weight; "
+        "its interval redraws the seeds within each setting; 0.5 is no difference.", "",
     ]
     tables = []
     for metric in [m for m in metrics if m in runs.columns and runs[m].notna().any()]:
@@ -206,6 +217,13 @@ def aggregate_section(
         pd.concat(tables, ignore_index=True).to_csv(path, index=False)
         files.append(path)
     return "\n".join(lines).rstrip() + "\n", files
+
+
+def _seed_text(seeds: Sequence[int]) -> str:
+    """``seeds 0-4`` for a run of consecutive seeds, else ``seeds 0, 2, 5``."""
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return "seed" + ("s " if len(seeds) > 1 else " ") + ", ".join(map(str, seeds))
 
 
 def _slug(metric: str) -> str:
