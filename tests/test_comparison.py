@@ -80,3 +80,21 @@ def test_a_row_interval_spanning_the_whole_range_has_no_resolution():
     assert not line["acc_resolved"]
     assert half_width(line["acc_mean"], line["acc_low"], line["acc_high"], 3, ".4f",
                       line["acc_resolved"]) == "0.5000 (no resolution at n = 3)"
+
+
+def test_the_report_shows_the_unseen_clients_and_samples_and_the_gap_interval():
+    from fedcore.tracking.report import COLUMNS, _formatted, summary_table
+
+    recs = []
+    for seed, (gap, clients, samples) in enumerate([(0.05, 4, 210), (0.07, 4, 190),
+                                                    (0.06, 4, 200)]):
+        line = {"row": "fedavg", "method": "fedavg", "hparams": "default", "tuning": "",
+                "dataset": "digits", "alpha": 0.1, "seed": seed, "status": "FINISHED",
+                "failure": "", "rounds": 20, **{key: 0.8 for key, _, _ in COLUMNS}}
+        line.update(participation_gap=gap, unseen_clients=clients, unseen_samples=samples,
+                    rounds_to_target=5.0)
+        recs.append(line)
+    table = summary_table(pd.DataFrame(recs))
+    shown = _formatted(table, {}).iloc[0]
+    assert shown["unseen clients"] == "4" and shown["unseen test samples"] == "200"
+    assert shown["participation gap"].startswith("0.0600 ± 0.02")  # with its 95 % interval
