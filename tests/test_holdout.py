@@ -138,6 +138,25 @@ def test_a_partition_that_cannot_keep_every_class_is_refused_in_one_line(capsys,
     assert len(err) == 1 and "dataset.holdout_clients=0.9" in err[0] and "allowed" in err[0]
 
 
+def test_a_sweep_with_such_a_partition_is_refused_before_any_run(capsys, tracking, tmp_path):
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    from fedcore.cli import main
+
+    path = tmp_path / "holdout.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "holdout", "grid": {"dataset.alpha": [0.5, 0.01]}, "seeds": [0, 1],
+        "set": {"model.name": "mlp", "rounds": 1, "dataset.num_clients": 20,
+                "clients_per_round": 2, "dataset.holdout_clients": 0.9}}))
+    assert main(["sweep", str(path)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if " mlflow." not in line]
+    assert len(err) == 1 and err[0].startswith("fedcore: error: dataset.holdout_clients=0.9")
+    client = MlflowClient(tracking.tracking_uri)
+    exp = client.get_experiment_by_name(tracking.experiment)
+    assert exp is None or client.search_runs([exp.experiment_id]) == []
+
+
 def test_no_unseen_metrics_without_a_holdout():
     result = _sim().run()
     assert not any(k.startswith("unseen/") for k in result.history[-1])

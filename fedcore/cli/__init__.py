@@ -190,6 +190,9 @@ def _sweep_cells(args: argparse.Namespace, helper: StoreHelper | None) -> tuple[
 
     check_runner(args.runner, args.workers, args.dask_address, args.cells_per_gpu)
     check_resources((c.config for c in spec.cells), devices=not args.dask_address)
+    from fedcore.core.data.holdout import check_holdouts
+
+    check_holdouts(c.config for c in spec.cells)  # a holdout that takes a class out
     if helper is None and spec.screening is not None:  # an existing store: its runs
         from fedcore.tracking.confirmation import check_screening_runs
 

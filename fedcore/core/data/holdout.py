@@ -14,11 +14,14 @@ test splits (``unseen/*``).
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Iterable
 
-from fedcore.core.config import ConfigError, DatasetConfig
+import numpy as np
+import torch
+
+from fedcore.core.config import ConfigError, DatasetConfig, ExperimentConfig
 from fedcore.core.config.seeding import numpy_rng
-from fedcore.core.data.federated import FederatedData
+from fedcore.core.data.federated import FederatedData, build_federated_data, built_key
 
 CANDIDATES = 256  # random draws of the held-out set the stratification chooses among
 
@@ -93,6 +96,21 @@ def _cover(counts: np.ndarray, order: np.ndarray) -> np.ndarray:
 def of_data(cfg: DatasetConfig, seed: int, data: FederatedData) -> np.ndarray:
     """The held-out clients of ``data`` (stratified on its clients' clean training labels)."""
     return held_out_clients(cfg, seed, data_class_counts(data))
+
+
+def check_holdouts(configs: Iterable[ExperimentConfig]) -> None:
+    """Refuse, before any cell runs, a config whose held-out clients cannot leave every class
+    in training (its partition built once per dataset block and seed, on the CPU)."""
+    seen: set[str] = set()
+    for cfg in configs:
+        if cfg.dataset.holdout_clients <= 0:
+            continue
+        key = built_key(cfg.dataset, cfg.seed, cfg.clients)
+        if key in seen:
+            continue
+        seen.add(key)
+        data = build_federated_data(cfg.dataset, cfg.seed, torch.device("cpu"), cfg.clients)
+        of_data(cfg.dataset, cfg.seed, data)
 
 
 def data_class_counts(data: FederatedData) -> np.ndarray:
