@@ -37,7 +37,7 @@ TINY_STEPS = 2.0  # at most this many planned local steps per client, on average
 TINY_CLIENTS = 10  # at least this many clients per round
 TINY_MODELS = ("mlp", "resnet20")  # the models measured faster vectorised there
 CPU_TINY_MEASURED = (
-    "CRAFT's protocol on digits (100 clients, 10 per round, batch 20, one epoch: one step per "
+    "many tiny clients on digits (100 clients, 10 per round, batch 20, one epoch: one step per "
     "client), one torch thread, 2026-12-05: vectorised/sequential 1.31-1.50x for the MLP "
     "(1.26x at 2 steps, 1.12x at 4), 1.08-1.18x for ResNet-20 with GroupNorm, 0.72-0.81x for "
     "the CNN; benchmarks/tiny_clients.py"

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from fedcore.core.config import ExperimentConfig
     from fedcore.core.data.federated import FederatedData
     from fedcore.core.models.layout import ParamLayout
+    from fedcore.core.privacy.ledger import Ledger
     from fedcore.core.records import ClientUpdate, Message, StageContext
     from fedcore.core.samplers.base import Sampler
 
@@ -158,6 +159,20 @@ def aggregate(
     if not torch.isfinite(result.step).all():
         raise FloatingPointError(f"round {batch.round}: the {aggregator.name} step is not finite")
     return result, seconds
+
+
+def private_aggregate(
+    aggregator: Aggregator, batch: UpdateBatch, params: torch.Tensor, device: torch.device,
+    privacy: Ledger | None, sampled: list[int],
+) -> tuple[Aggregate, float]:
+    """`aggregate` under the run's privacy mechanism, if any: under central DP the rule
+    sees the noised mean of the clipped deltas; the round is accounted (under local DP too: a
+    client stage noised each update)."""
+    if privacy is None:
+        return aggregate(aggregator, batch, params, device)
+    result = aggregate(aggregator, privacy.privatize(batch), params, device)
+    privacy.spend(sampled)
+    return result
 
 
 def closing(

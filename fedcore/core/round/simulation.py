@@ -68,21 +68,17 @@ class Simulation:
         self.held_out = of_data(self.cfg.dataset, self.cfg.seed, self.data)
         self.training = training_clients(self.data.num_clients, self.held_out)
         self.configured = parts.callbacks  # the config's; their state is checkpointed
-        self.byzantine = parts.byzantine
-        self.client_algo = parts.client_algo
+        self.byzantine, self.client_algo = parts.byzantine, parts.client_algo
         self.model = parts.model
         self.layout = parts.layout
         self.params = flat_params(self.model)
         self.buffers = {k: v.detach().clone() for k, v in self.model.named_buffers()}
         self.aggregator = parts.aggregator
-        self.compressor = parts.compressor
-        self.chain = parts.chain
-        self.sampler = parts.sampler
+        self.compressor, self.chain, self.sampler = parts.compressor, parts.chain, parts.sampler
         self.privacy = parts.privacy  # None: no privacy mechanism
         self.privacy_params = self.privacy.params() if self.privacy is not None else {}
-        self.engine, self.engine_name, self.engine_reason = (
-            parts.engine, parts.engine_name, parts.engine_reason
-        )
+        self.engine, self.engine_name = parts.engine, parts.engine_name
+        self.engine_reason = parts.engine_reason
         log.info("engine: %s (%s)", self.engine_name, self.engine_reason)
         self.store = ClientStore()
         self.round = 0
@@ -175,13 +171,8 @@ class Simulation:
         # rule
         batch = round_phases.update_batch(msgs, rc.uplink, self.layout, self.params, round,
                                           self.sampler.rule_sizes)
-        # central DP: the rule sees the noised mean of the clipped deltas (and the round is
-        # accounted); local DP: the clip_noise stage noised each client, the round is accounted
-        rule_batch = batch if self.privacy is None else self.privacy.privatize(batch)
-        result, seconds = round_phases.aggregate(self.aggregator, rule_batch, self.params,
-                                                 self.device)
-        if self.privacy is not None:
-            self.privacy.spend(ids)
+        result, seconds = round_phases.private_aggregate(
+            self.aggregator, batch, self.params, self.device, self.privacy, ids)
         # commit: each client's own state, knowing what the server received
         for m in msgs:
             state = self.store[m.update.client_id]
