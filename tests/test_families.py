@@ -257,3 +257,15 @@ def test_a_verdict_on_a_hair_is_marked_fragile_and_keeps_its_summary_shape():
     assert "decided at 5 seeds (fragile: p = 0.00354 against 0.00357)" in words
     far = replace(c, p=0.001)
     assert "fragile" not in Decision("t", far, decided_at=5).words("r")
+
+
+def test_only_a_sweeps_accuracy_endpoints_are_cut_to_the_range_of_a_difference():
+    from fedcore.pipeline.families import Family, SeedPlan, decide
+
+    fam = Family("f", "f", "ref", ("b",), "accuracy")
+    plan = SeedPlan((0, 1, 2), (3,))
+    values = {"ref": {0: 14.0, 1: 20.0, 2: 9.0}, "b": {0: 12.0, 1: 11.0, 2: 15.0}}  # rounds
+    c = decide(fam, plan, values).decisions[0].comparison
+    assert c is not None and c.shown.high > 1  # unbounded: a difference of rounds
+    cut = decide(fam, plan, values, bounds=(-1.0, 1.0)).decisions[0].comparison
+    assert cut is not None and cut.bounds == (-1.0, 1.0)

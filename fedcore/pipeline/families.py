@@ -28,7 +28,14 @@ from typing import Any
 import numpy as np
 
 from fedcore.core.config import ConfigError, limits
-from fedcore.pipeline.stats import DIFFERENCE_RANGE, LEVEL, MARGIN, Comparison, family_test
+from fedcore.pipeline.stats import (
+    DIFFERENCE_RANGE,
+    LEVEL,
+    MARGIN,
+    UNBOUNDED,
+    Comparison,
+    family_test,
+)
 
 # endpoint name -> (report column, whether higher is better, what it is)
 ENDPOINTS: dict[str, tuple[str, bool, str]] = {
@@ -214,14 +221,16 @@ class FamilyOutcome:
 
 def decide(family: Family, plan: SeedPlan, values: Mapping[str, Mapping[int, float]],
            failed: Mapping[str, Mapping[int, str]] | None = None, endpoint: str | None = None,
-           setting: tuple[Any, ...] = ()) -> FamilyOutcome:
+           setting: tuple[Any, ...] = (),
+           bounds: tuple[float, float] = UNBOUNDED) -> FamilyOutcome:
     """Replay the family's looks on the seeds' values (row -> seed -> endpoint value).
 
     At each look, the open comparisons whose two rows have every seed of that look are tested
     (Holm over the family at ``alpha / K``); a look without all its seeds stops the replay there
     (the runner has not reached it). A failed seed (``failed``: row -> seed -> why) in either
     row of a comparison blocks its verdict, stated. The secondary endpoints replay the same
-    looks on the rows the primary endpoint kept running.
+    looks on the rows the primary endpoint kept running. ``bounds``: the range of a difference
+    of the values (intervals are cut to it; a sweep's endpoints are accuracies, [-1, 1]).
     """
     endpoint = endpoint or family.endpoint
     higher = ENDPOINTS[endpoint][1]
@@ -257,7 +266,7 @@ def decide(family: Family, plan: SeedPlan, values: Mapping[str, Mapping[int, flo
             [[values[d.baseline][s] for s in seeds] if d in ready else
              [values[ref][s] for s in seeds] for d in tested],
             higher_is_better=higher, level=plan.level_per_look, margin=family.margin,
-            bounds=DIFFERENCE_RANGE,  # every endpoint is an accuracy
+            bounds=bounds,
             decided=[None if d in ready else "blocked" if d.blocked or d.comparison is None
                      else d.comparison.verdict for d in tested])
         for d, c in zip(tested, comps, strict=True):
@@ -350,7 +359,8 @@ def family_outcomes(runs: Any, families: Sequence[Family], plan: SeedPlan,
             failed = {str(r): {int(s): str(w) for s, w in zip(g["seed"], g["failure"],
                                                               strict=True)}
                       for r, g in bad.groupby("row", sort=False)}
-            out.append(decide(fam, plan, values, failed, name, (dataset, alpha)))
+            out.append(decide(fam, plan, values, failed, name, (dataset, alpha),
+                              DIFFERENCE_RANGE))  # every endpoint is an accuracy
     return out
 
 
