@@ -98,3 +98,19 @@ def test_the_report_shows_the_unseen_clients_and_samples_and_the_gap_interval():
     shown = _formatted(table, {}).iloc[0]
     assert shown["unseen clients"] == "4" and shown["unseen test samples"] == "200"
     assert shown["participation gap"].startswith("0.0600 ± 0.02")  # with its 95 % interval
+
+
+def test_a_detectable_difference_past_the_range_reads_no_resolution():
+    from fedcore.tracking.report import detectable_vs_reference
+
+    def runs(values):
+        return pd.DataFrame([{"row": r, "method": r, "dataset": "digits", "alpha": 0.1,
+                              "seed": s, "status": "FINISHED", "accuracy_last_k": v}
+                             for r, vs in values.items() for s, v in enumerate(vs)])
+
+    wide = detectable_vs_reference(runs({"fedavg": [0.1, 0.9, 0.5],
+                                         "craft": [0.9, 0.1, 0.5]}), "fedavg")
+    assert wide[("digits", 0.1, "craft")] == "no resolution at n = 3"
+    tight = detectable_vs_reference(runs({"fedavg": [0.80, 0.82, 0.81],
+                                          "craft": [0.79, 0.82, 0.80]}), "fedavg")
+    assert tight[("digits", 0.1, "craft")].startswith("±0.0")

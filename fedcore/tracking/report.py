@@ -33,6 +33,7 @@ from fedcore.pipeline.stats import (
     DIFFERENCE_RANGE,
     VALUE_RANGE,
     detectable_difference,
+    no_resolution,
     paired_seeds,
     seeds_for,
 )
@@ -473,7 +474,9 @@ def detectable_vs_reference(runs: pd.DataFrame, reference: str) -> dict[tuple[An
             if len(diffs) < 2:
                 continue
             d = detectable_difference(float(np.std(diffs, ddof=1)), len(diffs), 0.05)
-            out[(dataset, alpha, row)] = f"±{d:.3f}" if np.isfinite(d) else ""
+            half = (DIFFERENCE_RANGE[1] - DIFFERENCE_RANGE[0]) / 2
+            out[(dataset, alpha, row)] = ("" if not np.isfinite(d) else f"±{d:.3f}" if d < half
+                                          else no_resolution(len(diffs)))
     return out
 
 
@@ -868,7 +871,14 @@ def explanation(reference: str, spec: SweepSpec) -> str:
         "inside ±margin, `undecided` otherwise (with the smallest difference it could detect). "
         "Holm's step-down runs within a family only, at 5 % divided by the number of looks; the "
         "Δ interval is at the level Holm gave that comparison, so it excludes 0 exactly when the "
-        "verdict is better or worse. Differences equal on every seed get the exact sign-flip "
+        "verdict is better or worse; an `equivalent` verdict shows its TOST (1 − 2α) interval, "
+        "inside ±margin. Every interval is cut to its metric's range (a difference of "
+        "accuracies to [-1, 1], an accuracy to [0, 1]); `no resolution at n = 3` where the "
+        "interval or the detectable difference spans it. A verdict is `fragile` when its "
+        "p-value lies within 10 % of its threshold. `training`: `climbing` when the mean change "
+        "of test accuracy between the last two windows of k evaluations is at least "
+        f"{MIN_CHANGE:g} and above {NOISE_SE:g} standard errors of its seed-to-seed spread, "
+        "else `plateaued`. Differences equal on every seed get the exact sign-flip "
         "p-value (2/2^n), never 0. `best?`: only the reference, and only when its family's "
         "tests say it beats (or ties within ±margin) every baseline. A failed or diverged seed "
         "stays in its row and blocks the verdicts that need it. "
