@@ -255,10 +255,11 @@ class Comparison:
 
     @property
     def resolved(self) -> bool:
-        """Whether n resolves the range: the interval does not span all of it and the
-        detectable difference is smaller than the range's half-width."""
+        """Whether n resolves the range: the interval does not span all of it and, undecided,
+        the detectable difference is smaller than the range's half-width."""
         half = (self.bounds[1] - self.bounds[0]) / 2
-        big = math.isfinite(self.detectable) and self.detectable >= half
+        big = (self.verdict == "undecided" and math.isfinite(self.detectable)
+               and self.detectable >= half)
         return self.interval.resolves(self.bounds) and not big
 
     @property
