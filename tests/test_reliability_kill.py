@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from .processes import alive, children, store_client
+from .processes import alive, children, prefect_home, store_client
 
 CELLS = {"seed": [0, 1, 2]}
 FAST = {"model.name": "mlp", "dataset.num_clients": 6, "clients_per_round": 3,
@@ -27,7 +27,7 @@ def test_killed_sweep_resumes_with_one_finished_run_per_cell(tmp_path):
     db = tmp_path / "mlflow.db"
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}",
            "FEDCORE_ARTIFACT_LOCATION": str(tmp_path / "artifacts"),
-           "PREFECT_HOME": str(tmp_path / "prefect"),
+           "PREFECT_HOME": prefect_home(tmp_path / "prefect"),
            "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     env.pop("PREFECT_API_URL", None)
     line = [sys.executable, "-m", "fedcore.cli", "sweep", str(sweep_file)]

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from .processes import children, outlived, store_client
+from .processes import children, outlived, prefect_home, store_client
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"model.name": "mlp", "dataset.num_clients": 6, "clients_per_round": 3,
@@ -31,7 +31,7 @@ LONG = 100
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
            "FEDCORE_ARTIFACT_LOCATION": str(tmp_path / "artifacts"),
-           "PREFECT_HOME": str(tmp_path / "prefect"), "PYTHONPATH": str(ROOT)}
+           "PREFECT_HOME": prefect_home(tmp_path / "prefect"), "PYTHONPATH": str(ROOT)}
     env.pop("PREFECT_API_URL", None)
     return env
 

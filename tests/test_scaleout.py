@@ -9,6 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from fedcore.core.config import ConfigError
 from fedcore.tracking import load_settings
+from tests.processes import prefect_home
 
 CELLS = ["fedavg", "fedprox"]
 
@@ -116,7 +117,7 @@ def test_a_sweep_on_its_own_prefect_server_sets_no_gpu_limit(tmp_path):
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
            "FEDCORE_ARTIFACT_LOCATION": str(tmp_path / "artifacts"),
-           "PREFECT_HOME": str(tmp_path / "prefect"), "PYTHONPATH": str(root)}
+           "PREFECT_HOME": prefect_home(tmp_path / "prefect"), "PYTHONPATH": str(root)}
     env.pop("PREFECT_API_URL", None)
     done = subprocess.run([sys.executable, "-m", "fedcore", "sweep", str(_sweep_file(tmp_path)),
                            "rounds=1"], env=env, cwd=root, capture_output=True, text=True,

@@ -16,6 +16,7 @@ import yaml
 from fedcore.flows.sweep import task_run_name
 from fedcore.pipeline.sweep import load_sweep
 from fedcore.tracking.names import cell_identities
+from tests.processes import prefect_home
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = {"rounds": 1, "model.name": "mlp", "dataset.num_clients": 4, "clients_per_round": 2,
@@ -66,7 +67,7 @@ def test_a_small_dask_sweep_of_mappings_succeeds_quietly_with_progress(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDCORE_HOME": str(tmp_path),
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
            "FEDCORE_ARTIFACT_LOCATION": str(tmp_path / "artifacts"),
-           "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_LOGGING_LEVEL": "INFO"}
+           "PREFECT_HOME": prefect_home(tmp_path / "prefect"), "PREFECT_LOGGING_LEVEL": "INFO"}
     env.pop("PREFECT_API_URL", None)
     out = subprocess.run(
         [sys.executable, "-m", "fedcore", "sweep", str(path), "--runner", "dask",

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .processes import store_client
+from .processes import prefect_home, store_client
 
 SET = {"method": "fedquad", "model.name": "mlp", "rounds": 1, "dataset.num_clients": 6,
        "clients_per_round": 3, "seed": 1000}
@@ -42,7 +42,7 @@ def _study(tmp_path: Path, name: str, **over) -> Path:
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
            "FEDCORE_ARTIFACT_LOCATION": str(tmp_path / "artifacts"),
-           "PREFECT_HOME": str(tmp_path / "prefect"), "OMP_NUM_THREADS": "1",
+           "PREFECT_HOME": prefect_home(tmp_path / "prefect"), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(ROOT)}
     env.pop("PREFECT_API_URL", None)
     return env
