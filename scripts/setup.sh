@@ -42,7 +42,15 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   fi
   # the distribution was called fedcore before it became fedcore-fl: drop the old one's files
   .venv/bin/python -m pip uninstall --yes --quiet fedcore > /dev/null 2>&1 || true
-  pip_run install --quiet --no-deps -e .
+  # fedcore itself; setuptools' notes on editable installs are kept out of sight unless it fails
+  log=$(mktemp)
+  if ! .venv/bin/python -m pip --disable-pip-version-check install --quiet --no-deps -e . \
+      > "$log" 2>&1; then
+    cat "$log" >&2
+    echo "setup: pip could not install fedcore itself (its error is above)." >&2
+    exit 1
+  fi
+  rm -f "$log"
   pip_run check
   .venv/bin/python -c "import fedcore, torch, mlflow, prefect"
   echo "$want" > "$stamp"
