@@ -13,11 +13,20 @@ from fedcore.tracking import environment
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_installed_reads_what_importlib_metadata_reads():
-    expected = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version
-                for d in metadata.distributions()}
+def test_installed_reads_what_importlib_metadata_reads_in_site_packages():
+    expected: dict[str, str] = {}
+    for dist in metadata.distributions(path=environment.site_folders()):
+        expected.setdefault(re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower(), dist.version)
     expected.pop("fedcore-fl", None)
     assert environment.installed() == expected
+
+
+def test_what_a_process_imported_first_does_not_move_the_digest(monkeypatch, tmp_path):
+    vendored = tmp_path / "_vendor"
+    (vendored / "zipp-0.1.dist-info").mkdir(parents=True)  # as setuptools' vendored copies
+    before = environment.installed()
+    monkeypatch.syspath_prepend(str(vendored))
+    assert environment.installed() == before
 
 
 def _lock(tmp_path: Path, pins: dict[str, str]) -> Path:

@@ -11,6 +11,8 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from fedcore.tracking import environment
+
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements" / "lock.txt"
 LOCKED_EXTRAS = ("dev", "pipeline")
@@ -74,7 +76,9 @@ def test_the_torch_builds_of_the_project_machines_are_locked():
 
 def test_the_tests_run_in_the_locked_environment():
     pins = locked(LOCK.read_text())
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    installed: dict[str, str] = {}  # the first on the path, as imports see it
+    for dist in metadata.distributions(path=environment.site_folders()):
+        installed.setdefault(canonicalize_name(dist.metadata["Name"]), dist.version)
     off = {name: (version, installed.get(name)) for name, version in pins.items()
            if installed.get(name) != version and name not in {"pip", "setuptools"}}
     assert not off, f"installed differs from the lock (run scripts/setup.sh): {off}"

@@ -7,7 +7,7 @@ import functools
 import hashlib
 import os
 import re
-import sys
+import sysconfig
 from pathlib import Path
 
 LOCK_DIGEST_TAG = "fedcore.lock_digest"
@@ -21,13 +21,22 @@ def _name(raw: str) -> str:
     return re.sub(r"[-_.]+", "-", raw).lower()  # PEP 503's normalised name
 
 
+def site_folders() -> list[str]:
+    """The folders distributions are installed into (this environment's site-packages), not
+    whatever else is on ``sys.path``: setuptools puts its vendored copies there once imported,
+    which would make the digest depend on what a process imported first."""
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+
+
 def installed() -> dict[str, str]:
-    """``{normalised name: version}`` of every distribution on ``sys.path``, read from the
-    ``NAME-VERSION.dist-info`` folder names (reading each METADATA costs about a second)."""
+    """``{normalised name: version}`` of every distribution installed in this environment,
+    read from the ``NAME-VERSION.dist-info`` folder names (reading each METADATA costs about a
+    second)."""
     found: dict[str, str] = {}
-    for entry in sys.path:
+    for entry in site_folders():
         try:
-            names = os.listdir(entry or ".")
+            names = sorted(os.listdir(entry))
         except OSError:
             continue
         for folder in names:
