@@ -50,3 +50,16 @@ def print_table(rows: list[dict], columns: list[str]) -> None:
     print("-|-".join("-" * w for w in widths))
     for row in cells:
         print(" | ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def print_figures(figures: dict[str, object], width: int, out: Path | None) -> None:
+    """A benchmark's figures, one ``name value`` line each (floats to 4 digits), and as JSON
+    into ``out`` when given."""
+    import json
+
+    for key, value in figures.items():
+        text = f"{value:.4g}" if isinstance(value, float) else str(value)
+        print(f"{key:{width}s} {text}")
+    if out:
+        out.write_text(json.dumps(figures, indent=1))
+

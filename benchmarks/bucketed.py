@@ -17,7 +17,6 @@ below the eager one and the compilation is won back within the 500 rounds of the
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks._common import print_figures
 from fedcore.core.clients import ClientUpdate
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import config_dir
@@ -124,11 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.warmup < 0:
         print("bucketed: --rounds must be >= 1 and --warmup >= 0", file=sys.stderr)
         return 2
-    figures = measure(args)
-    for key, value in figures.items():
-        print(f"{key:24s} {value:.4g}" if isinstance(value, float) else f"{key:24s} {value}")
-    if args.out:
-        args.out.write_text(json.dumps(figures, indent=1))
+    print_figures(measure(args), 24, args.out)
     return 0
 
 

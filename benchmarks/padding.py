@@ -15,13 +15,13 @@ a client's steps are those of its plan (``fedcore.core.engines.buckets.planned_r
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks._common import print_figures
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ConfigError, ExperimentConfig
 from fedcore.core.config.seeding import numpy_rng
@@ -133,10 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"padding: {e}", file=sys.stderr)
         return 2
-    for key, value in figures.items():
-        print(f"{key:26s} {value:.4g}" if isinstance(value, float) else f"{key:26s} {value}")
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=1))
+    print_figures(figures, 26, args.json)
     return 0
 
 
