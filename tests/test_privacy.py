@@ -22,11 +22,12 @@ from fedcore.core.round import checkpoint, code_digest
 from fedcore.core.round.simulation import Simulation
 from fedcore.tracking.runner import run_tracked
 
+from .test_checkpoint import StopAt, _numbers
+
 FAST = ["model.name=mlp", "dataset.num_clients=8", "clients_per_round=4", "local.epochs=1",
         "local.steps=3", "rounds=4"]
 CENTRAL = ["privacy.mechanism=central", "privacy.clip=0.5"]
 ORDERS = list(range(2, 65)) + [128, 256, 512, 1024]  # the orders fedcore's RDP accountant uses
-TIMING = "agg/seconds"
 
 
 def _cfg(*extra):
@@ -172,19 +173,6 @@ def test_a_run_calibrated_to_a_target_ends_at_most_at_it():
     result = sim.run()
     final = result.history[-1]["privacy/epsilon"]
     assert final <= 3.0 and final == pytest.approx(3.0, rel=1e-3)
-
-
-class StopAt(Callback):
-    def __init__(self, r: int) -> None:
-        self.r = r
-
-    def on_round_end(self, record):
-        if record.round == self.r:
-            raise KeyboardInterrupt(f"stopped at round {record.round}")
-
-
-def _numbers(history):
-    return [{k: v for k, v in h.items() if k != TIMING} for h in history]
 
 
 @pytest.mark.parametrize("adaptive", [[], ["privacy.clip_quantile=0.5", "privacy.clip_lr=1.0"]])
