@@ -73,8 +73,28 @@ def facts(seconds: int, summary: str) -> dict[str, str]:
     }
 
 
-def main_report(values: dict[str, str], summary: str) -> str:
-    """docs/benchmarks/main-report.md: the facts, then the report's answers."""
+def reading_notes(table: str) -> str:
+    """What qualifies the answers, from the whole report: its training-state line and each
+    family reference's regime and training state (a horizon other than its paper's, a
+    reference still climbing at the endpoint)."""
+    lines = [line for line in table.splitlines() if line.startswith("**Training state")]
+    refs = []
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) >= 9 and cells[0].endswith("(reference)"):
+            row = cells[0].removesuffix("(reference)").strip().strip("*")
+            refs.append(f"- `{row}`: {cells[1]}; {cells[-1]}")
+    notes = "\n\n".join(lines)
+    if refs:
+        notes += ("\n\nEach family's reference, its regime and its training state at the "
+                  "endpoint (`horizon other`: the row runs at a horizon other than its paper's, "
+                  "so its answers hold at this horizon, not at the paper's):\n\n"
+                  + "\n".join(dict.fromkeys(refs)))
+    return notes
+
+
+def main_report(values: dict[str, str], summary: str, table: str = "") -> str:
+    """docs/benchmarks/main-report.md: the facts, what qualifies the answers, the answers."""
     body = "\n\n".join(summary.strip().split("\n\n")[2:])
     body = body.replace("artifacts `report/table.md` and `report/*.png`",
                         "[the whole report](../report-example/table.md)")
@@ -87,7 +107,8 @@ def main_report(values: dict[str, str], summary: str) -> str:
         "overrides, into a new store; the commit is the code the cells ran, the time the "
         "sweep and its report after set-up):\n\n"
         f"{lines}\n\n"
-        "Each family's answers, as the report wrote them (reference − baseline, the interval at "
+        + (f"{reading_notes(table)}\n\n" if table else "")
+        + "Each family's answers, as the report wrote them (reference − baseline, the interval at "
         "the family's Holm-adjusted level of its look). How a comparison decides: "
         "[statistics](../explanation/statistics.md); reading the report: "
         "[the first-run tutorial](../tutorials/first-run.md).\n\n"
@@ -122,12 +143,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=int, help="the main job's wall time after set-up")
     parser.add_argument("--report", type=Path, default=ROOT / "reports" / "main")
     parser.add_argument("--readme", action="store_true", help="only rewrite the README block")
+    parser.add_argument("--keep-facts", action="store_true",
+                        help="rewrite the page from the same run's report, keeping its facts")
     args = parser.parse_args(argv)
     if not args.readme:
-        if args.seconds is None:
+        if args.seconds is None and not args.keep_facts:
             parser.error("--seconds is required (the main job's wall time after set-up)")
         summary = (args.report / "summary.md").read_text()
-        MAIN_REPORT.write_text(main_report(facts(args.seconds, summary), summary))
+        table = (args.report / "table.md").read_text()
+        values = (read_facts(MAIN_REPORT.read_text()) if args.keep_facts
+                  else facts(args.seconds, summary))
+        MAIN_REPORT.write_text(main_report(values, summary, table))
         EXAMPLE.mkdir(exist_ok=True)
         for name in COPIED:
             if (args.report / name).is_file():

@@ -108,3 +108,13 @@ def test_a_report_summary_becomes_facts_the_readme_block_quotes(tmp_path):
     block = ship.readme_block(values)
     assert ship.with_readme_block(readme, block) == f"intro\n\n{block}\n\nrest\n"
     assert "4 min 17 s" in block and "1 of 2 decided" in block
+
+
+def test_the_shipped_page_says_what_qualifies_the_answers():
+    shipped, full = MAIN_REPORT.read_text(), FULL_REPORT.read_text()
+    state = next(line for line in full.splitlines() if line.startswith("**Training state"))
+    assert state in shipped
+    references = [line.split("|")[1].strip().strip("*").split("**")[0].strip()
+                  for line in full.splitlines() if "(reference) |" in line]
+    assert references and all(f"- `{r}`: " in shipped for r in references)
+    assert "horizon other" in shipped
