@@ -182,14 +182,84 @@ def test_cli_and_flow_write_the_report(ran_sweep, tmp_path, prefect_harness, cap
 
     path, _, _ = ran_sweep
     assert main(["report", str(path), "--out", str(tmp_path / "cli"), "--last-k", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "| fedavg_topk |" in out and "last 2 evaluations" in out
+    assert "last 2 evaluations" in (tmp_path / "cli" / "table.md").read_text()
     flow = report(str(path), out_dir=str(tmp_path / "flow"))
     assert flow["runs"] == 6 and (tmp_path / "flow" / "convergence.png").is_file()
+    capsys.readouterr()
     assert main(["report", str(path), "dataset.alpha=-1"]) == 2
-    assert main(["report", str(path), "--out", str(tmp_path / "r"), "--reference", "nope"]) == 1
-    assert "reference 'nope' matches no row" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["report", str(path), "--out", str(tmp_path / "r"), "--reference", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "reference 'nope' matches no row" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()  # refused before anything is written
+    assert main(["report", str(path), "--out", str(tmp_path / "k"), "--last-k", "0"]) == 2
+    capsys.readouterr()
+    none = _sweep_file(tmp_path, ["fedprox"], name="none")
+    assert main(["report", str(none), "--out", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert "no FINISHED run" in err and len(err.strip().splitlines()) == 1
+
+
+def test_report_prints_the_headline_verdicts_and_paths_without_warnings(ran_sweep, tmp_path,
+                                                                          capfd):
+    """`fedcore report` writes its files and prints at most 30 lines: the summary's verdicts
+    and where the files are, not the table; no warning of a statistics library reaches the
+    terminal."""
+    import warnings
+
+    from fedcore.cli import main
+
+    path, _, _ = ran_sweep
+    out_dir = tmp_path / "quiet"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["report", str(path), "--out", str(out_dir)]) == 0
+    printed = capfd.readouterr()
+    lines = printed.out.splitlines()
+    assert len(lines) <= 30, printed.out
+    assert lines[0] == "# Sweep `small`" and "- fedavg vs fedavg_topk: " in printed.out
+    assert "| fedavg_topk |" not in printed.out  # the table stays in table.md
+    assert str(out_dir / "table.md") in printed.out
+    assert "| fedavg_topk |" in (out_dir / "table.md").read_text()
+    assert "Warning" not in printed.err and "Warning" not in printed.out
+    libraries = ("statsmodels", "scipy", "numpy", "pandas")
+    assert not [w for w in caught if any(f"{lib}/" in w.filename for lib in libraries)], [
+        f"{w.category.__name__}: {w.message} ({w.filename})" for w in caught]
+
+
+def test_a_sweep_over_mappings_without_fedavg_is_reported(tracking, tmp_path, capsys):
+    """A grid over mappings (how-to/sweeps.md's ablation form) groups by each mapping as a
+    canonical string; with no fedavg row the first row is the reference, said in the header;
+    summary.md keeps its shape (title, counts line)."""
+    from fedcore.cli import main
+
+    clients = [{"algorithm": "fedprox", "mu": 0.1}, {"algorithm": "fedprox", "mu": 0.01}]
+    path = _sweep_file(tmp_path, [], seeds=(0, 1), name="ablation",
+                       grid={"method": ["fedprox"], "method.client": clients})
+    spec = load_sweep(path)
+    for cell in spec.cells:
+        run_tracked(cell.config, tags={"sweep": spec.name})
+    out_dir = tmp_path / "ablation"
+    assert main(["report", str(path), "--out", str(out_dir)]) == 0
+    first = spec.cells[0].row
+    assert f"**Reference row**: `{first}`, the sweep's first row" in capsys.readouterr().out
+    text = (out_dir / "table.md").read_text()
+    assert f"**Reference row**: `{first}`, the sweep's first row" in text
+    from fedcore.pipeline.comparison import canonical
+
+    assert f"`{first}` row a paired t-test" in text
+    table = pd.read_csv(out_dir / "table.csv")
+    assert sorted(table["grid:method.client"]) == sorted(canonical(c) for c in clients)
+    assert list(table["seeds"]) == [2, 2]
+    summary = (out_dir / "summary.md").read_text().split("\n\n")
+    assert summary[0] == "# Sweep `ablation`" and summary[1].startswith("4 cells planned: 4 ")
+    assert canonical({"mu": 0.1, "algorithm": "fedprox"}) == canonical(clients[0])
+    assert canonical([1, {"b": 2, "a": 1}]) == '[1, {"a": 1, "b": 2}]'
+    assert canonical(0.1) == 0.1
+    assert main(["report", str(path), "--out", str(tmp_path / "r2"), "--reference",
+                 spec.cells[-1].row]) == 0
+    assert f"`{spec.cells[-1].row}` row a paired t-test" in (tmp_path / "r2" /
+                                                             "table.md").read_text()
 
 
 def test_runs_stopped_early_on_a_validation_metric_are_named():
@@ -229,8 +299,28 @@ def test_sweep_with_report_writes_what_fedcore_report_writes(
     monkeypatch.setenv("FEDCORE_HOME", str(tmp_path / "home"))
     path = _sweep_file(tmp_path, ["fedavg", "fedavg_topk"], seeds=(0, 1), families=FAMILY,
                        name="with_report")
-    assert main(["sweep", str(path), "--report"]) == 0
+    assert main(["sweep", str(path), "--reference", "fedavg_topk"]) == 2  # needs --report
+    assert main(["sweep", str(path), "--report", "--reference", "nope"]) == 2  # before any run
+    assert not (tmp_path / "home" / "reports").exists()
+    assert main(["sweep", str(path), "--report", "--reference", "fedavg_topk"]) == 0
     written = (tmp_path / "home" / "reports" / "with_report" / "table.md").read_text()
     assert "## Families: each paper's question" in written
-    assert main(["report", str(path), "--out", str(tmp_path / "again")]) == 0
+    assert "`fedavg_topk` row a paired t-test" in written
+    assert main(["report", str(path), "--out", str(tmp_path / "again"), "--reference",
+                 "fedavg_topk"]) == 0
     assert (tmp_path / "again" / "table.md").read_text() == written
+
+
+def test_intervals_group_mappings_and_lists_by_their_canonical_string():
+    """A grid value that is a mapping or a list is a group key (typed in any key order)."""
+    from fedcore.pipeline.comparison import with_intervals
+
+    runs = pd.DataFrame({"grid:method.client": [{"algorithm": "fedprox", "mu": 0.1},
+                                                {"mu": 0.1, "algorithm": "fedprox"},
+                                                [1, 2], [1, 2]],
+                         "seed": [0, 1, 0, 1], "m": [0.5, 0.7, 0.2, 0.4]})
+    table = with_intervals(runs, ["m"], ["grid:method.client"])
+    assert list(table["grid:method.client"]) == ['{"algorithm": "fedprox", "mu": 0.1}',
+                                                 "[1, 2]"]
+    assert list(table["seeds"]) == [2, 2]
+    assert np.allclose(table["m_mean"], [0.6, 0.3])

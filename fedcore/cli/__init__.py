@@ -154,10 +154,11 @@ def _store_helper() -> StoreHelper | None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    if args.latex and not args.report:
-        print("fedcore: error: --latex: needs --report (the LaTeX tables are part of the "
-              "report)", file=sys.stderr)
-        return 2
+    for flag, given in (("--latex", args.latex), ("--reference", args.reference)):
+        if given and not args.report:
+            print(f"fedcore: error: {flag}: needs --report (it is an option of the report)",
+                  file=sys.stderr)
+            return 2
     helper = _store_helper()  # imports MLflow meanwhile; writes only once the input is valid
     try:
         rows, spec = _sweep_cells(args, helper)
@@ -174,7 +175,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.report:  # failed seeds are counted in the report's rows
         print()
         return write_report(spec, None, any_code=args.reuse_other_code,
-                            latex=args.latex) or failed
+                            reference=args.reference, latex=args.latex) or failed
     return failed
 
 
@@ -186,6 +187,8 @@ def _sweep_cells(args: argparse.Namespace, helper: StoreHelper | None) -> tuple[
     from fedcore.pipeline.sweep import check_resources, load_sweep
 
     spec = load_sweep(args.sweep, parse_overrides(args.overrides))  # before Prefect starts
+    if args.reference is not None:  # before any cell runs
+        check_reference(spec, args.reference)
     from fedcore.flows.runners import check_runner, close_early_clusters, start_cluster_early
 
     check_runner(args.runner, args.workers, args.dask_address, args.cells_per_gpu)
@@ -218,6 +221,14 @@ def _sweep_cells(args: argparse.Namespace, helper: StoreHelper | None) -> tuple[
     return rows, spec
 
 
+def check_reference(spec: SweepSpec, reference: str) -> None:
+    """A ``--reference`` that is neither a row label nor a method of ``spec``: a ConfigError."""
+    rows = list(dict.fromkeys(c.row for c in spec.cells))
+    if reference not in rows and reference not in {c.config.method.name for c in spec.cells}:
+        raise ConfigError(f"--reference: {reference!r} is no row or method of sweep "
+                          f"{spec.name!r}; rows: {', '.join(rows)}")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from fedcore.pipeline.sweep import load_sweep
 
@@ -227,25 +238,27 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def write_report(spec: SweepSpec, out_dir: str | None, any_code: bool = False,
-                 reference: str = "fedavg", last_k: int | None = None,
+                 reference: str | None = None, last_k: int | None = None,
                  latex: bool = False) -> int:
-    """Write ``spec``'s report to ``out_dir`` (default reports/<sweep name>) and print it;
-    0, or 1 with a one-line error when there is nothing to report."""
+    """Write ``spec``'s report to ``out_dir`` (default reports/<sweep name>) and print its
+    headline verdicts and paths; 0, or 2 with a one-line error when what was asked cannot be
+    reported (no finished run, a reference that matches no row, a bad ``--last-k``)."""
     from fedcore.core.config import project_root
-    from fedcore.tracking.report import build_report, sweep_parent_run
+    from fedcore.tracking.report import ReportInputError, build_report, sweep_parent_run
+    from fedcore.tracking.report_headline import headline_lines
 
     out = Path(out_dir) if out_dir else project_root() / "reports" / spec.name
     try:
         if last_k is not None and last_k < 1:
-            raise LookupError(f"--last-k: expected an integer >= 1 (got {last_k})")
+            raise ReportInputError(f"--last-k: expected an integer >= 1 (got {last_k})")
         report = build_report(spec, out, parent_run_id=sweep_parent_run(spec),
                               any_code=any_code, reference=reference, last_k=last_k,
                               latex=latex)
-    except LookupError as exc:
+    except ReportInputError as exc:
         print(f"fedcore: error: {exc}", file=sys.stderr)
-        return 1
-    print((out / "table.md").read_text())
-    print(f"{len(report.files)} files in {out}")
+        return 2
+    print("\n".join(headline_lines((out / "summary.md").read_text(),
+                                   (out / "table.md").read_text(), out, report.files)))
     return 0
 
 
@@ -384,6 +397,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --report: also write families.tex and statistics.md, as `fedcore report "
         "--latex` does",
     )
+    p_sweep.add_argument(
+        "--reference", default=None, metavar="ROW",
+        help="with --report: the reference row of the exploratory table, as `fedcore report "
+        "--reference` (checked before any cell runs; default: fedavg, else the first row)",
+    )
     p_sweep.set_defaults(func=cmd_sweep)
     p_report = sub.add_parser(
         "report", help="comparison table and plots of a sweep's finished runs", epilog=EPILOG
@@ -398,10 +416,11 @@ def build_parser() -> argparse.ArgumentParser:
         "runs made by this code, its code digest)",
     )
     p_report.add_argument(
-        "--reference", default="fedavg",
+        "--reference", default=None, metavar="ROW",
         help="the row the exploratory table's detectable differences are computed against, "
         "at the same dataset and alpha: a method with one row per setting, or a row label as "
-        "the table prints it (default: fedavg); the families' references are in the sweep file",
+        "the table prints it (default: fedavg, else the sweep's first row, said in the "
+        "report's header); the families' references are in the sweep file",
     )
     p_report.add_argument(
         "--last-k", type=int, default=None, metavar="K",

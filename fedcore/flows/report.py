@@ -17,7 +17,7 @@ from fedcore.tracking.report import build_report, sweep_parent_run
 @flow(name="report", flow_run_name=report_run_name, log_prints=True)
 def report(
     sweep_file: str, overrides: list[str] | None = None, out_dir: str | None = None,
-    any_code: bool = False, reference: str = "fedavg",
+    any_code: bool = False, reference: str | None = None,
 ) -> dict[str, Any]:
     """Write SWEEP_FILE's report to OUT_DIR (default reports/<sweep>) and its parent MLflow run.
 
@@ -26,7 +26,8 @@ def report(
         overrides: KEY=VALUE strings, the overrides the sweep was run with.
         out_dir: output folder; None = reports/<sweep name> in the project.
         any_code: table each cell's newest FINISHED run of any code, not only this code's.
-        reference: the row every row is tested against (a method or a row label).
+        reference: the row every row is tested against (a method or a row label); None =
+            fedavg, else the sweep's first row.
     """
     spec = load_sweep(sweep_file, parse_overrides(overrides or []))
     out = Path(out_dir) if out_dir else project_root() / "reports" / spec.name

@@ -7,8 +7,10 @@ Input: one line per run with ``row`` (what is compared: a method at its settings
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,22 @@ from fedcore.pipeline.stats import Interval, mean_interval, no_resolution
 SETTING = ["dataset", "alpha"]
 
 
+def canonical(value: Any) -> Any:
+    """A grid value as a group key: a mapping or a list as sorted-key JSON (``{"algorithm":
+    "fedprox", "mu": 0.1}``: the same string whatever order its keys were typed in), any
+    other value as it is."""
+    if isinstance(value, Mapping | list | tuple):
+        return json.dumps(value, sort_keys=True, default=str)
+    return value
+
+
+def canonical_keys(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """``runs`` with every mapping or list in its ``keys`` columns made ``canonical``."""
+    nested = [k for k in keys
+              if runs[k].map(lambda v: isinstance(v, Mapping | list | tuple)).any()]
+    return runs.assign(**{k: runs[k].map(canonical) for k in nested}) if nested else runs
+
+
 def with_intervals(runs: pd.DataFrame, metrics: Sequence[str], keys: Sequence[str],
                    bounds: Mapping[str, tuple[float, float]] | None = None) -> pd.DataFrame:
     """Per group of ``keys``: ``seeds`` and, per metric, ``<m>_mean``, ``<m>_low``, ``<m>_high``
@@ -25,6 +43,7 @@ def with_intervals(runs: pd.DataFrame, metrics: Sequence[str], keys: Sequence[st
     seed), ``<m>_n`` (seeds with a value) and ``<m>_resolved`` (False where the uncut interval
     spans the whole range)."""
     bounds = bounds or {}
+    runs = canonical_keys(runs, keys)
     out = []
     for key, group in runs.groupby(list(keys), sort=False, dropna=False):
         line = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))

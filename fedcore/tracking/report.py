@@ -16,7 +16,7 @@ import pandas as pd
 
 from fedcore.core.round import code_digest
 from fedcore.core.runtime import faults
-from fedcore.pipeline.comparison import half_width, reference_rows, with_intervals
+from fedcore.pipeline.comparison import canonical, half_width, reference_rows, with_intervals
 from fedcore.pipeline.families import (
     DEFAULT_ENDPOINT,
     ENDPOINTS,
@@ -162,7 +162,7 @@ def sweep_runs(
             "status": status,
             "failure": failure,
             "compressor": cfg.method.compression.get("compressor", "none"),
-            **{f"grid:{k}": cell.overrides.get(k) for k in varied},
+            **{f"grid:{k}": canonical(cell.overrides.get(k)) for k in varied},
             "commit": run.data.tags.get(COMMIT_TAG, ""),
             "dirty": run.data.tags.get(DIRTY_TAG, ""),
             "code_digest": run.data.tags.get(CODE_DIGEST_TAG, ""),
@@ -565,7 +565,7 @@ def build_report(
     parent_run_id: str | None = None,
     settings: TrackingSettings | None = None,
     any_code: bool = False,
-    reference: str = DEFAULT_REFERENCE,
+    reference: str | None = None,
     last_k: int | None = None,
     latex: bool = False,
 ) -> Report:
@@ -575,7 +575,8 @@ def build_report(
     primary endpoint, the seeds each took, secondary endpoints), then the exploratory table of
     every row (means and intervals, no verdicts). Rows are runs made by this code; ``any_code``
     tables each cell's newest run of any code. ``reference``: the row the exploratory table's
-    detectable differences are computed against. ``last_k``: recompute the primary endpoint
+    detectable differences are computed against (None: ``fedavg``, else the first row, said in
+    the header). ``last_k``: recompute the primary endpoint
     as the mean of the last ``last_k`` evaluations from the runs' histories. ``latex``: also
     write ``families.tex`` (a booktabs table per family) and ``statistics.md`` (the paper
     checklist's statistics paragraph).
@@ -588,12 +589,10 @@ def build_report(
     if runs.empty or not (runs["status"] == "FINISHED").any():
         other = "" if any_code else _other_code_hint(spec, settings)
         by = "" if any_code else "made by this code "
-        raise LookupError(f"sweep {spec.name!r}: no FINISHED run {by}of any of its "
+        raise ReportInputError(f"sweep {spec.name!r}: no FINISHED run {by}of any of its "
                           f"{len(spec.cells)} cells{other}; run the sweep first")
-    if not reference_rows(runs[runs["status"] == "FINISHED"], reference):
-        rows = ", ".join(dict.fromkeys(runs["row"]))
-        raise LookupError(f"reference {reference!r} matches no row of sweep {spec.name!r} "
-                          f"(a method with one row per setting, or a row label); rows: {rows}")
+    reference, reference_note = resolve_reference(runs[runs["status"] == "FINISHED"],
+                                                  reference, spec.name)
     out = Path(out_dir)
     ids = [r for r, st in zip(runs["run_id"], runs["status"], strict=True) if st == "FINISHED"]
     acc = _histories(client, ids, "test/accuracy")
@@ -607,7 +606,7 @@ def build_report(
     secondary = secondary_outcomes(runs, spec.families, plan)
     pretty = _formatted(table, detectable_vs_reference(runs, reference))
     header = (f"# Sweep `{spec.name}`\n\n{counts_line(spec, runs, outcomes)}\n\n"
-              + code_header(runs, any_code)
+              + code_header(runs, any_code) + reference_note
               + "**Primary endpoint** (declared in the sweep file before it ran): "
               + "; ".join(endpoint_text(runs, e) for e in dict.fromkeys(
                   [f.endpoint for f in spec.families] or [DEFAULT_ENDPOINT]))
@@ -655,6 +654,29 @@ def build_report(
         log_variant_table(client, parent_run_id, table)
         set_description(client, parent_run_id, description(header, outcomes))
     return Report(runs, table, files, outcomes, secondary)
+
+
+class ReportInputError(LookupError):
+    """A report that what was asked for cannot give: no finished run, or a reference that
+    matches no row (the command line's exit code 2)."""
+
+
+def resolve_reference(finished: pd.DataFrame, reference: str | None,
+                      sweep: str) -> tuple[str, str]:
+    """The reference row of the exploratory table and the header's line on it ("" unless it
+    is the first row by default): ``reference`` when it matches a row of ``finished``, else
+    (None) ``fedavg`` when it does, else the sweep's first row."""
+    rows = list(dict.fromkeys(finished["row"].astype(str)))
+    if reference is not None:
+        if not reference_rows(finished, reference):
+            raise ReportInputError(
+                f"reference {reference!r} matches no row of sweep {sweep!r} (a method with "
+                f"one row per setting, or a row label); rows: {', '.join(rows)}")
+        return reference, ""
+    if reference_rows(finished, DEFAULT_REFERENCE):
+        return DEFAULT_REFERENCE, ""
+    return rows[0], (f"**Reference row**: `{rows[0]}`, the sweep's first row (it has no "
+                     f"`{DEFAULT_REFERENCE}` row; `--reference ROW` picks another).\n\n")
 
 
 def write_all(out: Path, write: Callable[[Path], Any]) -> list[Path]:
