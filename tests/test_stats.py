@@ -171,3 +171,35 @@ def test_a_p_value_within_ten_percent_of_its_threshold_is_fragile():
     assert hair.fragile and "fragile: p = 0.00354 against 0.00357" in hair.fragile_text()
     undecided = replace(c, verdict="undecided", p=0.0258, level=0.025)
     assert undecided.fragile
+
+
+def test_the_detectable_effect_has_the_stated_power_at_every_n_and_level():
+    """statsmodels' solve_power returned unconverged effects silently (power 0.61 instead of
+    0.8 at n = 3, level 0.0125; 0.23 at level 0.00278): the root is now bracketed."""
+    from fedcore.pipeline.stats import detectable_effect, paired_power
+
+    for n in (2, 3, 4, 5, 8, 20):
+        for level in (0.05, 0.025, 0.0125, 0.05 / 9 / 2, 0.00278):
+            effect = detectable_effect(n, level)
+            assert paired_power(effect, n, level) == pytest.approx(0.8, abs=1e-6), (n, level)
+
+
+def test_paired_power_is_the_noncentral_t_where_scipy_has_it_and_finite_where_not():
+    from scipy import stats as sps
+
+    from fedcore.pipeline.stats import paired_power
+
+    crit = sps.t.ppf(1 - 0.0125 / 2, 2)
+    for effect in (0.5, 1.0, 3.0, 7.0, 10.0):
+        exact = sps.nct.sf(crit, 2, effect * 3 ** 0.5) + sps.nct.cdf(-crit, 2, effect * 3 ** 0.5)
+        assert paired_power(effect, 3, 0.0125) == pytest.approx(exact, abs=1e-9)
+    assert 0.6 < paired_power(5.0, 3, 0.0125) < 0.62  # where scipy's noncentral t gives NaN
+
+
+def test_seeds_for_is_the_fewest_seeds_with_the_stated_power():
+    from fedcore.pipeline.stats import paired_power, seeds_for
+
+    for difference, sd, level in ((0.02, 0.02, 0.025), (0.01, 0.05, 0.00625), (0.1, 0.05, 0.05)):
+        n = seeds_for(difference, sd, level)
+        assert n is not None and paired_power(difference / sd, n, level) >= 0.8
+        assert n == 2 or paired_power(difference / sd, n - 1, level) < 0.8

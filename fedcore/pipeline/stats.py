@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -182,35 +181,65 @@ def detectable_difference(sd: float, n: int, level: float, power: float = POWER)
 
 
 @functools.lru_cache(maxsize=4096)
-def detectable_effect(n: int, level: float, power: float = POWER) -> float:
-    """The paired effect size (mean / sd of the differences) that a two-sided paired t-test at
-    ``level`` detects with ``power`` on ``n`` seeds (``statsmodels`` ``TTestPower``)."""
-    from statsmodels.stats.power import TTestPower
+def paired_power(effect: float, n: int, level: float) -> float:
+    """Power of a two-sided paired t-test at ``level`` on ``n`` seeds against the paired effect
+    size ``effect`` (mean / sd of the differences): P(|T| > t_crit) for T noncentral t; where
+    scipy's noncentral t returns NaN (e.g. effect 5.0 at n = 3), the same probability
+    integrated over the chi-squared V of T = (Z + effect sqrt(n)) / sqrt(V / (n - 1))."""
+    from scipy import integrate, stats
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(np.asarray(TTestPower().solve_power(
-            nobs=n, alpha=level, power=power, alternative="two-sided")).item())
+    df = n - 1
+    crit = float(stats.t.ppf(1 - level / 2, df))
+    shift = effect * math.sqrt(n)
+
+    def given(v: float) -> float:
+        bar = crit * math.sqrt(v / df)
+        tails = stats.norm.sf(bar - shift) + stats.norm.cdf(-bar - shift)
+        return float(tails * stats.chi2.pdf(v, df))
+
+    exact = float(stats.nct.sf(crit, df, shift) + stats.nct.cdf(-crit, df, shift))
+    if math.isfinite(exact) and 0.0 <= exact <= 1.0:
+        return exact
+    spread = 50 * math.sqrt(2 * df) + 50  # V's mass lies within this of its mean df
+    value, _ = integrate.quad(given, max(0.0, df - spread), df + spread, limit=400,
+                              epsabs=1e-12)
+    return float(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def detectable_effect(n: int, level: float, power: float = POWER) -> float:
+    """The paired effect size that a two-sided paired t-test at ``level`` detects with
+    ``power`` on ``n`` seeds: the root of the power function, bracketed (statsmodels'
+    ``solve_power`` returned unconverged values silently, e.g. power 0.61 instead of 0.8 at
+    n = 3 and level 0.0125); inf below 2 seeds."""
+    from scipy.optimize import brentq
+
+    if n < 2:
+        return math.inf
+    high = 1.0
+    while paired_power(high, n, level) < power:
+        high *= 2
+        if high > 1e9:
+            return math.inf
+    return float(brentq(lambda e: paired_power(e, n, level) - power, 0.0, high, xtol=1e-12))
 
 
 def seeds_for(difference: float, sd: float, level: float, power: float = POWER) -> int | None:
-    """Seeds a two-sided paired t-test at ``level`` needs to detect ``difference`` with ``power``
-    when paired differences have standard deviation ``sd`` (a pilot's estimate); None when
-    either is not positive."""
-    from statsmodels.stats.power import TTestPower
+    """The fewest seeds (at least 2) with which a two-sided paired t-test at ``level`` detects
+    ``difference`` with ``power`` when paired differences have standard deviation ``sd`` (a
+    pilot's estimate), counted on the power function; None when either is not positive."""
+    from scipy.stats import norm
 
     if not (difference > 0 and sd > 0 and math.isfinite(sd)):
         return None
     effect = difference / sd
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        n = float(np.asarray(TTestPower().solve_power(
-            effect_size=effect, alpha=level, power=power, alternative="two-sided")).item())
-    if not math.isfinite(n):
-        from scipy.stats import norm
-
-        n = ((norm.ppf(1 - level / 2) + norm.ppf(power)) / effect) ** 2 + 2
-    return max(2, math.ceil(n))
+    normal = ((norm.ppf(1 - level / 2) + norm.ppf(power)) / effect) ** 2  # fewer than the t's
+    n = max(2, math.floor(normal))
+    if n > 1_000_000:
+        return n
+    while paired_power(effect, n, level) < power and n < 2 * normal + 100:
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)
