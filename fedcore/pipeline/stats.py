@@ -233,8 +233,8 @@ def seeds_for(difference: float, sd: float, level: float, power: float = POWER) 
     if not (difference > 0 and sd > 0 and math.isfinite(sd)):
         return None
     effect = difference / sd
-    normal = ((norm.ppf(1 - level / 2) + norm.ppf(power)) / effect) ** 2  # fewer than the t's
-    n = max(2, math.floor(normal))
+    normal = float((norm.ppf(1 - level / 2) + norm.ppf(power)) / effect) ** 2  # below the t
+    n: int = max(2, math.floor(normal))
     if n > 1_000_000:
         return n
     while paired_power(effect, n, level) < power and n < 2 * normal + 100:
