@@ -16,12 +16,12 @@ from fedcore.tracking import environment
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements" / "lock.txt"
 LOCKED_EXTRAS = ("dev", "pipeline")
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)", re.M)
 
 
 def locked(text: str) -> dict[str, str]:
-    """``{canonical name: version}`` of a pip-compile lock."""
-    return {canonicalize_name(name): version for name, version in PIN.findall(text)}
+    """``{canonical name: version}`` of a pip-compile lock (the parser runs record with)."""
+    return {canonicalize_name(name): version
+            for name, version in environment.PIN.findall(text)}
 
 
 def declared() -> list[Requirement]:
