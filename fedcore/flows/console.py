@@ -16,7 +16,7 @@ QUIET = ("distributed", "prefect.task_runner.dask", "prefect.task_runs")
 
 
 class BelowWarning(logging.Filter):
-    """Drops records under WARNING from the loggers in :data:`QUIET` (and their children)."""
+    """Drops records under WARNING from the loggers in ``QUIET`` (and their children)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno >= logging.WARNING:
@@ -25,7 +25,7 @@ class BelowWarning(logging.Filter):
 
 
 def quiet_console() -> None:
-    """Add :class:`BelowWarning` to the root logger's handlers that write to the terminal
+    """Add ``BelowWarning`` to the root logger's handlers that write to the terminal
     (once)."""
     consoles = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
     for handler in logging.getLogger().handlers:

@@ -8,7 +8,7 @@ end after the round in flight as the thread runner's cells do.
 At the end of a sweep a worker has to exit within the nanny's 4 seconds, else it is killed
 (a warning, and tracebacks of the connections it had open). Its exit used to be spent in the
 interpreter's finalisation: the last garbage collection and the teardown of torch's, MLflow's
-and Prefect's modules (over 4 s on a busy 2-core machine). :func:`dask_teardown` writes what
+and Prefect's modules (over 4 s on a busy 2-core machine). ``dask_teardown`` writes what
 is left and ends the process without them.
 """
 
@@ -40,7 +40,7 @@ def dask_setup(worker: Worker) -> None:
 
 def dask_teardown(worker: Worker) -> None:
     """Called when the worker closes: its runs' ends are written; then, once the worker's own
-    shutdown is done, the process ends at once (:func:`_exit_now`)."""
+    shutdown is done, the process ends at once (``_exit_now``)."""
     import atexit
     import gc
 

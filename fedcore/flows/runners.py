@@ -126,10 +126,10 @@ def _early_key(kwargs: dict[str, Any]) -> str:
 
 
 def start_cluster_early(workers: int, api_url: str | None = None) -> None:
-    """Start, in a background thread, the LocalCluster that :func:`make_task_runner` makes for
+    """Start, in a background thread, the LocalCluster that ``make_task_runner`` makes for
     these settings, so that its workers spawn and import (seconds of CPU each) while this
     process starts the Prefect server and the flow; the sweep's task runner then takes it over
-    (and closes it). One not taken is closed by :func:`close_early_clusters`."""
+    (and closes it). One not taken is closed by ``close_early_clusters``."""
     from concurrent.futures import ThreadPoolExecutor
 
     from distributed import LocalCluster
@@ -159,7 +159,7 @@ def make_task_runner(
 ) -> TaskRunner:
     """``thread``: ``workers`` threads here; ``dask``: the cluster at ``dask_address``, else a
     LocalCluster of ``workers`` single-threaded processes on 127.0.0.1 (the one started ahead
-    for these settings by :func:`start_cluster_early`, if any)."""
+    for these settings by ``start_cluster_early``, if any)."""
     if runner == "thread":
         from prefect.task_runners import ThreadPoolTaskRunner
 

@@ -3,7 +3,7 @@
 Prefect starts its own temporary server when no ``PREFECT_API_URL`` is set, but a parent killed
 with SIGKILL leaves it running, and tag concurrency slots that the killed run held stay taken
 in the database under ``PREFECT_HOME`` (their leases lived in the dead server's memory), so the
-next sweep would wait for them forever. :func:`prefect_api` instead starts the server here:
+next sweep would wait for them forever. ``prefect_api`` instead starts the server here:
 
 * the server asks for ``PR_SET_PDEATHSIG`` (Linux): the kernel kills it when this process dies;
 * it runs in its own session, so a Ctrl-C in the terminal (SIGINT to the whole foreground
@@ -15,7 +15,7 @@ next sweep would wait for them forever. :func:`prefect_api` instead starts the s
 fedcore sets no ``gpu`` limit on a server of its own: with as many slots as cells run at once,
 each cell waited 1-2 s for the slot its predecessor on the worker was releasing
 (``benchmarks/prefect_handoff.py``), and GPU seats are kept by device locks
-(:mod:`fedcore.pipeline.devices`). Older fedcore versions set one; it is dropped here.
+(``fedcore.pipeline.devices``). Older fedcore versions set one; it is dropped here.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _server_class() -> type:
 
 def check_home(home: Path) -> None:
     """One line (a ``ConfigError``) when PREFECT_HOME cannot be made, written or holds less
-    than :data:`MIN_FREE_MB` MB free: the temporary server would fail with thousands of lines
+    than ``MIN_FREE_MB`` MB free: the temporary server would fail with thousands of lines
     that do not name the cause."""
     import shutil
 

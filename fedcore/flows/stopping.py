@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def hold_sigterm() -> None:
-    """Called first in a flow: SIGTERM requests a stop (:mod:`fedcore.core.runtime.stopping`)
+    """Called first in a flow: SIGTERM requests a stop (``fedcore.core.runtime.stopping``)
     instead of Prefect's crash of the flow run while its task threads keep training."""
     stopping.hold_sigterm()
 

@@ -79,7 +79,7 @@ def simulate_cell(
     code: str | None = None,
 ) -> dict[str, Any] | State[Any]:
     """Simulate one cell (its resolved config) as a child run of the sweep; ``identity``: its
-    ``run_name`` and tags (``variant``, ``cell``; :func:`fedcore.tracking.names.cell_identities`).
+    ``run_name`` and tags (``variant``, ``cell``; ``fedcore.tracking.names.cell_identities``).
 
     ``settings`` (the flow's MLflow store) travel with the task, so a Dask worker records into
     the same store; with GPUs the cell holds one device slot (``cuda:i``) while it runs. Cells
@@ -88,7 +88,7 @@ def simulate_cell(
     trains (the flow waits for it before it ends). A FINISHED run of the same config made by
     the same code skips the cell (of any code with ``reuse_other_code``). On a Dask worker, the
     Dask event ``stop_event`` being set stops the cell at its next round boundary, as a signal
-    does here. ``plugin_paths`` (:func:`fedcore.core.compose.plugins.import_roots`) are put on the
+    does here. ``plugin_paths`` (``fedcore.core.compose.plugins.import_roots``) are put on the
     worker's ``sys.path`` where they exist, so it imports the user's components as the flow does.
     ``code``: the cell's code digest as the flow computed it before the first cell ran; a
     worker that loaded other code (a plugin edited since) fails the cell in one line.
@@ -218,7 +218,7 @@ def sweep(
     round (runs KILLED), and the flow run ends Cancelled; running it again resumes.
 
     Each cell holds its own GPU seat while it runs (``cells_per_gpu`` cells per GPU; device
-    locks, :mod:`fedcore.pipeline.devices`). Cells carry the ``gpu`` tag, so that a Prefect
+    locks, ``fedcore.pipeline.devices``). Cells carry the ``gpu`` tag, so that a Prefect
     server's ``gpu`` tag limit caps them across flows; the flow sets no such limit itself.
 
     Args:
@@ -276,7 +276,7 @@ def _run_looks(
     dask_address: str | None, api_url: str | None, cells_per_gpu: int, reuse_other_code: bool,
     stop_event: str | None,
 ) -> list[dict[str, Any]]:
-    """Run the seed plan's looks in turn (:mod:`fedcore.pipeline.families`): each look's new
+    """Run the seed plan's looks in turn (``fedcore.pipeline.families``): each look's new
     seeds for the rows that still need them, then the families are decided from the runs in
     MLflow, and rows whose comparisons are all decided stop. Finished cells are read back,
     never rerun, so a killed sweep resumes where it stopped."""

@@ -1,5 +1,5 @@
 """A comparison table over seeds: intervals per row and the reference row of each setting (the
-tests are :mod:`fedcore.pipeline.families`, the statistics :mod:`fedcore.pipeline.stats`).
+tests are ``fedcore.pipeline.families``, the statistics ``fedcore.pipeline.stats``).
 
 Input: one line per run with ``row`` (what is compared: a method at its settings), ``dataset``,
 ``alpha``, ``seed`` and the metric columns.

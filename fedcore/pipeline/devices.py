@@ -34,7 +34,7 @@ def needs_slot(requested: str, num_devices: int) -> bool:
 
 
 class DeviceSlots:
-    """``num_devices * per_device`` slots; :meth:`acquire` yields a free device index.
+    """``num_devices * per_device`` slots; ``acquire`` yields a free device index.
 
     Slots are tried seat by seat (every device's seat 0 before any seat 1), so cells spread over
     the devices before any device takes a second cell.

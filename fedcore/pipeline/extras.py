@@ -3,7 +3,7 @@ line that names the extra to install.
 
 The core (simulations, methods, data, configs) installs without it; ``fedcore run`` then runs
 untracked, and the commands built on the pipeline (sweep, tune, report, claims, ui) stop before
-any work with :class:`MissingExtraError`.
+any work with ``MissingExtraError``.
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ def _found(module: str) -> bool:
 
 
 def require(command: str) -> None:
-    """Raise :class:`MissingExtraError` when ``fedcore <command>`` lacks a module it needs."""
+    """Raise ``MissingExtraError`` when ``fedcore <command>`` lacks a module it needs."""
     require_modules(f"fedcore {command}", NEEDS.get(command, ()))
 
 
 def require_modules(what: str, modules: tuple[str, ...]) -> None:
-    """Raise :class:`MissingExtraError` (``<what> needs the pipeline extra (missing: ...);
+    """Raise ``MissingExtraError`` (``<what> needs the pipeline extra (missing: ...);
     install it with ...``) when a module of ``modules`` is not installed."""
     absent = missing(modules)
     if absent:

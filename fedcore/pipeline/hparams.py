@@ -6,7 +6,7 @@ and the horizon.
   file was written by ``fedcore tune --best`` (a study chose the values); ``set`` when any
   hyperparameter differs otherwise (set by hand), or when no shipped file has its name. (A sweep
   whose file names the study of a method calls that method's changed rows ``tuned``:
-  :mod:`fedcore.pipeline.rows`.)
+  ``fedcore.pipeline.rows``.)
 - local: the paper recipes (``configs/experiments/<paper>.yaml``) hold each paper's local
   optimiser. ``paper`` when the run's ``local`` block equals a recipe of its own method;
   ``<recipe> recipe`` when it equals another paper's (a baseline run in that paper's regime);

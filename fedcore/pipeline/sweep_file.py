@@ -19,7 +19,7 @@ NAME_RULE = ("1-100 letters, digits, '.', '_' or '-', starting with a letter or 
 def check_shape(spec: dict[str, Any], path: Path) -> list[dict[str, list[Any]]]:
     """Check the sweep file's keys and their types; returns its grid as a list of mappings.
 
-    Raises a one-line :class:`ConfigError` naming the file or the key and the expected type.
+    Raises a one-line ``ConfigError`` naming the file or the key and the expected type.
     """
     if not spec:
         raise ConfigError(f"sweep file {str(path)!r} is empty; expected a mapping with a grid "

@@ -33,7 +33,7 @@ def claim_dir(tracking_uri: str) -> Path:
 
 
 class CellClaim:
-    """A held claim; :meth:`release` (idempotent, from any thread) gives it up."""
+    """A held claim; ``release`` (idempotent, from any thread) gives it up."""
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
@@ -63,7 +63,7 @@ def claim_cell(config_hash: str, tracking_uri: str,
                on_wait: Callable[[], None] | None = None) -> CellClaim:
     """Wait for the claim on ``config_hash`` (``on_wait`` is called once if it must wait).
 
-    Raises :class:`~fedcore.core.runtime.stopping.StopRequested` if a stop is requested while
+    Raises ``StopRequested`` if a stop is requested while
     waiting.
     """
     waited = False

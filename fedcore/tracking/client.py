@@ -1,5 +1,5 @@
 """The MLflow client of a tracking URI, one per process, whose calls retry while a shared SQLite
-store is locked (what :mod:`fedcore.tracking.run_store` records through, and what loading a
+store is locked (what ``fedcore.tracking.run_store`` records through, and what loading a
 run's model reads with). MLflow is imported on first use."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def mlflow_client(settings: TrackingSettings | None = None) -> MlflowClient:
     """An MlflowClient whose calls retry while a shared SQLite store is locked.
 
     Constructing the client creates or migrates the store's schema; for a SQLite store that
-    happens under :func:`store_lock`, so processes starting together on a new store do not race.
+    happens under ``store_lock``, so processes starting together on a new store do not race.
     One client per tracking URI and process: the runs of a sweep share it (and its store).
     """
     from mlflow.tracking import MlflowClient

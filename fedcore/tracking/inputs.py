@@ -26,13 +26,13 @@ def dataset_source(cfg: DatasetConfig) -> str:
 
 
 def dataset_input(sim: RunView) -> DatasetInput:
-    """``sim``'s dataset as an MLflow dataset input (:func:`dataset_description`)."""
+    """``sim``'s dataset as an MLflow dataset input (``dataset_description``)."""
     return as_dataset_input(dataset_description(sim))
 
 
 def dataset_description(sim: RunView) -> dict[str, Any]:
     """Name, source, partition settings and partition digest of ``sim``'s clients, as plain
-    data (:func:`as_dataset_input` makes the MLflow record).
+    data (``as_dataset_input`` makes the MLflow record).
 
     The digest hashes which samples each client holds: the same partition gives the same
     digest in every run, and a different seed, alpha, partitioner or client count another.
@@ -65,7 +65,7 @@ def dataset_description(sim: RunView) -> dict[str, Any]:
 
 
 def as_dataset_input(description: dict[str, Any]) -> DatasetInput:
-    """The MLflow dataset input of a :func:`dataset_description`."""
+    """The MLflow dataset input of a ``dataset_description``."""
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
     profile = description["profile"]

@@ -136,13 +136,13 @@ class MLflowTracker(Callback):
     Writes stay off the training path: params and the rounds' metrics go to a background
     writer thread, one write in flight at most. The run's first round is handed over at once
     (the run shows in the store as training); later rounds together, at most
-    :data:`METRICS_EVERY_S` seconds after the first of them ended (one MLflow batch for many
+    ``METRICS_EVERY_S`` seconds after the first of them ended (one MLflow batch for many
     short rounds costs a third of one batch per round), so a killed process loses at most the
     rounds of its last seconds, which a resumed run logs again from its checkpoint; an
     exception, Ctrl-C, a checkpoint or the run's end hand over every round and wait for the
     writer first. With ``finish_in_background`` the run's end (summary metrics, per-client table,
     figures, FINISHED) is written by a second thread while the caller goes on (a sweep's next
-    cell); :func:`wait_for_runs` waits for it. ``figures=False`` leaves out the run's two
+    cell); ``wait_for_runs`` waits for it. ``figures=False`` leaves out the run's two
     figures (a sweep's cells: its report draws every run, and they cost ~0.3 s of CPU each).
     """
 
@@ -314,7 +314,7 @@ class MLflowTracker(Callback):
 
     def download_checkpoint(self, key: bytes | None = None) -> dict[str, Any] | None:
         """The run's uploaded checkpoint (the fallback when the local folder is gone), checked
-        under the HMAC ``key`` (:func:`fedcore.core.round.checkpoint.key_for`)."""
+        under the HMAC ``key`` (``fedcore.core.round.checkpoint.key_for``)."""
         with tempfile.TemporaryDirectory() as tmp:
             local = self.store.download_checkpoint(self.active_run_id, tmp)
             if local is None:  # no checkpoint was uploaded

@@ -204,7 +204,7 @@ def variant_table(table: pd.DataFrame, metric: str = "accuracy",
 
 
 def log_variant_table(client: MlflowClient, run_id: str, table: pd.DataFrame) -> pd.DataFrame:
-    """Log :func:`variant_table` of ``table`` to the run as ``variants.json``; returns it."""
+    """Log ``variant_table`` of ``table`` to the run as ``variants.json``; returns it."""
     frame = variant_table(table)
     client.log_table(run_id, frame, VARIANT_TABLE)
     return frame

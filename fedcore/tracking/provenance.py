@@ -109,7 +109,7 @@ def code_label(tags: dict[str, str]) -> str:
 
 
 def current_code_label() -> str:
-    """:func:`code_label` of this process's code, with its digest."""
+    """``code_label`` of this process's code, with its digest."""
     digest = code_digest.current()
     return f"code {digest} ({code_label({**git_state(), CODE_DIGEST_TAG: digest})})"
 
@@ -171,7 +171,7 @@ def provenance_tags(method: Mapping[str, Any] | None = None) -> dict[str, str]:
 
     With the run's resolved ``method``, the code digest covers the packages outside fedcore
     its components come from, and ``fedcore.plugins``/``fedcore.plugin.<package>.*`` name them
-    (:func:`fedcore.core.compose.plugins.tags`)."""
+    (``fedcore.core.compose.plugins.tags``)."""
     tags = {**_static_tags(), CODE_DIGEST_TAG: code_digest.current()}
     if method is not None:
         from fedcore.core.compose.plugins import tags as plugin_tags

@@ -29,7 +29,7 @@ class ServerUnreachable(ConfigError):
 
 
 def bound_http_retries() -> None:
-    """Set :data:`HTTP_DEFAULTS` in the environment where they are unset (child processes,
+    """Set ``HTTP_DEFAULTS`` in the environment where they are unset (child processes,
     Prefect's and Dask's workers, inherit them)."""
     for key, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(key, value)
@@ -44,7 +44,7 @@ def hide_credentials(uri: str) -> None:
 
 def check_server(uri: str) -> None:
     """Nothing for a local store; for ``http(s)://`` a TCP connection to its host and port,
-    :data:`ATTEMPTS` tries of :data:`CONNECT_TIMEOUT` s, else :class:`ServerUnreachable` naming
+    ``ATTEMPTS`` tries of ``CONNECT_TIMEOUT`` s, else ``ServerUnreachable`` naming
     the URI without its credentials."""
     parts = urlsplit(uri)
     if parts.scheme not in ("http", "https") or not parts.hostname:

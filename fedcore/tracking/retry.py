@@ -38,7 +38,7 @@ PATIENCE_S = 30.0
 
 
 class StoreLocked(RuntimeError):
-    """The store stayed locked longer than :data:`PATIENCE_S`: one line naming it."""
+    """The store stayed locked longer than ``PATIENCE_S``: one line naming it."""
 
 
 def with_retry(
@@ -46,8 +46,8 @@ def with_retry(
     patience: float | None = None, store: str = "the MLflow store",
 ) -> T:
     """``call()``, again after a jittered, doubling pause (``delay`` to ``max_delay``) while
-    SQLite is locked, for up to ``patience`` seconds (None: :data:`PATIENCE_S`); then
-    :class:`StoreLocked` naming ``store``."""
+    SQLite is locked, for up to ``patience`` seconds (None: ``PATIENCE_S``); then
+    ``StoreLocked`` naming ``store``."""
     patience = PATIENCE_S if patience is None else patience
     jitter = random.Random()  # own generator: never touches the global RNG
     start = time.monotonic()
@@ -72,7 +72,7 @@ def with_retry(
 
 
 class RetryingClient:
-    """An ``MlflowClient`` whose every method call goes through :func:`with_retry`."""
+    """An ``MlflowClient`` whose every method call goes through ``with_retry``."""
 
     def __init__(self, client: Any, store: str = "the MLflow store") -> None:
         self._client = client

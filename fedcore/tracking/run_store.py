@@ -1,6 +1,6 @@
 """Every write and query of a tracked run, in plain data: the one place a run meets MLflow.
 
-:class:`MlflowRunStore` takes and returns strings, numbers, dicts, lists, paths and fedcore's
+``MlflowRunStore`` takes and returns strings, numbers, dicts, lists, paths and fedcore's
 own records, never an MLflow object: the tracker and the resume check say what to record, and
 how MLflow's client, entities and flavours record it is this module's business. MLflow itself
 is imported on first use.
@@ -129,7 +129,7 @@ class MlflowRunStore:
             self.client.log_batch(run_id, metrics=batch[i : i + 500])
 
     def log_dataset(self, run_id: str, description: dict[str, Any]) -> None:
-        """The run's dataset input (:func:`fedcore.tracking.inputs.dataset_description`)."""
+        """The run's dataset input (``fedcore.tracking.inputs.dataset_description``)."""
         from fedcore.tracking.inputs import as_dataset_input, log_dataset_input
 
         log_dataset_input(self.client, run_id, as_dataset_input(description))
@@ -168,7 +168,7 @@ class MlflowRunStore:
 
     def write_client_tables(self, folder: str, tables: list[ClientTable]) -> None:
         """``per_client.parquet`` and ``per_client.csv``
-        (:func:`fedcore.core.records.frames.clients_frame`) into ``folder``."""
+        (``fedcore.core.records.frames.clients_frame``) into ``folder``."""
         from fedcore.core.records.frames import clients_frame
 
         table = clients_frame(tables)
@@ -229,6 +229,6 @@ class MlflowRunStore:
 
     def search(self, config_hash: str, status: str, limit: int,
                code: str | None = None) -> list[RunRecord]:
-        """:meth:`find`'s runs as plain records."""
+        """``find``'s runs as plain records."""
         return [RunRecord(r.info.run_id, r.info.status, dict(r.data.tags))
                 for r in self.find(config_hash, status, limit, code)]

@@ -2,11 +2,11 @@
 
 MLflow creates a new SQLite store's schema by running its migrations the first time a client
 opens the store: about 1.5 s of CPU, and on a busy disk several seconds more of an fsync per
-statement. ``fedcore run`` hands that to a helper process (:func:`start_helper`) that imports
+statement. ``fedcore run`` hands that to a helper process (``start_helper``) that imports
 MLflow at once, in parallel with the command's own start (torch, the config, the data), and
-creates the schema once the command says so (:meth:`StoreHelper.go`: after the config and the
+creates the schema once the command says so (``StoreHelper.go``: after the config and the
 data proved valid, so that bad input writes nothing), with one fsync at the end instead of one
-per statement. Whoever first holds :func:`store_lock` creates the schema, the helper or the
+per statement. Whoever first holds ``store_lock`` creates the schema, the helper or the
 command's own client (which waits for the lock and then finds the schema ready), so the store is
 the same either way, and a helper that dies only leaves the work to the command. A stop
 (Ctrl-C) does not interrupt the helper's migrations.
@@ -79,7 +79,7 @@ def is_new_sqlite_store(tracking_uri: str) -> bool:
 
 
 class StoreHelper:
-    """The helper process of one new store; :meth:`go` lets it create the schema, :meth:`close`
+    """The helper process of one new store; ``go`` lets it create the schema, ``close``
     (always called) lets it go without (when not told to) and reaps it."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
@@ -134,7 +134,7 @@ def start_helper(tracking_uri: str) -> StoreHelper | None:
 
 def _helper_main(tracking_uri: str) -> int:
     """The helper: import MLflow, wait for ``go`` (or end of input: exit, nothing written), then
-    open the store under :func:`store_lock`, creating its schema unless another process did."""
+    open the store under ``store_lock``, creating its schema unless another process did."""
     from fedcore.pipeline.env import configure_environment
 
     configure_environment()

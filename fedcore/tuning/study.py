@@ -77,7 +77,7 @@ def make_storage(url: str, spec: StudySpec | None = None) -> optuna.storages.RDB
 
     A new SQLite file gets its schema under an exclusive ``flock`` on ``<file>.lock`` (processes
     starting together: one creates it, the others wait and find it ready). With ``spec``, the
-    storage records heartbeats of running trials and fails stale ones (:class:`StaleTrials`).
+    storage records heartbeats of running trials and fails stale ones (``StaleTrials``).
     """
     sqlite = url.startswith("sqlite")
     kwargs: dict[str, Any] = (

@@ -1,7 +1,7 @@
 """The callback protocol: what a callback receives after each round and what it may return.
 
-After every round the loop calls each callback's ``on_round_end`` with one :class:`RoundRecord`;
-a callback returns None or a :class:`RoundVerdict` (metrics to add to the round, per-client
+After every round the loop calls each callback's ``on_round_end`` with one ``RoundRecord``;
+a callback returns None or a ``RoundVerdict`` (metrics to add to the round, per-client
 columns, a request to stop). Light on purpose: no torch import.
 """
 
@@ -43,4 +43,4 @@ class Callback:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore ``state_dict``."""

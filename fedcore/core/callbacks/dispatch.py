@@ -71,7 +71,7 @@ def chain(
 
 
 def checked(cb: object) -> Callback:
-    """``cb`` if it is a :class:`Callback` (TypeError otherwise)."""
+    """``cb`` if it is a ``Callback`` (TypeError otherwise)."""
     if not isinstance(cb, Callback):
         raise TypeError(
             f"callback {type(cb).__name__} is not a fedcore.core.callbacks.Callback subclass"

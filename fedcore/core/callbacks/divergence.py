@@ -8,7 +8,7 @@ from fedcore.core.callbacks.base import Callback, RoundRecord, RoundVerdict
 
 
 class DivergenceGuard(Callback):
-    """Raises ``FloatingPointError`` after a round that diverged (:func:`divergence`); it runs
+    """Raises ``FloatingPointError`` after a round that diverged (``divergence``); it runs
     after the user's callbacks, so the diverged round is reported first."""
 
     def on_round_end(self, record: RoundRecord) -> RoundVerdict | None:

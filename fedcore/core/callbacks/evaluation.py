@@ -3,7 +3,7 @@ every client's local test split, every ``eval_every`` rounds and at the last rou
 held out of training (``dataset.holdout_clients``), ``clients/*`` cover the training clients and
 ``unseen/*`` the held-out ones.
 
-:func:`evaluate` is a function of (model, parameters, data); :class:`Evaluation` is the callback
+``evaluate`` is a function of (model, parameters, data); ``Evaluation`` is the callback
 that calls it on the run's view and builds the round's per-client table."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def client_tests(data: FederatedData) -> ClientTests:
 
 @dataclass
 class Evaluated:
-    """What :func:`evaluate` measured: the round's metrics and each client's accuracy and
+    """What ``evaluate`` measured: the round's metrics and each client's accuracy and
     loss (by client id), and which clients have a local test split."""
 
     metrics: dict[str, float]

@@ -2,7 +2,7 @@
 one (it replaced fedcore's own value in the history and in MLflow without a note), however it
 came into the run: passed from Python, named in the config's ``callbacks`` (a registered name,
 an entry point or ``module:Class``), or contributed by a plugin rule, objective or compressor.
-The metric catalogue (:mod:`fedcore.core.metrics.catalogue`) says which names are built in; a
+The metric catalogue (``fedcore.core.metrics.catalogue``) says which names are built in; a
 built-in callback replaced through ``Simulation(..., builtins=...)`` fills a built-in slot and
 may return them."""
 
@@ -24,7 +24,7 @@ def held(cb: Callback, builtin: Mapping[str, Callback | None]) -> bool:
 def reserved(cb: Callback, metrics: Mapping[str, float],
              builtin: Mapping[str, Callback | None]) -> None:
     """A ``ValueError`` naming the first built-in metric (the metric catalogue's) among the
-    metrics ``cb`` returned, when ``cb`` is :func:`held` to the reserved names."""
+    metrics ``cb`` returned, when ``cb`` is ``held`` to the reserved names."""
     from fedcore.core.metrics.catalogue import lookup
 
     if held(cb, builtin) and (taken := [k for k in metrics if lookup(k) is not None]):

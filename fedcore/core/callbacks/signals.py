@@ -1,6 +1,6 @@
-"""A requested stop (:mod:`fedcore.core.runtime.stopping`: SIGTERM, SIGINT, a sweep's stop event) as
+"""A requested stop (``fedcore.core.runtime.stopping``: SIGTERM, SIGINT, a sweep's stop event) as
 a callback's stop: the round in flight is finished, recorded and checkpointed, then the run
-raises :class:`~fedcore.core.runtime.stopping.StopRequested` (the run is KILLED and resumable)."""
+raises ``StopRequested`` (the run is KILLED and resumable)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The one local optimiser: SGD with momentum, weight decay and a proximal term.
 
-Both engines step with :func:`sgd_step`: the sequential engine on a client's parameter tensors,
+Both engines step with ``sgd_step``: the sequential engine on a client's parameter tensors,
 the vectorised engine on the stacked flat parameters of a chunk of clients (one tensor, rows =
 clients). The arithmetic is torch.optim.SGD's (single-tensor path, dampening 0, no Nesterov),
 so sequential results are those of ``torch.optim.SGD``.

@@ -1,8 +1,8 @@
 """The method's axes: the key under ``method`` of each component kind and its registry.
 
 Above the component packages (it imports each registry), below whatever walks all of a
-method's components: :mod:`fedcore.core.compose.configure` (validation),
-:mod:`fedcore.core.compose.plugins` (where out-of-tree components come from). A new axis is one line
+method's components: ``fedcore.core.compose.configure`` (validation),
+``fedcore.core.compose.plugins`` (where out-of-tree components come from). A new axis is one line
 here.
 """
 

@@ -1,9 +1,9 @@
 """Components from the user's own package: entry points, import paths, and where they come from.
 
 A config names a rule, client objective or compressor by a built-in name, by the name of an
-entry point of the groups in :data:`GROUPS` (a distribution's metadata, discovered lazily), or by
+entry point of the groups in ``GROUPS`` (a distribution's metadata, discovered lazily), or by
 an import path ``module:Class``. Out-of-tree classes are checked to subclass fedcore's base
-class. :func:`sources` tells which packages outside fedcore a method's components come from:
+class. ``sources`` tells which packages outside fedcore a method's components come from:
 their files' digest (part of the run's code digest), distribution, version and git commit.
 """
 
@@ -169,7 +169,7 @@ def import_roots(method: Mapping[str, Any]) -> list[str]:
 
 def add_roots(roots: list[str]) -> None:
     """Append the existing folders of ``roots`` missing from ``sys.path`` (a worker's side of
-    :func:`import_roots`) and forget cached entry point listings."""
+    ``import_roots``) and forget cached entry point listings."""
     added = False
     for root in roots:
         if root not in sys.path and Path(root).is_dir():

@@ -1,6 +1,6 @@
 """Uplink compressors: the operator C. ``build({"compressor": NAME, **hparams})`` gives it; the
 error-feedback variant of the same flat ``method.compression`` mapping is a stage
-(:func:`fedcore.core.stages.feedback.build_feedback`)."""
+(``fedcore.core.stages.feedback.build_feedback``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Loading a component by entry point or import path: the part of plugin support the
 registries need (a leaf: it imports no component). Which packages a method's components come
-from is :mod:`fedcore.core.compose.plugins`."""
+from is ``fedcore.core.compose.plugins``."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def _check(obj: Any, what: str, kind: str, base: type) -> type:
 
 def import_object(path: str) -> Any:
     """The object at ``module:attr`` (``attr`` may be dotted), or a one-line
-    :class:`ComponentError` naming the module and the cause."""
+    ``ComponentError`` naming the module and the cause."""
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
         raise ComponentError(f"{path!r}: an import path is module:Class, e.g. mypkg.rules:ClipAvg")
@@ -125,7 +125,7 @@ def _source_files(package: str) -> tuple[Path, list[Path]]:
 
 
 def files_digest(root: Path, files: list[Path]) -> str:
-    """sha256 (first :data:`DIGEST_LENGTH` hex characters) of ``files`` under ``root``."""
+    """sha256 (first ``DIGEST_LENGTH`` hex characters) of ``files`` under ``root``."""
     h = hashlib.sha256()
     for path in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
         data = path.read_bytes()
@@ -138,14 +138,14 @@ def files_digest(root: Path, files: list[Path]) -> str:
 @functools.cache
 def package_files(package: str) -> tuple[Path, list[Path], str]:
     """``(root, files, files digest)`` of a package outside fedcore, read once per process:
-    :func:`pin_source` reads it as the package's component is imported, so the digest is that
+    ``pin_source`` reads it as the package's component is imported, so the digest is that
     of the code this process loaded, however late a run asks for it."""
     root, files = _source_files(package)
     return root, files, files_digest(root, files)
 
 
 def pin_source(cls: type) -> None:
-    """Digest the files of an out-of-tree class's package now (:func:`package_files`); a
+    """Digest the files of an out-of-tree class's package now (``package_files``); a
     package without source files is left for the run's code digest to report."""
     if in_tree(cls):
         return

@@ -35,7 +35,7 @@ _REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 2, SHOWN_CHARS, SHOWN_CHARS
 
 
 def shown(value: Any) -> str:
-    """``repr(value)`` for an error message, at most :data:`SHOWN_CHARS` characters (never the
+    """``repr(value)`` for an error message, at most ``SHOWN_CHARS`` characters (never the
     whole of a huge or deeply nested input)."""
     text = _REPR.repr(value)
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
@@ -56,8 +56,8 @@ def check_string(key: str, value: str, limit: int = STRING_CHARS) -> None:
 
 
 def check_tree(tree: Any, where: str = "") -> None:
-    """Refuse plain data (dicts, lists, strings, numbers) deeper than :data:`DEPTH`, with more
-    than :data:`NODES` values, or holding a string (key or value) over :data:`STRING_CHARS`;
+    """Refuse plain data (dicts, lists, strings, numbers) deeper than ``DEPTH``, with more
+    than ``NODES`` values, or holding a string (key or value) over ``STRING_CHARS``;
     the error names the dotted key under ``where``. Iterative: no recursion on hostile depth."""
     stack: list[tuple[Any, str, int]] = [(tree, where, 0)]
     nodes = 0
@@ -83,7 +83,7 @@ def check_tree(tree: Any, where: str = "") -> None:
 
 
 def path_problem(value: str) -> str | None:
-    """What is wrong with the path ``value`` (a component over :data:`PATH_PART_BYTES` bytes,
+    """What is wrong with the path ``value`` (a component over ``PATH_PART_BYTES`` bytes,
     which no file system accepts), or None."""
     for part in value.replace("\\", "/").split("/"):
         size = len(part.encode("utf-8", "surrogateescape"))
@@ -93,8 +93,8 @@ def path_problem(value: str) -> str | None:
 
 
 def check_path(key: str, value: str) -> None:
-    """Refuse a path over :data:`STRING_CHARS` characters or with a component over
-    :data:`PATH_PART_BYTES` bytes, naming ``key``."""
+    """Refuse a path over ``STRING_CHARS`` characters or with a component over
+    ``PATH_PART_BYTES`` bytes, naming ``key``."""
     check_string(key, value)
     problem = path_problem(value)
     if problem:

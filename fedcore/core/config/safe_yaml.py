@@ -1,18 +1,18 @@
-"""YAML read within :mod:`fedcore.core.config.limits`: safe types only, no duplicate keys, bounded
+"""YAML read within ``fedcore.core.config.limits``: safe types only, no duplicate keys, bounded
 aliases.
 
-:func:`load` parses with PyYAML's safe loader (plain data, no Python objects) and additionally
+``load`` parses with PyYAML's safe loader (plain data, no Python objects) and additionally
 refuses, with one line naming the source and the line:
 
 - a key given twice in one mapping (PyYAML keeps the last silently);
-- more than :data:`~fedcore.core.config.limits.ALIASES` aliases, a recursive alias, or a document
+- more than ``ALIASES`` aliases, a recursive alias, or a document
   that expands (counting each alias where it is used) to more than
-  :data:`~fedcore.core.config.limits.NODES` values: an anchor/alias "bomb" of a few hundred bytes
+  ``NODES`` values: an anchor/alias "bomb" of a few hundred bytes
   otherwise expands to billions;
-- nesting deeper than :data:`~fedcore.core.config.limits.DEPTH` (PyYAML would recurse until it
+- nesting deeper than ``DEPTH`` (PyYAML would recurse until it
   fails).
 
-:func:`read_file` also refuses a file over :data:`~fedcore.core.config.limits.FILE_BYTES` and one
+``read_file`` also refuses a file over ``FILE_BYTES`` and one
 that is not UTF-8 text, before parsing it.
 """
 
@@ -117,7 +117,7 @@ def _children(node: Node) -> list[Node]:
 
 def load(text: str, source: str) -> Any:
     """The plain data of the YAML document ``text``; ``source`` names it in errors (e.g.
-    ``config file 'x.yaml'``). Raises :class:`~fedcore.core.config.errors.ConfigError` (one
+    ``config file 'x.yaml'``). Raises ``ConfigError`` (one
     line)."""
     loader = None
     try:
@@ -144,7 +144,7 @@ YAML_SUFFIXES = (".yaml", ".yml")
 
 
 def read_file(path: str | Path, what: str = "config file") -> Any:
-    """:func:`load` of the file at ``path``: at most FILE_BYTES, UTF-8 (a BOM is allowed).
+    """``load`` of the file at ``path``: at most FILE_BYTES, UTF-8 (a BOM is allowed).
 
     Only a regular file whose name, once symbolic links are followed, ends in ``.yaml`` or
     ``.yml`` is read: a link ``base.yaml`` to /etc/shadow, or ``confirms: /etc/shadow``, had

@@ -1,5 +1,5 @@
 """A loaded dataset as tensors, the error of one that is missing, and the image normalisation
-every loader shares (a leaf: the loaders of :mod:`fedcore.core.data.datasets`, LEAF's and Tiny
+every loader shares (a leaf: the loaders of ``fedcore.core.data.datasets``, LEAF's and Tiny
 ImageNet's import it, not each other)."""
 
 from __future__ import annotations

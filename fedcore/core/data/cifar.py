@@ -1,7 +1,7 @@
 """CIFAR batch files read with a restricted unpickler, and checked for consistency.
 
 The CIFAR format is pickle, and a plain ``pickle.load`` runs whatever a crafted file asks for.
-:class:`CifarUnpickler` admits only what CIFAR files hold: dicts, lists, str/bytes, ints and
+``CifarUnpickler`` admits only what CIFAR files hold: dicts, lists, str/bytes, ints and
 numpy arrays (with the few numpy functions that rebuild them); any other global is refused
 before it is looked up, so nothing in the file runs. It is used whatever ``dataset.verify`` says.
 
@@ -9,7 +9,7 @@ Arrays are rebuilt only from the bytes stored in the file: numpy's own pickles c
 array and fill it from its stored bytes, so a declared shape with no bytes behind it (e.g.
 ``(300000, 3072)``: 0.9 GB of uninitialised memory) is refused, as are object, structured and
 sub-array dtypes (numpy crashes on an object array whose state is short). A batch file holds at
-most :data:`MAX_ROWS` images (10,000; CIFAR-100's ``train`` 50,000), whole rows of 3,072 uint8,
+most ``MAX_ROWS`` images (10,000; CIFAR-100's ``train`` 50,000), whole rows of 3,072 uint8,
 one integer label per image in ``0..classes-1``; anything else is refused naming the file.
 """
 
@@ -115,7 +115,7 @@ SAFE_GLOBALS: dict[str, Any] = {
 
 
 class CifarUnpickler(pickle.Unpickler):
-    """An unpickler that refuses every global outside :data:`ALLOWED_GLOBALS`, and gives the
+    """An unpickler that refuses every global outside ``ALLOWED_GLOBALS``, and gives the
     allowed ones in checked form (arrays only from their stored bytes, numeric dtypes only)."""
 
     def find_class(self, module: str, name: str) -> Any:
@@ -128,7 +128,7 @@ class CifarUnpickler(pickle.Unpickler):
 
 
 def load_cifar_pickle(path: Path) -> dict[str, Any]:
-    """The dict pickled in ``path``, read with :class:`CifarUnpickler` (DataFileError if not)."""
+    """The dict pickled in ``path``, read with ``CifarUnpickler`` (DataFileError if not)."""
     size = path.stat().st_size
     if size > max_file_bytes(path):
         raise DataFileError(f"{path}: {size:,} bytes, more than a CIFAR batch file of "

@@ -1,12 +1,12 @@
 """Load image-classification datasets as normalised in-memory tensors.
 
-``digits`` ships with fedcore (``fedcore/core/data/digits.npz``, :mod:`fedcore.core.data.digits`)
+``digits`` ships with fedcore (``fedcore/core/data/digits.npz``, ``fedcore.core.data.digits``)
 and is always available; MNIST, Fashion-MNIST and CIFAR go through torchvision's own dataset classes
 and read their on-disk files (``download=True`` fetches them when there is network access);
-``femnist`` reads LEAF's JSON files (:mod:`fedcore.core.data.leaf`) and ``tiny_imagenet`` the
-``tiny-imagenet-200`` folder (:mod:`fedcore.core.data.tiny_imagenet`). ``synthetic_cifar10`` is
-generated from the seed on the simulation device (:mod:`fedcore.core.data.synthetic`), for timing
-runs at CIFAR-10's shapes. Missing or corrupt files raise :class:`DatasetUnavailableError` with a
+``femnist`` reads LEAF's JSON files (``fedcore.core.data.leaf``) and ``tiny_imagenet`` the
+``tiny-imagenet-200`` folder (``fedcore.core.data.tiny_imagenet``). ``synthetic_cifar10`` is
+generated from the seed on the simulation device (``fedcore.core.data.synthetic``), for timing
+runs at CIFAR-10's shapes. Missing or corrupt files raise ``DatasetUnavailableError`` with a
 one-line hint saying where to put which files.
 """
 
@@ -83,7 +83,7 @@ def load_dataset(
     device: torch.device | str = "cpu",
     synthetic_samples: int | None = None,
 ) -> DatasetArrays:
-    """Load ``name`` (one of :data:`DATASET_NAMES`) as normalised tensors.
+    """Load ``name`` (one of ``DATASET_NAMES``) as normalised tensors.
 
     ``seed`` and ``global_test_fraction`` only matter where there is no official test split
     (``digits``, FEMNIST's ``all_data`` files); ``verify=False`` skips the md5 checks of CIFAR's
@@ -163,7 +163,7 @@ def _bad_checksums(cls: type[CIFAR10], folder: Path, files: list[str]) -> list[s
 
 
 def check_files_present(name: str, root: str | Path = "data", download: bool = False) -> None:
-    """Raise :class:`DatasetUnavailableError` (the same one-line hint as :func:`load_dataset`)
+    """Raise ``DatasetUnavailableError`` (the same one-line hint as ``load_dataset``)
     when ``name``'s files are not on disk and will not be downloaded; reads nothing.
 
     Sweeps and studies call it for every cell before Prefect starts.
@@ -190,7 +190,7 @@ def check_files_present(name: str, root: str | Path = "data", download: bool = F
 
 
 def _load_digits(seed: int, global_test_fraction: float) -> DatasetArrays:
-    """The embedded 8x8 digits (:mod:`fedcore.core.data.digits`), split stratified and seeded into
+    """The embedded 8x8 digits (``fedcore.core.data.digits``), split stratified and seeded into
     train and global test."""
     from fedcore.core.data.digits import digits_arrays, stratified_split
 

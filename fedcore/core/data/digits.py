@@ -3,7 +3,7 @@
 ``digits.npz`` (next to this module) holds the 1,797 8x8 images of the UCI "Optical Recognition
 of Handwritten Digits" test set (E. Alpaydin and C. Kaynak, 1998, CC BY 4.0,
 https://doi.org/10.24432/C50P49) as scikit-learn's ``load_digits`` returns them: integer pixels
-0..16 (uint8 here) and labels 0..9, in the same order. :func:`stratified_split` draws exactly
+0..16 (uint8 here) and labels 0..9, in the same order. ``stratified_split`` draws exactly
 the indices ``sklearn.model_selection.train_test_split(..., stratify=y, random_state=state)``
 draws, so loading it costs milliseconds instead of importing scikit-learn (about 0.8 s), and
 every split, partition and metric is the one scikit-learn gave. ``tests/test_digits.py``

@@ -61,7 +61,7 @@ class FederatedData:
 
 
 def built_key(cfg: DatasetConfig, seed: int, behaviour: ClientsConfig | None) -> str:
-    """What :func:`build_federated_data` was called with (not the device)."""
+    """What ``build_federated_data`` was called with (not the device)."""
     return json.dumps([cfg.model_dump(mode="json"), seed,
                        behaviour.model_dump(mode="json") if behaviour is not None else None],
                       sort_keys=True)
@@ -241,7 +241,7 @@ def validation_split(
 
 _SHARED: OrderedDict[str, FederatedData] = OrderedDict()
 _SHARED_LOCK = threading.Lock()
-SHARED_KEEP = 4  # datasets kept by :func:`shared_federated_data` (least recently used go)
+SHARED_KEEP = 4  # datasets kept by ``shared_federated_data`` (least recently used go)
 
 
 def shared_federated_data(
@@ -250,7 +250,7 @@ def shared_federated_data(
     device: torch.device | str = "cpu",
     behaviour: ClientsConfig | None = None,
 ) -> FederatedData:
-    """:func:`build_federated_data`, built once per process for the same arguments.
+    """``build_federated_data``, built once per process for the same arguments.
 
     The cells of a sweep that differ only in method share one loaded, partitioned dataset (the
     simulation never writes into it). The last ``SHARED_KEEP`` are kept.

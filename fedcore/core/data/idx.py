@@ -50,7 +50,7 @@ def read_idx(path: Path, ndim: int | None = None) -> np.ndarray:
     """Read a (possibly gzipped) uint8 IDX file, checking its header against its size.
 
     ``ndim`` (1 for labels, 3 for images) is checked when given; any mismatch raises
-    :class:`DataFileError` naming the file and what is wrong.
+    ``DataFileError`` naming the file and what is wrong.
     """
     raw = read_bytes(path)
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:

@@ -3,14 +3,14 @@
 A chunk's clients are sorted longest first (most local steps). Clients with the same step
 count form a bucket; the buckets run together in lock-step, and a bucket leaves the vmapped
 batch after its last step, so step ``t`` trains the first ``k_t`` clients (those with more than
-``t`` steps). :func:`segments` cuts a chunk's steps into runs of constant ``k`` (one per bucket),
+``t`` steps). ``segments`` cuts a chunk's steps into runs of constant ``k`` (one per bucket),
 which the engine executes with fixed shapes.
 
 Counted in client-sample passes (one sample through one forward and backward pass): a client's
 *useful* passes are its real batch rows; the engine *executes* ``k_t x width`` at step ``t``
 (``width``: the chunk's widest batch; a ragged last batch is padded to it and masked).
 A plain lock-step ``vmap`` would execute every client for the longest client's steps
-(:func:`lockstep_passes`). Nothing here needs torch: the counting script of
+(``lockstep_passes``). Nothing here needs torch: the counting script of
 ``benchmarks/padding.py`` uses it without training.
 """
 

@@ -1,7 +1,7 @@
 """Which execution engine a configuration gets, and why (the support rules of the vectorised one).
 
 The choice is made once, by the composition root (``fedcore.core.compose.assembly`` calls
-:func:`build_engine`); config validation only checks, with :func:`check_engine`, that an
+``build_engine``); config validation only checks, with ``check_engine``, that an
 explicit ``engine.backend=vectorised`` is possible, so that it fails as a one-line
 ``ConfigError`` before any compute.
 """
@@ -46,8 +46,8 @@ CPU_TINY_MEASURED = (
 
 def tiny_clients(cfg: ExperimentConfig, steps_per_client: float | None) -> bool:
     """Whether ``cfg`` is the CPU setting the vectorised engine measured faster in: at least
-    :data:`TINY_CLIENTS` clients per round taking at most :data:`TINY_STEPS` local steps on
-    average, on a model of :data:`TINY_MODELS`."""
+    ``TINY_CLIENTS`` clients per round taking at most ``TINY_STEPS`` local steps on
+    average, on a model of ``TINY_MODELS``."""
     return (steps_per_client is not None and steps_per_client <= TINY_STEPS
             and cfg.clients_per_round >= TINY_CLIENTS and cfg.model.name in TINY_MODELS)
 
@@ -126,9 +126,9 @@ def build_engine(
     """(engine, name, reason) for a simulation: the config's choice, checked on the real model.
 
     ``auto`` picks the vectorised engine on CUDA, and on CPU only for many tiny clients
-    (:func:`tiny_clients`, ``steps_per_client`` the mean planned local steps of a client):
-    elsewhere on CPU it measured slower than the sequential engine (:data:`CPU_MEASURED`,
-    :data:`CPU_TINY_MEASURED`, recorded as the run's ``engine_reason``). An explicit
+    (``tiny_clients``, ``steps_per_client`` the mean planned local steps of a client):
+    elsewhere on CPU it measured slower than the sequential engine (``CPU_MEASURED``,
+    ``CPU_TINY_MEASURED``, recorded as the run's ``engine_reason``). An explicit
     ``vectorised`` whose model cannot be vmapped raises ConfigError before training.
     """
     from fedcore.core.engines import sequential

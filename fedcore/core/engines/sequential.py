@@ -51,7 +51,7 @@ def draws_global_rng(model: nn.Module, client_algo: object) -> bool:
 def train_client(rc: RoundContext, client_id: int) -> ClientUpdate:
     """One client's local training in the round (seeded by (seed, round, client)).
 
-    Training that may draw from torch's global RNG (:func:`draws_global_rng`) seeds it, under
+    Training that may draw from torch's global RNG (``draws_global_rng``) seeds it, under
     ``GLOBAL_RNG_LOCK`` like every other section that seeds or draws from it (model
     initialisation), and restores it after; other training leaves it untouched, so it never
     changes the generator while another thread's section uses it."""

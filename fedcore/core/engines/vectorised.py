@@ -555,7 +555,7 @@ PER_CLIENT = ("data", "state", "generator", "start_params")
 
 
 def shared_context(ctx: LocalContext) -> LocalContext:
-    """``ctx`` with its per-client fields replaced by :class:`PerClientField` guards: what the
+    """``ctx`` with its per-client fields replaced by ``PerClientField`` guards: what the
     chunk's clients share (global params, layout, schedule, round, downlink, frozen models)."""
     guards: dict[str, object] = {name: PerClientField(name) for name in PER_CLIENT}
     return replace(ctx, **guards)  # type: ignore[arg-type]

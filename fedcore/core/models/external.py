@@ -54,7 +54,7 @@ def is_import_path(name: str) -> bool:
 
 def resolve(path: str, key: str = "model.name") -> Any:
     """The model class or factory at ``module:attr`` (``attr`` may be dotted), checked to be
-    one before anything is called (:func:`check_model_kind`); a one-line ``ConfigError``
+    one before anything is called (``check_model_kind``); a one-line ``ConfigError``
     naming ``key``, the module and the cause when the import fails or the object is of
     another kind."""
     from fedcore.core.config.component_loading import ComponentError, import_object
@@ -209,7 +209,7 @@ def _code_owner(obj: Any) -> Any:
 
 def factory_fields(model: ModelFactory) -> tuple[dict[str, Any], Any]:
     """The ``model`` fields that record a factory passed from Python, and the object whose code
-    is recorded (see the module docstring). ``weights`` is left to :func:`is_opaque` callers."""
+    is recorded (see the module docstring). ``weights`` is left to ``is_opaque`` callers."""
     path = _named(model)
     if path is not None:
         return {"name": path, "weights": None}, model
@@ -233,7 +233,7 @@ def is_opaque(model: ModelArg | None) -> bool:
 def config_with_model(cfg: ExperimentConfig, model: ModelArg) -> ExperimentConfig:
     """``cfg`` saying truthfully which model a Python caller passed (its class or factory path,
     code record, and for an instance the digest of its initial weights; for a factory that no
-    import path names, :func:`with_initial_weights` adds that once it is built)."""
+    import path names, ``with_initial_weights`` adds that once it is built)."""
     source: Any
     update: dict[str, Any]
     if isinstance(model, nn.Module):

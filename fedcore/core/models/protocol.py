@@ -5,15 +5,15 @@ method that only calls ``model(x)`` (FedAvg, FedProx, SCAFFOLD, CRAFT, CRF, ...)
 and metrics need more, asked for by name:
 
 - ``embedding(x)`` and ``head(z)``, with ``model(x) == head(embedding(x))``: the classifier's
-  input ``(B, e)`` and the classifier (:class:`EmbeddingModel`). MOON, FedQuad, TripletFL,
+  input ``(B, e)`` and the classifier (``EmbeddingModel``). MOON, FedQuad, TripletFL,
   QuadrupletFL and SupConFL train on embeddings; the ``repr/*`` metrics measure them (a model
   without them runs, and those metrics are skipped and the skip recorded).
 - ``add_projection_head(out_dim)``: MOON puts a projection head between embedding and
-  classifier (:class:`fedcore.core.models.FedModel` has it).
+  classifier (``fedcore.core.models.FedModel`` has it).
 - ``oui_units(x)``: the inputs of the last ReLU before the classifier, one column per unit
   (FedOUI's overfitting indicator).
 
-:class:`fedcore.core.models.FedModel` subclasses offer all of them;
+``fedcore.core.models.FedModel`` subclasses offer all of them;
 ``fedcore.core.compose.model_check`` refuses a model that lacks what the configured method needs.
 """
 

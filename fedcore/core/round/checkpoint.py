@@ -6,17 +6,17 @@ Python numbers) and turned back on load. Loading uses ``torch.load(weights_only=
 executes no code from the file.
 
 Every file records the code digest of the process that wrote it (``code_digest``,
-:mod:`fedcore.core.round.code_digest`); :func:`latest` resumes only a checkpoint of this code and
+``fedcore.core.round.code_digest``); ``latest`` resumes only a checkpoint of this code and
 deletes those of other code, so one run never mixes two versions of the code.
 
-Every file also carries ``hmac``, an HMAC-SHA256 over everything else in it (:func:`digest`)
-under a key the user controls (:func:`key_for`: ``FEDCORE_CHECKPOINT_KEY``, else a random key
-file ``checkpoint.key``, mode 0600, in ``checkpoint_dir``; :func:`check_key` refuses a key file
+Every file also carries ``hmac``, an HMAC-SHA256 over everything else in it (``digest``)
+under a key the user controls (``key_for``: ``FEDCORE_CHECKPOINT_KEY``, else a random key
+file ``checkpoint.key``, mode 0600, in ``checkpoint_dir``; ``check_key`` refuses a key file
 that is not a regular 0600 file of this user holding a key of the right length), checked on
 load whatever code wrote the file: a file unsigned, edited, corrupted or forged (its digest
 recomputed) by someone without the key is refused, naming the file. Anyone who can read the key
 can forge a checkpoint.
-:func:`check_state` refuses a state inconsistent with the run it would resume (a round beyond
+``check_state`` refuses a state inconsistent with the run it would resume (a round beyond
 its ``rounds``, a history or per-client tables that do not match the round, parameters or
 buffers of another shape).
 """
@@ -64,7 +64,7 @@ class CheckpointError(ConfigError):
 
 
 def unusable(state: dict[str, Any], problem: str) -> CheckpointError:
-    """The error for ``state`` (as :func:`load` returned it) with ``problem``, e.g. what it
+    """The error for ``state`` (as ``load`` returned it) with ``problem``, e.g. what it
     lacks, naming its file and the way to start afresh."""
     origin = state.get(ORIGIN, {"file": "the checkpoint", "remedy": "delete it and rerun"})
     return CheckpointError(
@@ -91,7 +91,7 @@ def encode(obj: Any) -> Any:
 
 
 def decode(obj: Any) -> Any:
-    """Inverse of :func:`encode`."""
+    """Inverse of ``encode``."""
     if isinstance(obj, dict):
         if set(obj) == {_NUMPY}:
             return obj[_NUMPY].numpy()
@@ -114,7 +114,7 @@ def key_for(base: Path) -> bytes:
     another's uploaded checkpoint the same one), else the file ``<base>/checkpoint.key``, created
     once with 32 random bytes and mode 0600 (atomically: concurrent runs agree on one key).
 
-    An existing key file is used only when :func:`check_key` accepts it."""
+    An existing key file is used only when ``check_key`` accepts it."""
     env = os.environ.get(KEY_ENV)
     if env:
         return env.encode()
@@ -149,7 +149,7 @@ def check_key(base: Path) -> None:
 
 
 def _read_key(path: Path) -> bytes:
-    """The key in ``path``, read only after :func:`check_key`'s conditions hold on the opened
+    """The key in ``path``, read only after ``check_key``'s conditions hold on the opened
     file itself (no symbolic link followed, a FIFO not waited on); its content is never shown."""
     def refused(problem: str) -> CheckpointError:
         return CheckpointError(
@@ -216,7 +216,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore :func:`rng_state` (CUDA only onto as many devices as were saved)."""
+    """Restore ``rng_state`` (CUDA only onto as many devices as were saved)."""
     kind, keys, pos, has_gauss, gauss = state["numpy"]
     version, internal, gauss_next = state["python"]
     with GLOBAL_RNG_LOCK:
@@ -248,10 +248,10 @@ def checkpoint_files(folder: Path) -> list[Path]:
 
 def save(state: dict[str, Any], folder: Path, round: int, keep: int = KEEP,
          code: str | None = None, key: bytes | None = None) -> Path:
-    """Write ``round-<round>.pt`` atomically (temporary file, fsync, rename); :func:`prune`.
+    """Write ``round-<round>.pt`` atomically (temporary file, fsync, rename); ``prune``.
 
-    ``code``: the run's code digest (:func:`fedcore.core.round.code_digest.of_config`; None:
-    fedcore's). ``key``: the HMAC key (None: :func:`key_for` of ``folder.parent``). A failed write
+    ``code``: the run's code digest (``fedcore.core.round.code_digest.of_config``; None:
+    fedcore's). ``key``: the HMAC key (None: ``key_for`` of ``folder.parent``). A failed write
     leaves no temporary file; a full disk raises ``OSError(ENOSPC)`` naming the checkpoint (``no
     space left on device writing checkpoint <path>``). A folder deleted meanwhile (an identical run
     that finished) is made again."""
@@ -311,14 +311,14 @@ def load(
     remedy: str | None = None,
     key: bytes | None = None,
 ) -> dict[str, Any]:
-    """Read a checkpoint with ``weights_only=True`` (no code runs) and undo :func:`encode`.
+    """Read a checkpoint with ``weights_only=True`` (no code runs) and undo ``encode``.
 
     The state gets ``ORIGIN``: ``origin`` (default: the path) and ``remedy``, how to start
-    afresh instead (default: delete the run's checkpoint folder), for :func:`unusable`.
+    afresh instead (default: delete the run's checkpoint folder), for ``unusable``.
     A file whose ``hmac`` is missing (whatever its ``code_digest``: a plugin run's too) or does
-    not match its contents under ``key`` (None: :func:`key_for` of the folder above the file's;
+    not match its contents under ``key`` (None: ``key_for`` of the folder above the file's;
     edited, corrupted or forged since it was written, or written under another key) raises
-    :class:`CheckpointError`.
+    ``CheckpointError``.
     """
     if map_location is None and not torch.cuda.is_available():
         map_location = "cpu"
@@ -357,7 +357,7 @@ def check_state(
     state: dict[str, Any], rounds: int, eval_every: int, params: torch.Tensor,
     buffers: dict[str, torch.Tensor],
 ) -> str | None:
-    """What makes ``state`` (a loaded :meth:`Simulation.state_dict`) impossible for a run of
+    """What makes ``state`` (a loaded ``Simulation.state_dict``) impossible for a run of
     ``rounds`` rounds evaluated every ``eval_every`` with these ``params`` and ``buffers``, or
     None. The history holds rounds 1..round; per-client tables the evaluated ones."""
     r = state["round"]

@@ -9,7 +9,7 @@ and checkpoints as ``code_digest``: a sweep reuses, a report tables and a resume
 work made by the same code (docs/explanation/provenance.md).
 
 A run whose rule, client objective or compressor comes from a package outside fedcore
-(:mod:`fedcore.core.compose.plugins`) has the digest of both: :func:`of_config` folds in each such
+(``fedcore.core.compose.plugins``) has the digest of both: ``of_config`` folds in each such
 package's files digest, so editing the user's code reruns the sweep cells that use it.
 """
 
@@ -33,7 +33,7 @@ LENGTH = 12  # hex characters kept
 
 
 def source_files(root: Path) -> list[Path]:
-    """The ``.py`` files of :data:`PACKAGES` under ``root`` (the folder holding them), sorted by
+    """The ``.py`` files of ``PACKAGES`` under ``root`` (the folder holding them), sorted by
     their path relative to ``root``."""
     found = []
     for package in PACKAGES:
@@ -44,13 +44,13 @@ def source_files(root: Path) -> list[Path]:
 
 
 def library_versions() -> dict[str, str]:
-    """``__version__`` of :data:`LIBRARIES` as imported (torch's includes its build, e.g.
+    """``__version__`` of ``LIBRARIES`` as imported (torch's includes its build, e.g.
     ``+cu130``); every run imports both anyway."""
     return {name: importlib.import_module(name).__version__ for name in LIBRARIES}
 
 
 def digest_of(root: Path, versions: dict[str, str]) -> str:
-    """sha256 (first :data:`LENGTH` hex characters) of the sources under ``root`` and
+    """sha256 (first ``LENGTH`` hex characters) of the sources under ``root`` and
     ``versions``; each file enters as its relative path, its length and its bytes."""
     h = hashlib.sha256()
     for path in source_files(root):
@@ -70,7 +70,7 @@ def current() -> str:
 
 
 def of_method(method: Mapping[str, Any]) -> str:
-    """The digest of the code a run of this (resolved) method runs: :func:`current` when all
+    """The digest of the code a run of this (resolved) method runs: ``current`` when all
     its components are fedcore's own, else that combined with the files digest of every
     package outside fedcore they come from."""
     from fedcore.core.compose.plugins import sources
@@ -85,5 +85,5 @@ def of_method(method: Mapping[str, Any]) -> str:
 
 
 def of_config(cfg: ExperimentConfig) -> str:
-    """:func:`of_method` of a validated config's method."""
+    """``of_method`` of a validated config's method."""
     return of_method(cfg.resolved()["method"])

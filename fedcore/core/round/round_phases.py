@@ -1,7 +1,7 @@
 """The phases of one round as functions of what they read: the local schedule, the sampler's
 local losses, the accepted uplinks stacked for the rule, the rule's timed step, the BatchNorm
 statistics, and the round's metrics and per-client columns (the driver,
-:mod:`fedcore.core.round.simulation`, calls them in order)."""
+``fedcore.core.round.simulation``, calls them in order)."""
 
 from __future__ import annotations
 
@@ -270,5 +270,5 @@ def round_metrics(
 
 
 def stat_metrics(msgs: list[Message]) -> dict[str, float]:
-    """The clients' statistics summed or averaged over the round (:mod:`fedcore.core.metrics`)."""
+    """The clients' statistics summed or averaged over the round (``fedcore.core.metrics``)."""
     return client_stat_metrics([m.update.stats for m in msgs])

@@ -80,7 +80,7 @@ def _states(state: dict[str, Any], key: str, count: int, what: str) -> list[dict
 
 
 def restore(run: Resumable, state: dict[str, Any], rng: bool = True) -> None:
-    """Restore :func:`state_of` into ``run`` (and, with ``rng``, the global generators).
+    """Restore ``state_of`` into ``run`` (and, with ``rng``, the global generators).
 
     A checkpoint of an older version (lacking keys, e.g. ``bytes_down_total`` before round
     protocol v2), of another config, or inconsistent with this run (``check_state``) raises a

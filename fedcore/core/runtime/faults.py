@@ -45,7 +45,7 @@ class DropDiskFull(logging.Filter):
 
 
 def quiet_library_logs(*names: str) -> None:
-    """Install :class:`DropDiskFull` on the loggers ``names`` (once each)."""
+    """Install ``DropDiskFull`` on the loggers ``names`` (once each)."""
     for name in names:
         logger = logging.getLogger(name)
         if not any(isinstance(f, DropDiskFull) for f in logger.filters):

@@ -1,7 +1,7 @@
 """Graceful stop on SIGTERM / SIGINT: the process finishes the round in flight, then stops.
 
 The first signal only sets a process-wide flag; the round loop checks it at every round
-boundary and raises :class:`StopRequested`, whose ``run_status`` (KILLED) the tracker records.
+boundary and raises ``StopRequested``, whose ``run_status`` (KILLED) the tracker records.
 Sweeps and studies start no new cell or trial once it is set. A second signal exits at once
 (exit code 128 + signal number, as a shell reports a process ended by that signal).
 """
@@ -32,8 +32,8 @@ class StopRequested(BaseException):
 
 
 def requested() -> bool:
-    """Whether a stop was requested: a signal, :func:`request`, or (in this thread) the check of
-    an enclosing :func:`also_when`."""
+    """Whether a stop was requested: a signal, ``request``, or (in this thread) the check of
+    an enclosing ``also_when``."""
     if _STOP.is_set():
         return True
     check = getattr(_local, "check", None)
@@ -66,7 +66,7 @@ def request(signum: int = signal.SIGTERM) -> None:
 
 def signal_name() -> str:
     """The first signal received, e.g. ``SIGTERM``; else the reason of an enclosing
-    :func:`also_when`."""
+    ``also_when``."""
     if _received:
         return signal.Signals(_received[0]).name
     return getattr(_local, "reason", None) or "a stop request"
@@ -78,7 +78,7 @@ def exit_code() -> int:
 
 
 def check(round: int) -> None:
-    """Raise :class:`StopRequested` when a stop was requested (``round``: the last one done)."""
+    """Raise ``StopRequested`` when a stop was requested (``round``: the last one done)."""
     if requested():
         raise StopRequested(f"stopped by {signal_name()} after round {round}")
 

@@ -1,7 +1,7 @@
 """The client sampler interface: which clients train in a round (``method.sampler``).
 
 The round driver asks its sampler once per round; a sampler sees the population through a
-:class:`Population` record (sizes, the seed, and a way to measure the current global model's
+``Population`` record (sizes, the seed, and a way to measure the current global model's
 loss on chosen clients), never the simulation itself.
 """
 

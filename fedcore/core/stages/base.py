@@ -8,12 +8,12 @@ what goes on the wire and its bytes), ``on_receive`` (server side, on each messa
 ``receive_round`` (server side, once over all the round's messages, returning metrics) and
 ``end_round`` (once the rule's step is applied: the server's ``Closing``, which a stage may
 change, e.g. an extra server step, and metrics). The round driver calls each hook on every
-stage in chain order; stages named in ``method.stages`` come from :data:`REGISTRY`.
+stage in chain order; stages named in ``method.stages`` come from ``REGISTRY``.
 
 Each stage declares its ``side``: ``client`` (on the trained update before it is sent),
 ``wire`` (what travels: compression, transport) or ``server`` (on receipt). The chain's order
 follows from the sides, client before wire before server; within a side the order given to
-:class:`Chain` is kept (the composition root gives: the built-in attack, the config's stages in
+``Chain`` is kept (the composition root gives: the built-in attack, the config's stages in
 ``method.stages`` order, the built-in uplink, the built-in non-finite filter).
 
 Server-side verdicts compose: a message is accepted only if no stage rejected it, a stage
@@ -51,7 +51,7 @@ def stage_name(stage: Stage) -> str:
 
 
 def side_rank(stage: type[Stage] | Stage, where: str) -> int:
-    """The place of the stage's declared ``side`` in :data:`SIDES`; a one-line ConfigError
+    """The place of the stage's declared ``side`` in ``SIDES``; a one-line ConfigError
     naming ``<where>.side`` when it declares none or another."""
     side = getattr(stage, "side", None)
     if side not in SIDES:
@@ -121,7 +121,7 @@ class Stage(Component):
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore ``state_dict``."""
 
 
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).

@@ -39,7 +39,7 @@ def _one_line(exc: ValidationError, what: str) -> str:
 def resolve_compression(spec: dict[str, Any]) -> dict[str, Any]:
     """The canonical flat mapping: compressor, its knobs, error_feedback, the variant's knobs
     (defaults filled in). A key that acts only with another variant, or with none, is a
-    one-line :class:`ConfigError` naming the allowed keys."""
+    one-line ``ConfigError`` naming the allowed keys."""
     name = spec.get("compressor")
     if not isinstance(name, str):
         got = "missing" if name is None else f"expected a name (got {shown(name)})"

@@ -76,7 +76,7 @@ class ErrorFeedback(Component):
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, int]:
         """The uplink vector ``name`` as the server receives it and its bytes: through
-        :meth:`compress` when it is the one this variant :attr:`corrects`, C alone otherwise."""
+        ``compress`` when it is the one this variant ``corrects``, C alone otherwise."""
         if name == self.corrects:
             return self.compress(op, vector, state, generator)
         return op(vector, generator)

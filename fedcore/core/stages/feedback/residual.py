@@ -54,7 +54,7 @@ EMITTED_METRICS = {
 class ResidualFeedback(ErrorFeedback):
     """Per-client residual bookkeeping; the residual lives in the client's store entry.
 
-    ``fixed_alpha`` is the variant's alpha; SA-PEF overrides :meth:`alpha_for`."""
+    ``fixed_alpha`` is the variant's alpha; SA-PEF overrides ``alpha_for``."""
 
     HParams: ClassVar[type[HParams]] = ResidualHParams
     hp: ResidualHParams
