@@ -28,16 +28,24 @@ def test_version_and_python_m_fedcore():
 
 def test_help_lists_every_command_and_run_lists_keys_and_methods():
     from fedcore.cli import config_keys
+    from fedcore.core.callbacks.configured import REGISTRY as CALLBACKS
     from fedcore.core.config import method_names
+    from fedcore.core.samplers.base import REGISTRY as SAMPLERS
+    from fedcore.core.stages.base import REGISTRY as STAGES
 
     top = _python("--help").stdout
     for command in ("run", "sweep", "report", "tune", "ui"):
         assert f"\n    {command} " in top, command
-    run_help = " ".join(_python("run", "--help").stdout.split())
+    raw_help = _python("run", "--help").stdout
+    run_help = " ".join(raw_help.split())
     for key in config_keys():
         assert key in run_help, key
     for method in method_names():
         assert method in run_help, method
+    for title, registry in (("stages", STAGES), ("samplers", SAMPLERS),
+                            ("callbacks", CALLBACKS)):
+        block = raw_help.split(f"\n{title} (")[1].split("\n\n")[0].split("\n", 1)[1]
+        assert block.replace(",", " ").split() == registry.names(), title
     assert {"dataset.alpha", "local.lr", "method.client.*", "engine.backend"} <= set(config_keys())
 
 

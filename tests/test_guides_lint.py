@@ -62,3 +62,9 @@ def test_guide_code_passes_mypy_strict(page: str, tmp_path: Path) -> None:
     failure = gate(BIN / "mypy", "--strict", "--config-file", ROOT / "pyproject.toml",
                    "--no-error-summary", *files)
     assert not failure, f"{page}:\n{failure}"
+
+
+def test_docs_index_links_every_guide() -> None:
+    index = (ROOT / "docs" / "index.md").read_text()
+    for page in (*GUIDES, "how-to/plugins.md"):
+        assert f"]({page})" in index, page

@@ -269,15 +269,33 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def run_epilog() -> str:
-    """``fedcore run --help``'s list of config keys and shipped methods."""
+    """``fedcore run --help``'s lists: config keys, shipped methods, stages, samplers and
+    callbacks."""
+    from fedcore.core.callbacks.configured import REGISTRY as CALLBACKS
     from fedcore.core.config import method_names
+    from fedcore.core.samplers.base import REGISTRY as SAMPLERS
+    from fedcore.core.stages.base import REGISTRY as STAGES
 
-    return (EPILOG + "\n\nconfig keys (configs/experiment.yaml; docs/reference/config.md):\n"
-            + textwrap.fill(", ".join(config_keys()), 88, initial_indent="  ",
-                            subsequent_indent="  ")
-            + "\n\nmethods (method=NAME, configs/methods/*.yaml):\n"
-            + textwrap.fill(", ".join(method_names()), 88, initial_indent="  ",
-                            subsequent_indent="  "))
+    lists = [
+        ("config keys (configs/experiment.yaml; docs/reference/config.md)", config_keys()),
+        ("methods (method=NAME, configs/methods/*.yaml)", method_names()),
+        ("stages (method.stages='[{stage: NAME, ...}]')", STAGES.names()),
+        ("samplers (method.sampler='{sampler: NAME, ...}')", SAMPLERS.names()),
+        ("callbacks (callbacks='[{callback: NAME, ...}]')", CALLBACKS.names()),
+    ]
+    return EPILOG + "".join(
+        f"\n\n{title}:\n" + textwrap.fill(", ".join(names), 88, initial_indent="  ",
+                                          subsequent_indent="  ")
+        for title, names in lists
+    )
+
+
+class RunHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """``fedcore run``'s help: its epilog (the registries' names, whose modules import torch)
+    is built only when the help is shown, not for every command."""
+
+    def add_text(self, text: str | None) -> None:
+        super().add_text(run_epilog() if text == EPILOG else text)
 
 
 def config_keys() -> list[str]:
@@ -292,7 +310,7 @@ def config_keys() -> list[str]:
             sub = info.annotation
             if name == "method":
                 keys += ["method", "method.client.*", "method.aggregator.*",
-                         "method.compression.*"]
+                         "method.compression.*", "method.sampler.*", "method.stages"]
             elif isinstance(sub, type) and issubclass(sub, BaseModel):
                 keys += walk(sub, f"{prefix}{name}.")
             elif f"{prefix}{name}" not in RECORDED:
@@ -357,8 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fedcore {fedcore.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p_run = sub.add_parser(
-        "run", help="run one simulation (defaults when no CONFIG)", epilog=run_epilog(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "run", help="run one simulation (defaults when no CONFIG)", epilog=EPILOG,
+        formatter_class=RunHelpFormatter,
     )
     p_run.add_argument("items", nargs="*", metavar="[CONFIG] [KEY=VALUE ...]")
     p_run.set_defaults(func=cmd_run)
