@@ -15,7 +15,7 @@ from fedcore.tracking import environment
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements" / "lock.txt"
-LOCKED_EXTRAS = ("dev", "pipeline")
+LOCKED_EXTRAS = ("dev", "pipeline", "hub")
 
 
 def locked(text: str) -> dict[str, str]:
