@@ -34,6 +34,7 @@ from fedcore.pipeline.aggregate import (
     setting_labels,
     summary_table,
 )
+from fedcore.tracking.comparison_plots import REFERENCE_ZORDER, SMALL, fitted
 from fedcore.tracking.plots import _pyplot
 
 if TYPE_CHECKING:
@@ -43,23 +44,30 @@ if TYPE_CHECKING:
 def profile_png(
     profiles: Mapping[str, pd.DataFrame], label: str, reference: str, path: Path
 ) -> Figure:
-    """One curve per row (tau against the fraction of its runs above tau, with its band); the
-    reference drawn black and first in the legend."""
+    """One curve per row (tau against the fraction of its runs above tau, with its band cut
+    to [0, 1]); the reference dashed black, drawn last and on top (visible over a curve equal
+    to it) and first in the legend."""
     plt = _pyplot()
     fig: Figure
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for i, (row, prof) in enumerate(profiles.items()):
+    order = sorted(enumerate(profiles.items()), key=lambda item: item[1][0] == reference)
+    for i, (row, prof) in order:
         ref = row == reference
         colour = "black" if ref else plt.get_cmap("tab10")(i % 10)
         ax.plot(prof["tau"], prof["fraction"], color=colour, lw=2.0 if ref else 1.4,
+                linestyle="--" if ref else "-", zorder=REFERENCE_ZORDER if ref else 2,
                 label=f"{row} (reference)" if ref else row)
-        ax.fill_between(prof["tau"], prof["low"], prof["high"], color=colour, alpha=0.15, lw=0)
+        ax.fill_between(prof["tau"], prof["low"].clip(0, 1), prof["high"].clip(0, 1),
+                        color=colour, alpha=0.15, lw=0, zorder=REFERENCE_ZORDER - 1 if ref else 1)
     ax.set_xlabel(f"{label} threshold tau")
     ax.set_ylabel("fraction of runs above tau")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", loc="lower left")
-    ax.set_title(f"Performance profile over all settings: {label}")
+    handles, labels = ax.get_legend_handles_labels()
+    first = sorted(range(len(labels)), key=lambda j: not labels[j].endswith("(reference)"))
+    ax.legend([handles[j] for j in first], [labels[j] for j in first], fontsize=SMALL,
+              loc="lower left")
+    ax.set_title(fitted(f"Performance profile over all settings: {label}", 6.2))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -41,7 +41,7 @@ def integer_ticks(ax: Axes) -> None:
 _MARGINS = {"left": 0.07, "right": 0.98, "bottom": 0.13, "top": 0.9, "wspace": 0.22}
 
 
-def curves_png(history: list[dict[str, float]], path: Path) -> None:
+def curves_png(history: list[dict[str, float]], path: Path) -> Figure:
     evals = [h for h in history if "test/accuracy" in h]
     fig = _figure((10, 4))
     ax_acc, ax_loss = fig.subplots(1, 2)
@@ -66,9 +66,10 @@ def curves_png(history: list[dict[str, float]], path: Path) -> None:
     integer_ticks(ax_loss)
     fig.subplots_adjust(**_MARGINS)  # fixed margins: tight_layout costs a draw per figure
     fig.savefig(path, dpi=100)
+    return fig
 
 
-def fairness_png(accuracy: np.ndarray, round: int, path: Path) -> None:
+def fairness_png(accuracy: np.ndarray, round: int, path: Path) -> Figure:
     fig = _figure((10, 4))
     ax_hist, ax_sorted = fig.subplots(1, 2)
     # stairs: one artist per panel (a bar per client costs ~5 ms each in matplotlib)
@@ -81,3 +82,4 @@ def fairness_png(accuracy: np.ndarray, round: int, path: Path) -> None:
     ax_sorted.set(xlabel="client (sorted)", ylabel="accuracy", ylim=(0, 1), title="Sorted")
     fig.subplots_adjust(**_MARGINS)
     fig.savefig(path, dpi=100)
+    return fig
