@@ -238,7 +238,7 @@ def test_every_component_kind_shares_the_base_and_is_checked_in_one_loop():
                              "method.stages=[{stage: median_norm}]",
                              "callbacks=[{callback: early_stopping}]"])
     assert [r.kind for r, _ in component_specs(cfg)] == [
-        "client algorithm", "aggregator rule", "error feedback", "compressor", "sampler",
+        "client algorithm", "aggregator rule", "compressor", "error feedback", "sampler",
         "stage", "callback"]
     stage = f"{__name__}:NeedsPlainSgd"
     load_config(None, [f"method.stages=[{{stage: '{stage}'}}]"])

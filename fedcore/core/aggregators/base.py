@@ -14,7 +14,6 @@ import torch
 from fedcore.core.config.component import Component
 from fedcore.core.config.registry import HParams as BaseHParams
 from fedcore.core.config.registry import Registry
-from fedcore.core.config.requirements import Need
 from fedcore.core.models.layout import ParamLayout
 
 REGISTRY: Registry[Aggregator] = Registry(
@@ -95,14 +94,6 @@ class Aggregator(Component):
         super().__init__(hparams)
         self.num_clients = 0
         self.layout: ParamLayout | None = None
-
-    @classmethod
-    def requirements(cls, hp: BaseHParams) -> list[Need]:
-        """What this rule needs from the rest of the config
-        ([`fedcore.core.config.requirements`][fedcore.core.config.requirements]), checked at load by
-        [`fedcore.core.compose.configure.build_config`][fedcore.api.build_config]; none by
-        default."""
-        return []
 
     def setup(self, num_clients: int, layout: ParamLayout) -> None:
         """Called once before the first round: N and the parameter layout."""

@@ -1,9 +1,10 @@
 """The run's callbacks in order, and how the loop calls them and merges what they return.
 
 Order: the built-in evaluation and summary, the components' own callbacks (``callbacks()`` of
-the client objective, the rule, the compressor) and the config's (``callbacks``), the user's
-callbacks, then the divergence
-guard, the stop request and the checkpoint (last, so that it holds the round's every metric).
+every component: the client objective, the rule, the compressor, the sampler, the stages, the
+configured callbacks; then the privacy account's) and the config's (``callbacks``), the user's
+callbacks, then the divergence guard, the stop request and the checkpoint (last, so that it
+holds the round's every metric).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fedcore.core.callbacks.signals import SignalStop
 from fedcore.core.callbacks.summary import Summary
 
 if TYPE_CHECKING:
+    from fedcore.core.config.component import Component
     from fedcore.core.records import Result
     from fedcore.core.records.client_table import ClientTable
 
@@ -47,14 +49,9 @@ def builtins(
     return out
 
 
-def contributed(components: Iterable[object]) -> list[Callback]:
-    """The callbacks the components contribute (their ``callbacks()``, where they have one)."""
-    out: list[Callback] = []
-    for component in components:
-        own = getattr(component, "callbacks", None)
-        if own is not None:
-            out.extend(checked(cb) for cb in own())
-    return out
+def contributed(components: Iterable[Component]) -> list[Callback]:
+    """The callbacks the components contribute (their ``callbacks()``), in order."""
+    return [checked(cb) for component in components for cb in component.callbacks()]
 
 
 def chain(

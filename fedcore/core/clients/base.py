@@ -18,7 +18,6 @@ from fedcore.core.clients.plan import Batch, Commit, Finished, FollowUp, LocalPl
 from fedcore.core.config.component import Component
 from fedcore.core.config.registry import HParams as BaseHParams
 from fedcore.core.config.registry import Registry
-from fedcore.core.config.requirements import Need
 from fedcore.core.data.client_data import ClientData
 from fedcore.core.records import (
     BatchMask,
@@ -138,14 +137,6 @@ class ClientAlgorithm(Component):
     def commit(self, c: Commit) -> None:
         """Update client state once the server has judged the update; called for every
         sampled client."""
-
-    @classmethod
-    def requirements(cls, hp: BaseHParams) -> list[Need]:
-        """What this objective needs from the rest of the config
-        ([`fedcore.core.config.requirements`][fedcore.core.config.requirements]), checked at load by
-        [`fedcore.core.compose.configure.build_config`][fedcore.api.build_config]; none by
-        default."""
-        return []
 
     @classmethod
     def update_objective(cls, hp: BaseHParams) -> tuple[str, BaseHParams]:

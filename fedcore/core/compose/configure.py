@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from fedcore.core.compose.resolve import Inherited
 from fedcore.core.config import (
     ExperimentConfig,
     _one_line,
@@ -86,9 +86,6 @@ def build_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     _validate_method(cfg, Inherited(origin, frozenset(method_over)))
-    from fedcore.core.callbacks.configured import resolve_callbacks
-
-    cfg.callbacks = resolve_callbacks(cfg.callbacks)
     check_requirements(cfg)
     from fedcore.core.privacy.checks import check_privacy
 
@@ -124,93 +121,24 @@ def load_config(
     return build_config(raw, overrides)
 
 
-@dataclass(frozen=True)
-class Inherited:
-    """Where a method's blocks came from (``method fedavg``) and the ``method.*`` keys that
-    overrides set, to say which keys a component was given without the user writing them."""
-
-    origin: str = "the method"
-    overridden: frozenset[str] = frozenset()
-
-    def unknown_key(self, prefix: str, key: str, name: str, field: str,
-                    allowed: list[str]) -> str | None:
-        """The error for ``prefix.field``, unknown to component ``name``, when the user only
-        swapped the component (``prefix.key=name``) and ``field`` came with the block."""
-        if (f"{prefix}.{key}" not in self.overridden or prefix in self.overridden
-                or f"{prefix}.{field}" in self.overridden):
-            return None
-        return (f"{prefix}.{field}: not a key of {key} {name}; it came with the "
-                f"{prefix.split('.')[-1]} block of {self.origin} (only {prefix}.{key} was "
-                f"overridden); allowed: {', '.join(allowed)}; set the whole block instead, "
-                f"e.g. {prefix}={{{key}: {name}}}")
-
-
 def _validate_method(cfg: ExperimentConfig, inherited: Inherited | None = None) -> None:
-    """Resolve each axis's component by name and replace its spec by the validated one (the
-    compression mapping split into the compressor's and the error-feedback variant's keys);
-    ``inherited`` names where a key that the component lacks came from."""
+    """Resolve every axis's components by name, in the order of ``AXES``, and replace each
+    value by the validated one; ``inherited`` names where a key that a component lacks came
+    from."""
     from fedcore.core.compose.axes import AXES
-    from fedcore.core.samplers import resolve_sampler
-    from fedcore.core.stages.compression_spec import resolve_compression
-    from fedcore.core.stages.spec import resolve_stages
 
-    method = cfg.method
-    method.compression = resolve_compression(dict(method.compression))
-    training = cfg.dataset.num_clients - cfg.dataset.held_out_count()  # those it may draw
-    method.sampler = resolve_sampler(method.sampler, training, cfg.clients_per_round)
-    method.stages = resolve_stages(method.stages)
-    for field_name, registry in AXES:
-        if field_name == "compression":
-            continue  # resolved above
-        spec = dict(getattr(method, field_name))
-        prefix = f"method.{field_name}"
-        name = spec.get(registry.key)
-        if name is None:
-            raise ConfigError(
-                f"{prefix}.{registry.key}: missing; allowed: {', '.join(registry.names())}"
-            )
-        if not isinstance(name, str):
-            raise ConfigError(
-                f"{prefix}.{registry.key}: expected a name (got {limits.shown(name)})"
-            )
-        try:
-            component = registry.get(name)  # built-in, entry point or module:Class
-            hp = registry.hparams(spec)
-        except KeyError as exc:
-            raise ConfigError(f"{prefix}.{registry.key}: {exc}") from None
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            message = None
-            if err["type"] == "extra_forbidden" and inherited is not None:
-                message = inherited.unknown_key(prefix, registry.key, name, str(err["loc"][0]),
-                                                [registry.key, *component.HParams.model_fields])
-            raise ConfigError(message or _one_line(exc, prefix, component.HParams)) from None
-        setattr(method, field_name, {registry.key: name, **hp.model_dump(mode="json")})
+    for axis in AXES:
+        if axis.resolve is not None:
+            axis.store(cfg, axis.resolve(axis, axis.value(cfg), cfg, inherited or Inherited()))
 
 
 def component_specs(cfg: ExperimentConfig) -> list[tuple[Registry[Any], dict[str, Any]]]:
-    """Every component of a resolved ``cfg`` as (its kind's registry, its spec), in one list:
-    the client objective, the rule, the compressor and its error feedback, the sampler, the
-    stages and the callbacks."""
-    from fedcore.core.callbacks.configured import REGISTRY as CALLBACKS
+    """Every component of a resolved ``cfg`` as (its kind's registry, its spec), in one list in
+    the order of ``AXES``: the client objective, the rule, the compressor and its error
+    feedback, the sampler, the stages and the callbacks."""
     from fedcore.core.compose.axes import AXES
-    from fedcore.core.samplers.base import DEFAULT
-    from fedcore.core.samplers.base import REGISTRY as SAMPLERS
-    from fedcore.core.stages.base import REGISTRY as STAGES
-    from fedcore.core.stages.compression_spec import split
-    from fedcore.core.stages.feedback.base import REGISTRY as FEEDBACK
 
-    out: list[tuple[Registry[Any], dict[str, Any]]] = []
-    for field_name, registry in AXES:
-        spec = dict(getattr(cfg.method, field_name))
-        if field_name == "compression":
-            spec, feedback = split(spec)  # the compressor's keys and its error feedback's
-            out.append((FEEDBACK, feedback))
-        out.append((registry, spec))
-    out.append((SAMPLERS, dict(cfg.method.sampler or {SAMPLERS.key: DEFAULT})))
-    out += [(STAGES, dict(spec)) for spec in cfg.method.stages or []]
-    out += [(CALLBACKS, dict(spec)) for spec in cfg.callbacks or []]
-    return out
+    return [(axis.registry, spec) for axis in AXES for spec in axis.specs(cfg)]
 
 
 def check_requirements(cfg: ExperimentConfig) -> None:

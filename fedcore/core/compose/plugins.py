@@ -108,8 +108,8 @@ def _specs(spec: Mapping[str, Any], key: str) -> Iterator[str]:
 
 
 def components(method: Mapping[str, Any]) -> list[Component]:
-    """The out-of-tree components of a method mapping (``client``, ``aggregator``,
-    ``compression``, ``sampler`` and ``stages`` specs), in config order."""
+    """The out-of-tree components of a method mapping (the specs of every axis under
+    ``method``: client, aggregator, compression, sampler, stages), in config order."""
     found: dict[tuple[str, str], Component] = {}
     for field, registry in _axes():
         specs = method.get(field)
@@ -120,16 +120,11 @@ def components(method: Mapping[str, Any]) -> list[Component]:
 
 
 def _axes() -> list[tuple[str, Any]]:
-    """(method key, registry) of every component axis a method names."""
-    from fedcore.core.aggregators.base import REGISTRY as AGG
-    from fedcore.core.clients.base import REGISTRY as CLIENTS
-    from fedcore.core.compression.base import REGISTRY as COMP
-    from fedcore.core.samplers.base import REGISTRY as SAMPLERS
-    from fedcore.core.stages.base import REGISTRY as STAGES
-    from fedcore.core.stages.feedback.base import REGISTRY as FEEDBACK
+    """(method key, registry) of every axis a method names (``fedcore.core.compose.axes``)."""
+    from fedcore.core.compose.axes import AXES
 
-    return [("client", CLIENTS), ("aggregator", AGG), ("compression", COMP),
-            ("compression", FEEDBACK), ("sampler", SAMPLERS), ("stages", STAGES)]
+    return [(axis.where.removeprefix("method."), axis.registry) for axis in AXES
+            if axis.where.startswith("method.")]
 
 
 def _add_components(
@@ -177,8 +172,10 @@ def add_roots(roots: list[str]) -> None:
             added = True
     if added:
         importlib.invalidate_caches()
-        for _, registry in _axes():
-            registry.refresh()
+        from fedcore.core.compose.axes import AXES
+
+        for axis in AXES:
+            axis.registry.refresh()
 
 
 def tags(method: Mapping[str, Any]) -> dict[str, str]:

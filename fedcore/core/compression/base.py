@@ -14,7 +14,6 @@ import torch
 
 from fedcore.core.config.component import Component
 from fedcore.core.config.registry import HParams, Registry
-from fedcore.core.config.requirements import Need
 
 REGISTRY: Registry[Compressor] = Registry(
     "compressor", "compressor", "fedcore.core.compression",
@@ -34,14 +33,6 @@ class Compressor(Component):
     HParams: ClassVar[type[CompressionHParams]] = CompressionHParams
     hp: CompressionHParams
     randomized: ClassVar[bool] = False
-
-    @classmethod
-    def requirements(cls, hp: CompressionHParams) -> list[Need]:
-        """What this compressor needs from the rest of the config
-        ([`fedcore.core.config.requirements`][fedcore.core.config.requirements]), checked at load by
-        [`fedcore.core.compose.configure.build_config`][fedcore.api.build_config]; none by
-        default."""
-        return []
 
 
     def apply(

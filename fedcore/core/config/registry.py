@@ -1,4 +1,5 @@
-"""Name -> (class, pydantic config) registries for the three method axes."""
+"""Name -> (class, pydantic config) registries, one per component kind (the axes of
+``fedcore.core.compose.axes``), and the base of every hyper-parameter model."""
 
 from __future__ import annotations
 
@@ -88,8 +89,8 @@ class Registry(Generic[T]):
 
     def _load(self) -> None:
         if not self._loaded:
-            pkg = importlib.import_module(self.package)
-            for mod in pkgutil.iter_modules(pkg.__path__):
+            pkg = importlib.import_module(self.package)  # a module: entries registered in it
+            for mod in pkgutil.iter_modules(getattr(pkg, "__path__", [])):
                 if not mod.name.startswith("_"):
                     importlib.import_module(f"{self.package}.{mod.name}")
             self._loaded = True
@@ -99,7 +100,8 @@ class Registry(Generic[T]):
         if self._entry_points is None:
             from fedcore.core.config.component_loading import GROUPS, entry_points
 
-            self._entry_points = entry_points(GROUPS[self.kind])
+            group = GROUPS.get(self.kind)  # a kind without a group has no entry points
+            self._entry_points = entry_points(group) if group is not None else {}
         return self._entry_points
 
     def refresh(self) -> None:

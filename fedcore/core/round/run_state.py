@@ -14,14 +14,19 @@ if TYPE_CHECKING:
 
     from fedcore.core.aggregators.base import Aggregator
     from fedcore.core.callbacks.configured import ConfiguredCallback
+    from fedcore.core.clients.base import ClientAlgorithm
+    from fedcore.core.compression.base import Compressor
     from fedcore.core.config import ExperimentConfig
+    from fedcore.core.config.component import Component
     from fedcore.core.privacy.ledger import Ledger
     from fedcore.core.records.store import ClientStore
+    from fedcore.core.samplers.base import Sampler
     from fedcore.core.stages.base import Chain
 
 # What a state holds (round protocol v2); a checkpoint lacking one cannot resume. ``stages``
 # and ``callbacks`` are left out: checkpoints written before them load with empty states;
-# ``privacy`` (the privacy account) is there when the run has a privacy mechanism.
+# ``privacy`` (the privacy account) is there when the run has a privacy mechanism;
+# ``components`` (the client objective's, the compressor's and the sampler's) when one has any.
 STATE_KEYS = (
     "config_hash", "round", "bytes_up_total", "bytes_down_total", "params", "buffers",
     "aggregator", "store", "history", "client_tables", "rng",
@@ -42,6 +47,9 @@ class Resumable(Protocol):
     store: ClientStore
     chain: Chain
     configured: list[ConfiguredCallback]
+    client_algo: ClientAlgorithm
+    compressor: Compressor
+    sampler: Sampler
     privacy: Ledger | None
     history: list[dict[str, float]]
     client_tables: list[ClientTable]
@@ -63,8 +71,22 @@ def state_of(run: Resumable) -> dict[str, Any]:
         "rng": checkpoint.rng_state(),
         "stages": run.chain.state_dict(),
         "callbacks": [cb.state_dict() for cb in run.configured],
+        **_own_states(run),
         **({"privacy": run.privacy.state_dict()} if run.privacy is not None else {}),
     }
+
+
+def _own(run: Resumable) -> dict[str, Component]:
+    """The components whose state no other key holds (the rule, the stages with the error
+    feedback, and the configured callbacks have theirs)."""
+    return {"client": run.client_algo, "compressor": run.compressor, "sampler": run.sampler}
+
+
+def _own_states(run: Resumable) -> dict[str, Any]:
+    """``{"components": {kind: state}}`` of ``_own``, left out while every state is empty (so
+    that a checkpoint of components without state is as it was)."""
+    states = {kind: c.state_dict() for kind, c in _own(run).items()}
+    return {"components": states} if any(states.values()) else {}
 
 
 def _states(state: dict[str, Any], key: str, count: int, what: str) -> list[dict[str, Any]]:
@@ -116,6 +138,9 @@ def restore(run: Resumable, state: dict[str, Any], rng: bool = True) -> None:
     run.chain.load_state_dict(stages)
     for cb, cb_state in zip(run.configured, callbacks, strict=True):
         cb.load_state_dict(cb_state)
+    own = state.get("components", {})
+    for kind, component in _own(run).items():
+        component.load_state_dict(own.get(kind, {}))
     if run.privacy is not None:
         run.privacy.load_state_dict(state["privacy"])
     run.history[:] = [dict(h) for h in state["history"]]

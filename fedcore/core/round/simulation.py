@@ -18,6 +18,7 @@ from fedcore.core.clients import Commit, LocalSchedule
 from fedcore.core.compose import assembly as compose
 from fedcore.core.compose.assembly import resolve_device
 from fedcore.core.config import ExperimentConfig
+from fedcore.core.config.component import Component
 from fedcore.core.data.federated import FederatedData
 from fedcore.core.data.holdout import of_data, training_clients
 from fedcore.core.engines.round_context import RoundContext
@@ -91,6 +92,13 @@ class Simulation:
             self.skipped_metrics[REPR_METRICS] = "the model has no embedding(x)/head(z)"
             log.warning("%s metrics skipped: %s", REPR_METRICS, self.skipped_metrics[REPR_METRICS])
         self.view = RunView(self)  # what callbacks see of the run
+
+    def components(self) -> list[Component]:
+        """Every component of the run, all seven kinds in the order of the axes: the client
+        objective, the rule, the compressor, the sampler, the chain's stages (the uplink stage
+        holds the error feedback) and the config's callbacks."""
+        return [self.client_algo, self.aggregator, self.compressor, self.sampler,
+                *self.chain.stages, *self.configured]
 
     def eval_params(self) -> torch.Tensor:
         """The parameters the rule evaluates (``Aggregator.eval_params``)."""
@@ -209,9 +217,9 @@ class Simulation:
         (``fedcore.core.runtime.stopping``, e.g. SIGTERM) ends it the same way but then raises
         ``fedcore.core.runtime.stopping.StopRequested`` instead of finishing."""
         signal = SignalStop()
-        components = callback_dispatch.contributed(
-            [self.client_algo, self.aggregator, self.compressor, self.privacy]
-        ) + list(self.configured)
+        privacy = self.privacy.callbacks() if self.privacy is not None else []
+        components = [*callback_dispatch.contributed(self.components()), *privacy,
+                      *self.configured]
         self.run_callbacks = callback_dispatch.chain(
             self.builtins, components, self.callbacks, signal
         )

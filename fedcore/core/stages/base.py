@@ -116,13 +116,6 @@ class Stage(Component):
         ``closing.params``, replace ``closing.buffers``); returns metrics."""
         return {}
 
-    def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs of this stage (beyond the client store)."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore ``state_dict``."""
-
 
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {

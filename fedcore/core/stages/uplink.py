@@ -6,7 +6,7 @@ A randomized compressor draws from a stream per (seed, round, client)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +29,16 @@ class Uplink(Stage):
     def __init__(self, compressor: Compressor, feedback: ErrorFeedback) -> None:
         super().__init__()
         self.compressor, self.feedback = compressor, feedback
+
+    def callbacks(self) -> list[Any]:
+        """The error feedback's (the stage holds it; the run asks the compressor itself)."""
+        return self.feedback.callbacks()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.feedback.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.feedback.load_state_dict(state)
 
     def begin_round(self, rc: StageContext, sampled: list[int]) -> dict[str, float]:
         self.feedback.begin_round(rc.round, rc.schedule)
