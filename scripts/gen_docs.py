@@ -75,8 +75,10 @@ KEY_MEANINGS: dict[str, str] = {
     "`{compressor: NAME, **its hyper-parameters, error_feedback: VARIANT, **the variant's}`; "
     "a key of another variant is an error",
     "method.sampler": "client sampler: `{sampler: NAME, **hyper-parameters}` (unset: `uniform`)",
-    "method.stages": "client-side stages after the attack, in order: "
-    "`[{stage: NAME, **hyper-parameters}]` ([round protocol](../explanation/round-protocol.md))",
+    "method.stages": "stages around each client's update, each placed by its declared side "
+    "(`client`, `wire`, `server`), in list order within a side: "
+    "`[{stage: NAME, **hyper-parameters}]` ([stage chain](../explanation/round-protocol.md"
+    "#the-stage-chain))",
     "rounds": "federated rounds",
     "clients_per_round": "clients sampled per round (at most `dataset.num_clients`)",
     "local.epochs": "local epochs per round (unless `local.steps` is set)",

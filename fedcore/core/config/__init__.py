@@ -250,8 +250,8 @@ class MethodConfig(_Recorded):
     compression: dict[str, Any] = Field(default_factory=lambda: {"compressor": "none"})
     sampler: Any = Field(None, description="client sampler `{sampler: NAME, **hparams}` "
                          "(unset: uniform)")
-    stages: Any = Field(None, description="client-side stages, in order: "
-                        "`[{stage: NAME, **hparams}]`")
+    stages: Any = Field(None, description="stages around each update, each placed by its "
+                        "side (client, wire, server): `[{stage: NAME, **hparams}]`")
 
 
 class EngineConfig(_Strict):
