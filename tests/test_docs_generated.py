@@ -135,3 +135,17 @@ def test_code_cites_no_document_outside_the_repository() -> None:
                 text = path.read_text()
                 hits += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in outside.finditer(text)]
     assert not hits, f"cite a page under docs/ instead: {hits}"
+
+
+def test_where_things_live_is_each_package_by_its_docstring(tmp_path: Path) -> None:
+    new = tmp_path / "fedcore" / "core" / "newpkg"
+    new.mkdir(parents=True)
+    (tmp_path / "fedcore" / "__init__.py").write_text('"""fedcore."""\n')
+    (tmp_path / "fedcore" / "core" / "__init__.py").write_text('"""The core. More."""\n')
+    (new / "__init__.py").write_text('"""New things: one\nsentence. Then more.\n\nDetail."""\n')
+    table = gen.where_things_live(tmp_path)
+    assert "| `fedcore/core/newpkg/` | New things: one sentence. |" in table
+    assert "| `fedcore/core/` | The core. |" in table
+    (new / "__init__.py").write_text("VALUE = 1\n")
+    with pytest.raises(gen.GenerationError, match="no docstring"):
+        gen.where_things_live(tmp_path)
