@@ -60,6 +60,7 @@ def _bound_configs(spec: StudySpec) -> Iterator[ExperimentConfig]:
 
 
 def _best(spec: StudySpec, out: str | None) -> int:
+    from fedcore.pipeline.tuned_alike import at_bound
     from fedcore.tuning.results import describe, state_counts, write_best
     from fedcore.tuning.study import load_existing
 
@@ -75,6 +76,10 @@ def _best(spec: StudySpec, out: str | None) -> int:
           + ", ".join(f"{n} {s.lower()}" for s, n in counts.items() if n) + "):")
     for trial, method_path, experiment_path in written:
         print(describe(spec, trial.number, trial.state.name, trial.values, trial.params))
+        for param in spec.params:
+            bound = at_bound(param, trial.params.get(param.key))
+            if bound:
+                print(f"  at a bound: {bound}")
         select = (f"method={method_path.stem}" if out is None
                   else f'method="$(cat {_rel(method_path)})"')
         print(f"  method: {_rel(method_path)} (select with {select})")

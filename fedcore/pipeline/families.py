@@ -49,7 +49,7 @@ ENDPOINTS: dict[str, tuple[str, bool, str]] = {
 DEFAULT_ENDPOINT = "accuracy_last_k"
 DEFAULT_SECONDARY = ("accuracy", "worst10")
 FAMILY_KEYS = ("name", "paper", "reference", "baselines", "endpoint", "secondary", "margin",
-               "alpha")
+               "alpha", "protocol")
 
 
 @dataclass(frozen=True)
@@ -110,15 +110,21 @@ class Family:
     secondary: tuple[str, ...] = DEFAULT_SECONDARY
     margin: float = MARGIN
     alpha: float | None = None  # the Dirichlet alpha it is judged at (None: every alpha)
+    protocol: str | None = None  # the paper protocol its rows run (fedcore.pipeline.protocols)
+    horizon: int | None = None  # the protocol's rounds: fewer carry no verdicts
 
     @property
     def rows(self) -> tuple[str, ...]:
         return (self.reference, *self.baselines)
 
 
-def parse_families(raw: Any, where: str) -> tuple[Family, ...]:
+def parse_families(raw: Any, where: str,
+                   protocols: Mapping[str, Any] | None = None) -> tuple[Family, ...]:
     """A file's ``families:`` list, each ``{name, paper, reference, baselines, endpoint?,
-    secondary?, margin?, alpha?}``; one-line errors naming the key."""
+    secondary?, margin?, alpha?, protocol?}``; one-line errors naming the key. With
+    ``protocol`` (a name in the file's ``protocols:``) its rows are that protocol's rows:
+    ``fedavg`` names ``fedavg @craft``."""
+    protocols = protocols or {}
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -155,9 +161,17 @@ def parse_families(raw: Any, where: str) -> tuple[Family, ...]:
         alpha = f.get("alpha")
         if alpha is not None and (not isinstance(alpha, (int, float)) or alpha <= 0):
             raise ConfigError(f"{at}.alpha: expected a Dirichlet alpha > 0 (got {alpha!r})")
-        out.append(Family(str(f["name"]), str(f.get("paper", f["name"])), str(f["reference"]),
-                          tuple(base), endpoint, tuple(s for s in secondary if s != endpoint),
-                          float(margin), None if alpha is None else float(alpha)))
+        proto = f.get("protocol")
+        if proto is not None and proto not in protocols:
+            raise ConfigError(f"{at}.protocol: unknown protocol {proto!r}; allowed: "
+                              f"{', '.join(protocols) or 'none (the file has no protocols:)'}")
+        mark = "" if proto is None else f" @{proto}"
+        out.append(Family(str(f["name"]), str(f.get("paper", f["name"])),
+                          str(f["reference"]) + mark, tuple(f"{b}{mark}" for b in base), endpoint,
+                          tuple(s for s in secondary if s != endpoint), float(margin),
+                          None if alpha is None else float(alpha),
+                          None if proto is None else str(proto),
+                          None if proto is None else int(protocols[proto].horizon)))
     names = [f.name for f in out]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}.families: duplicate name in {names}")
@@ -359,9 +373,25 @@ def family_outcomes(runs: Any, families: Sequence[Family], plan: SeedPlan,
             failed = {str(r): {int(s): str(w) for s, w in zip(g["seed"], g["failure"],
                                                               strict=True)}
                       for r, g in bad.groupby("row", sort=False)}
-            out.append(decide(fam, plan, values, failed, name, (dataset, alpha),
-                              DIFFERENCE_RANGE))  # every endpoint is an accuracy
+            outcome = decide(fam, plan, values, failed, name, (dataset, alpha),
+                             DIFFERENCE_RANGE)  # every endpoint is an accuracy
+            short = short_of_horizon(fam, sub)
+            for d in outcome.decisions if short else ():  # no verdicts, said why
+                d.comparison, d.decided_at, d.blocked = None, None, short
+            out.append(outcome)
     return out
+
+
+def short_of_horizon(family: Family, runs: Any) -> str:
+    """Why ``runs`` of a protocol family cannot be judged: fewer rounds than its protocol's
+    horizon (``""`` when they ran it, or the family has no protocol)."""
+    if family.horizon is None or "rounds" not in runs or runs.empty:
+        return ""
+    ran = int(runs["rounds"].min())
+    if ran >= family.horizon:
+        return ""
+    return (f"ran {ran} of the {family.protocol} protocol's {family.horizon} rounds; a family is "
+            "judged only at its paper's horizon")
 
 
 def secondary_outcomes(runs: Any, families: Sequence[Family],

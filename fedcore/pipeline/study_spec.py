@@ -43,8 +43,14 @@ SUMMARY_METRICS = (
     "final/accuracy_std",
     "final/loss",
     "auc/accuracy",
+    "final/val_accuracy",
+    "final/val_loss",
     *PERSONAL_METRICS,
 )
+# What a trial scored on the validation split (dataset.val_fraction of the global test split,
+# held out of it): the only scores tuned rows of a comparison may come from
+# (fedcore.pipeline.sweep.tuning_studies).
+VALIDATION_METRICS = ("final/val_accuracy", "final/val_loss")
 DIRECTIONS = ("maximize", "minimize")
 # Per-round metrics a pruner may watch, with the direction in which they improve.
 ROUND_METRICS = {
@@ -52,6 +58,8 @@ ROUND_METRICS = {
     "clients/accuracy_mean": "maximize",
     "clients/accuracy_worst10": "maximize",
     "test/loss": "minimize",
+    "val/accuracy": "maximize",
+    "val/loss": "minimize",
     "personal/accuracy_mean": "maximize",  # personalised methods (Ditto): their personal models
     "personal/accuracy_worst10": "maximize",
 }
@@ -369,7 +377,8 @@ def _objectives(metric: Any, direction: Any) -> tuple[tuple[str, ...], tuple[str
                 f"study.metric: unknown metric {m!r}; allowed: {', '.join(SUMMARY_METRICS)}"
             )
     if direction is None:
-        direction = ["minimize" if m in ("final/loss", "final/accuracy_std") else "maximize"
+        direction = ["minimize" if m in ("final/loss", "final/accuracy_std", "final/val_loss")
+                     else "maximize"
                      for m in metrics]
     directions = tuple(direction) if isinstance(direction, list) else (direction,)
     if len(directions) != len(metrics):

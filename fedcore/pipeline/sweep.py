@@ -14,6 +14,13 @@ from typing import Any
 from fedcore.core.compose.configure import build_config
 from fedcore.core.config import ConfigError, ExperimentConfig, limits, read_yaml
 from fedcore.pipeline.families import Family, SeedPlan, parse_families, seed_plan
+from fedcore.pipeline.protocols import (
+    GRID_KEY,
+    Protocol,
+    check_against_recipe,
+    labelled,
+    parse_protocols,
+)
 from fedcore.pipeline.rows import row_label
 from fedcore.pipeline.sweep_file import check_grid_keys, check_shape, read_base, sweep_name
 
@@ -62,6 +69,7 @@ class SweepSpec:
     families: tuple[Family, ...] = ()
     plan: SeedPlan | None = None
     screening: str | None = None  # a confirmation's screening sweep (its name in the store)
+    protocols: dict[str, Protocol] = field(default_factory=dict)
 
     @property
     def seed_plan(self) -> SeedPlan:
@@ -132,7 +140,8 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None,
             raise ConfigError("sweep.seeds: the seeds are planned here, so no grid or set may "
                               "list `seed` as well")
     base = read_base(spec.get("base"), path)
-    fixed = {**(spec.get("set") or {}), **(overrides or {})}
+    protocols = parse_protocols(spec.get("protocols"), path)
+    fixed = dict(spec.get("set") or {})
     size = sum(math.prod(len(v) for v in g.values()) for g in grids)
     limits.check_count("sweep.grid (cells: the product of its value lists, times the planned "
                        "seeds)", size * (len(plan.seeds) if plan is not None else 1),
@@ -145,24 +154,35 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None,
     cells: dict[str, Cell] = {}
     duplicates: dict[str, str] = {}
     for point in points:
+        proto = point.get(GRID_KEY)
+        if proto is not None and proto not in protocols:
+            raise ConfigError(f"sweep.grid.{GRID_KEY}: unknown protocol {limits.shown(proto)}; "
+                              f"allowed: {', '.join(protocols) or 'none (no protocols:)'}")
+        own = {k: v for k, v in point.items() if k != GRID_KEY}
+        recipe = protocols[proto].values if proto is not None else {}
         try:
-            cfg = build_config(base, {**point, **fixed})
+            cfg = build_config(base, {**fixed, **recipe, **own, **(overrides or {})})
+            if proto is not None:
+                as_filed = build_config(base, {**fixed, **recipe, **own}) if overrides else cfg
+                check_against_recipe(protocols[proto], as_filed, own, "recipe check")
         except ConfigError as exc:
             raise ConfigError(f"sweep cell [{point_label(point)}]: {exc}") from None
-        row = row_label(point, cfg.method.name, studies if isinstance(studies, dict) else {})
+        row = labelled(row_label(own, cfg.method.name,
+                                 studies if isinstance(studies, dict) else {}), proto)
         cell = Cell(point, cfg, row)
         first = cells.setdefault(cfg.config_hash(), cell)
         if first is not cell:  # e.g. alpha 0.1 and 1e-1: one config, run once
             duplicates[cell.label] = first.label
-    families = parse_families(spec.get("families"), "sweep")
+    families = parse_families(spec.get("families"), "sweep", protocols)
     check_rows(list(cells.values()), families, "sweep")
+    check_tuned_alike(list(cells.values()), families, studies, "sweep")
     screening = None
     if spec.get("confirms") is not None and confirms:
         screening = check_confirmation(spec["confirms"], path,
                                        {c.config.seed for c in cells.values()}, families)
     return SweepSpec(name, list(cells.values()),
                      tuning_studies(spec.get("studies"), [c.config.seed for c in cells.values()],
-                                    "sweep"), duplicates, families, plan, screening)
+                                    "sweep"), duplicates, families, plan, screening, protocols)
 
 
 def check_confirmation(screening: Any, owner: Path, seeds: set[int],
@@ -213,6 +233,24 @@ def check_rows(cells: list[Cell], families: tuple[Family, ...], where: str) -> N
             if label not in rows:
                 raise ConfigError(f"{where}.families[{i}] ({f.name}): no row {label!r}; rows: "
                                   f"{', '.join(rows)}"[:1500])
+
+
+def check_tuned_alike(cells: list[Cell], families: tuple[Family, ...], studies: Any,
+                      where: str) -> None:
+    """The families' tuned rows come from studies that searched alike, on validation
+    (``fedcore.pipeline.tuned_alike``)."""
+    if not families or not isinstance(studies, dict) or not studies:
+        return
+    from fedcore.pipeline.study_spec import load_study
+    from fedcore.pipeline.tuned_alike import check_families
+
+    specs = {}
+    for method, name in studies.items():
+        try:
+            specs[str(method)] = load_study(str(name))
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.studies.{method}: {exc}") from None
+    check_families(families, {c.row: c.config.method.name for c in cells}, specs, where)
 
 
 def tuning_studies(raw: Any, seeds: Iterable[int], where: str) -> dict[str, str]:

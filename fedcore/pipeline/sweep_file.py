@@ -10,7 +10,8 @@ from typing import Any
 
 from fedcore.core.config import ConfigError, limits, read_yaml
 
-SWEEP_KEYS = ("name", "base", "grid", "set", "studies", "seeds", "families", "confirms")
+SWEEP_KEYS = ("name", "base", "grid", "set", "studies", "seeds", "families", "confirms",
+              "protocols")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 NAME_RULE = ("1-100 letters, digits, '.', '_' or '-', starting with a letter or digit "
              "(one folder under reports/)")

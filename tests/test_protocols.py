@@ -1,0 +1,134 @@
+"""Paper protocols in a sweep: each family's rows run its paper's recipe, checked against the
+recipe file before anything runs, labelled by protocol, and judged only at the recipe's horizon."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import yaml
+
+from fedcore.core.config import ConfigError, config_dir
+from fedcore.pipeline.families import SeedPlan, family_outcomes
+from fedcore.pipeline.sweep import load_sweep
+
+RECIPE = {"dataset": {"name": "digits", "partition": "dirichlet", "alpha": 0.5,
+                      "num_clients": 10},
+          "model": {"name": "mlp"}, "method": "fedavg", "rounds": 4, "clients_per_round": 5,
+          "local": {"epochs": 1, "batch_size": 32, "lr": 0.02}}
+PROTO_SET = {"rounds": 4, "clients_per_round": 3, "local.epochs": 1, "local.batch_size": 32,
+             "local.lr": 0.02, "dataset.alpha": 0.5}
+
+
+def _files(tmp_path, protocol_set=None, grid=None, families=None, scaled=None):
+    (tmp_path / "paper.yaml").write_text(yaml.safe_dump(RECIPE))
+    spec = {
+        "name": "proto",
+        "base": str(config_dir() / "experiment.yaml"),
+        "protocols": {"paper": {"paper": "A paper", "recipe": "paper.yaml",
+                                "scaled": scaled or {"model": "MLP"},
+                                "set": protocol_set or PROTO_SET}},
+        "grid": grid or [{"protocol": ["paper"], "method": ["fedavg", "fedprox"]},
+                         {"method": ["fedavg"]}],
+        "seeds": [0, 1],
+        "set": {"model.name": "mlp", "dataset.num_clients": 6, "rounds": 2},
+        "families": families or [{"name": "f", "protocol": "paper", "reference": "fedavg",
+                                  "baselines": ["fedprox"]}],
+    }
+    path = tmp_path / "proto.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_protocol_rows_run_the_recipe_and_are_labelled_by_it(tmp_path):
+    spec = load_sweep(_files(tmp_path))
+    assert spec.name == "proto"
+    rows = {c.row: c.config for c in spec.cells}
+    assert set(rows) == {"fedavg @paper", "fedprox @paper", "fedavg"}
+    mine = rows["fedavg @paper"]
+    assert (mine.rounds, mine.clients_per_round, mine.local.lr, mine.dataset.alpha) == (
+        4, 3, 0.02, 0.5)
+    assert rows["fedavg"].rounds == 2  # the file's set, outside any protocol
+    fam = spec.families[0]
+    assert fam.rows == ("fedavg @paper", "fedprox @paper")
+    assert (fam.protocol, fam.horizon) == ("paper", 4)
+    assert spec.protocols["paper"].scaled_text() == "model: MLP"
+
+
+@pytest.mark.parametrize(("changed", "message"), [
+    ({"local.lr": 0.05}, "local.lr = 0.05 differs from the recipe's 0.02 (paper.yaml)"),
+    ({"rounds": 3}, "rounds = 3 differs from the recipe's 4 (paper.yaml)"),
+    ({"dataset.alpha": 0.1}, "dataset.alpha = 0.1 differs from the recipe's 0.5"),
+    ({"clients_per_round": 2}, "clients_per_round = 2 is not the recipe's participation (50 % "
+                               "of 6 clients: 3; paper.yaml)"),
+])
+def test_a_protocol_that_leaves_its_recipe_is_refused_naming_the_key(tmp_path, changed,
+                                                                      message):
+    with pytest.raises(ConfigError, match="recipe check") as err:
+        load_sweep(_files(tmp_path, {**PROTO_SET, **changed}))
+    assert message in str(err.value)
+
+
+def test_what_the_protocol_says_it_scales_and_what_a_row_sets_itself_are_not_checked(tmp_path):
+    scaled = {"model": "MLP", "local.steps": "3 steps for one epoch of the recipe's clients"}
+    spec = load_sweep(_files(tmp_path, {**PROTO_SET, "local.steps": 3}, scaled=scaled))
+    assert {c.config.local.steps for c in spec.cells if "@" in c.row} == {3}
+    grid = [{"protocol": ["paper"], "method": ["fedavg"], "local.lr": [0.1]},
+            {"protocol": ["paper"], "method": ["fedprox"]}]
+    fam = [{"name": "f", "protocol": "paper", "reference": "fedavg lr=0.1",
+            "baselines": ["fedprox"]}]
+    spec = load_sweep(_files(tmp_path, grid=grid, families=fam))
+    assert {c.row: c.config.local.lr for c in spec.cells} == {"fedavg lr=0.1 @paper": 0.1,
+                                                             "fedprox @paper": 0.02}
+
+
+def test_unknown_protocols_are_refused_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"sweep.grid.protocol: unknown protocol 'other'; "
+                                          r"allowed: paper"):
+        load_sweep(_files(tmp_path, grid=[{"protocol": ["other"], "method": ["fedavg"]}]))
+    fam = [{"name": "f", "protocol": "other", "reference": "fedavg", "baselines": ["fedprox"]}]
+    with pytest.raises(ConfigError, match=r"families\[0\].protocol: unknown protocol 'other'"):
+        load_sweep(_files(tmp_path, families=fam))
+    with pytest.raises(ConfigError, match=r"protocols.paper.recipe: no file"):
+        path = _files(tmp_path)
+        (tmp_path / "paper.yaml").unlink()
+        load_sweep(path)
+
+
+def _runs(rounds: int) -> pd.DataFrame:
+    rows = []
+    for seed in range(3):
+        for row, acc in (("a @paper", 0.9 + 0.001 * seed), ("b @paper", 0.5 + 0.002 * seed)):
+            rows.append({"row": row, "dataset": "digits", "alpha": 0.5, "seed": seed,
+                         "status": "FINISHED", "failure": "", "accuracy_last_k": acc,
+                         "rounds": rounds})
+    return pd.DataFrame(rows)
+
+
+def test_a_family_is_judged_only_at_its_protocols_horizon(tmp_path):
+    from fedcore.pipeline.families import parse_families
+    from fedcore.pipeline.protocols import parse_protocols
+
+    (tmp_path / "paper.yaml").write_text(yaml.safe_dump(RECIPE))
+    protocols = parse_protocols({"paper": {"recipe": "paper.yaml", "set": PROTO_SET}},
+                                tmp_path / "sweep.yaml")
+    fams = parse_families([{"name": "f", "protocol": "paper", "reference": "a",
+                            "baselines": ["b"]}], "sweep", protocols)
+    plan = SeedPlan((0, 1, 2), (3,))
+    at_horizon = family_outcomes(_runs(4), fams, plan)[0].decisions[0]
+    assert at_horizon.verdict == "better"
+    short = family_outcomes(_runs(2), fams, plan)[0].decisions[0]
+    assert short.verdict == "blocked" and short.comparison is None
+    assert short.words("a @paper") == (
+        "a @paper vs b @paper: no verdict (ran 2 of the paper protocol's 4 rounds; a family is "
+        "judged only at its paper's horizon)")
+
+
+def test_every_family_of_the_main_job_runs_its_papers_protocol():
+    spec = load_sweep(config_dir() / "sweeps" / "main.yaml")  # every protocol row checked
+    assert {f.name: f.protocol for f in spec.families} == {
+        "craft": "craft", "craft_tuned": "craft", "sapef": "sapef", "fedquad": "fedquad",
+        "crf": "crf", "fedoui": "fedoui"}
+    assert spec.protocols["craft"].horizon == 500
+    for fam in spec.families:
+        cells = [c for c in spec.cells if c.row in fam.rows]
+        assert {c.config.rounds for c in cells} == {spec.protocols[str(fam.protocol)].horizon}
