@@ -48,6 +48,9 @@ EXTRA_RUNS = {
     "central DP": ["method=fedavg", "privacy.mechanism=central", "privacy.noise_multiplier=1.0",
                    "privacy.clip_quantile=0.5"],
     "the vectorised engine": ["method=fedavg", "engine=vectorised"],
+    "stragglers on a simulated clock": [
+        "method=fedavg", "system.availability=probability", "system.available_p=0.8",
+        "system.speed=uniform", "system.speed_spread=3", "system.deadline_s=4"],
 }
 
 

@@ -30,7 +30,9 @@ def _ranked(section, title):
 
 def test_each_setting_orders_its_rows_by_the_endpoint_best_first():
     table = _table([("fedavg", "digits", 0.1, 0.80, 3, {}),
-                    ("craft", "digits", 0.1, 0.85, 3, {"training": "climbing (+0.020)"}),
+                    ("craft", "digits", 0.1, 0.85, 3, {"training": "climbing (+0.020 ± 0.004 "
+                                                       "between the last two windows of 5 "
+                                                       "evaluations)"}),
                     ("fedprox", "digits", 0.1, math.nan, 0, {"failed": 3}),
                     ("scaffold", "digits", 0.1, 0.85, 2, {"failed": 1}),
                     ("fedavg", "digits", 1.0, 0.90, 3, {}),
@@ -40,7 +42,7 @@ def test_each_setting_orders_its_rows_by_the_endpoint_best_first():
     low = _ranked(md, "digits, Dirichlet 0.1")
     assert [r[1] for r in low] == ["craft", "scaffold", "fedavg", "fedprox"]
     assert [r[0] for r in low] == ["| 1", "| 1", "| 3", "| —"]  # equal means share a place
-    assert low[0][3:7] == ["3", "0.8500", "[0.8400, 0.8600]", "climbing (+0.020) |"]
+    assert low[0][3:7] == ["3", "0.8500", "[0.8400, 0.8600]", "climbing (+0.020 ± 0.004) |"]
     assert low[1][3] == "2 (+1 failed)" and low[3][3:5] == ["0 (+3 failed)", "—"]
     high = _ranked(md, "digits, Dirichlet 1")
     assert [r[1] for r in high] == ["fedavg", "craft"]

@@ -18,6 +18,12 @@ from fedcore.pipeline.stats import no_resolution
 SETTING = ("dataset", "alpha", "protocol")  # setting columns of a report's summary table
 
 
+def short_training(text: str) -> str:
+    """``climbing (+0.052 ± 0.010)`` from a training state's text (the rule is in the
+    report's explanation)."""
+    return text.split(" between ")[0] + ")" if " between " in text else text
+
+
 def setting_columns(table: pd.DataFrame) -> list[str]:
     """The columns that tell one setting from another: dataset, alpha, protocol (where the
     table has it) and each varied key that is not a method's or the local optimiser's own
@@ -72,7 +78,7 @@ def ranking_table(table: pd.DataFrame, endpoint: str, higher: bool = True) -> li
             f"| {'—' if math.isnan(place) else int(place)} | {r['row']} | {r['hparams']} | "
             f"{seeds} | {'—' if math.isnan(m) else f'{m:.4f}'} | "
             f"{_interval(float(r[f'{endpoint}_low']), float(r[f'{endpoint}_high']), n, resolved)}"
-            f" | {r.get('training', '')} |")
+            f" | {short_training(str(r.get('training', '')))} |")
     return lines
 
 

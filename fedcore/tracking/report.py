@@ -39,7 +39,7 @@ from fedcore.pipeline.stats import (
 )
 from fedcore.pipeline.sweep import SweepSpec
 from fedcore.pipeline.training_state import CLIMBING, MIN_CHANGE, NOISE_SE, training_state
-from fedcore.tracking import privacy_report
+from fedcore.tracking import privacy_report, time_report
 from fedcore.tracking.mlflow_tracker import CONVERGED_TAG, get_experiment_id, mlflow_client
 from fedcore.tracking.parents import html_page, log_variant_table, set_description
 from fedcore.tracking.plots import _pyplot
@@ -628,6 +628,8 @@ def build_report(
     sent = (_histories(client, list(sent_runs["run_id"]), "comm/bytes_up_total")
             if sent_runs is not None else {})
 
+    clock = time_report.clocks(client, finished)  # {} without a simulated clock
+
     def write(stage: Path) -> None:
         text = body + across_settings(runs, reference, stage)
         (stage / "table.md").write_text(header + text)
@@ -644,6 +646,8 @@ def build_report(
             accuracy_vs_gb_png(sent_runs, acc, sent, stage / "accuracy_vs_gb.png")
         if privacy_report.private(finished):
             privacy_report.accuracy_vs_epsilon_png(finished, stage / "accuracy_vs_epsilon.png")
+        if clock:
+            time_report.accuracy_vs_time_png(finished, acc, clock, stage / "accuracy_vs_time.png")
         if latex:
             write_latex(outcomes, table, runs, plan, stage)
 

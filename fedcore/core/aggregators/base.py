@@ -110,6 +110,11 @@ class Aggregator(Component):
     def aggregate(self, batch: UpdateBatch) -> Aggregate:
         raise NotImplementedError
 
+    def buffer(self) -> tuple[int, int] | None:
+        """An asynchronous rule's (concurrency, buffer size): clients training at once, and the
+        updates each step applies (``fedcore.core.system.buffered``); None: synchronous."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 

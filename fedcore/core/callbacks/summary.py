@@ -39,6 +39,9 @@ EMITTED_METRICS = {
         "rounds_to_target": (
             "first evaluated round whose test accuracy reached target_accuracy (absent if never)"
         ),
+        "time_to_target_s": (
+            "time/simulated_s at the end of that round (runs with a simulated clock)"
+        ),
     },
 }
 
@@ -93,7 +96,9 @@ def summarize(history: list[dict[str, float]], target: float | None,
     out["auc/accuracy"] = float(np.mean([h["test/accuracy"] for h in evals]))
     out["auc/accuracy_trapz"] = auc_trapz([h["test/accuracy"] for h in evals])
     if target is not None:
-        hit = [h["round"] for h in evals if h["test/accuracy"] >= target]
+        hit = [h for h in evals if h["test/accuracy"] >= target]
         if hit:
-            out["rounds_to_target"] = float(hit[0])
+            out["rounds_to_target"] = float(hit[0]["round"])
+            if "time/simulated_s" in hit[0]:
+                out["time_to_target_s"] = float(hit[0]["time/simulated_s"])
     return out

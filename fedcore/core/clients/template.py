@@ -77,6 +77,7 @@ def local_context(rc: StageContext, client_id: int, algo: ClientAlgorithm) -> Lo
         needs=rc.needs,
         server_payload=rc.downlink,
         seed=rc.cfg.seed,
+        step_limit=rc.step_limits.get(client_id),
     )
     ctx.start_params = rc.start_point(client_id, functools.partial(planned_steps, algo, ctx))
     return ctx
@@ -86,7 +87,14 @@ def planned_steps(algo: ClientAlgorithm, ctx: LocalContext) -> int:
     """The number of local steps ``algo`` will take in ``ctx``: its plan's batches, drawn from
     a copy of the client's generator (the real draws are left untouched)."""
     gen = torch.Generator().set_state(ctx.generator.get_state())
-    return len(algo.plan(replace(ctx, generator=gen)).batches)
+    return len(limited(algo.plan(replace(ctx, generator=gen)), ctx).batches)
+
+
+def limited(plan: LocalPlan, ctx: LocalContext) -> LocalPlan:
+    """``plan`` cut to the client's first ``ctx.step_limit`` steps (its work by a deadline)."""
+    if ctx.step_limit is None or ctx.step_limit >= len(plan.batches):
+        return plan
+    return replace(plan, batches=plan.batches[: ctx.step_limit])
 
 
 def prepare(algo: ClientAlgorithm, ctx: LocalContext) -> Prepared:
@@ -98,7 +106,7 @@ def prepare(algo: ClientAlgorithm, ctx: LocalContext) -> Prepared:
     if ctx.global_buffers:
         model.load_state_dict(ctx.global_buffers, strict=False)
     stats = {k: fn(model, ctx) for k, fn in BEFORE_TRAINING.items() if k in ctx.needs}
-    return Prepared(ctx, algo.plan(ctx), start, stats)
+    return Prepared(ctx, limited(algo.plan(ctx), ctx), start, stats)
 
 
 def main_pass(prep: Prepared) -> Pass:

@@ -16,6 +16,7 @@ from fedcore.core.callbacks.configured import ConfiguredCallback, build_callback
 from fedcore.core.compose.model_check import check_model, check_outputs
 from fedcore.core.config.errors import ConfigError
 from fedcore.core.config.seeding import GLOBAL_RNG_LOCK, derive_seed
+from fedcore.core.data import hub_config
 from fedcore.core.data.adversaries import choose_clients
 from fedcore.core.data.federated import FederatedData, build_federated_data
 from fedcore.core.data.own import config_with_data
@@ -89,6 +90,9 @@ def assemble(
     the config's, and the returned config records them (so its hash is theirs)."""
     if model is not None:
         cfg = config_with_model(cfg, model)
+    dev = resolve_device(device or cfg.device)
+    if data is None and hub_config.is_hub_name(cfg.dataset.name):  # a saved Hugging Face dataset
+        data = hub_config.from_config(cfg.dataset, cfg.seed, dev)
     if data is not None:
         cfg = config_with_data(cfg, data)
     elif cfg.dataset.digest is not None:
@@ -96,7 +100,6 @@ def assemble(
             f"dataset: {cfg.dataset.name!r} is own data (digest {cfg.dataset.digest}); "
             "pass it as Simulation(cfg, data=...)"
         )
-    dev = resolve_device(device or cfg.device)
     data = data or build_federated_data(cfg.dataset, cfg.seed, dev, cfg.clients)
     return build(cfg, data, dev, model)
 

@@ -31,6 +31,7 @@ from pydantic import (
 from fedcore.core.config import limits, safe_yaml
 from fedcore.core.config.errors import ConfigError as ConfigError
 from fedcore.core.config.registry import StrictNumbers
+from fedcore.core.config.system import SystemConfig
 
 DATASETS = (
     "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "tiny_imagenet",
@@ -38,6 +39,7 @@ DATASETS = (
 )
 SYNTHETIC_DATASETS = ("synthetic_cifar10",)  # generated from the seed (fedcore.core.data.synthetic)
 NATURAL_DATASETS = ("femnist",)  # datasets with per-sample owner ids (partition=natural)
+HUB_PREFIX = "hf:"  # dataset.name: hf:<folder written by save_to_disk> (fedcore.core.data.hub)
 MODELS = ("mlp", "cnn", "smallcnn", "resnet20", "resnet56", "resnet110")
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # package.module:Name
 # A model factory passed from Python that no import path names (a lambda, a closure, a bound
@@ -106,7 +108,7 @@ class DatasetConfig(_Recorded):
     ``fedcore.core.data.own``), whose name, source and partition settings fedcore records here."""
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("source", "digest", "partition_seed",
-                                           "synthetic_samples")
+                                           "synthetic_samples", "features", "label", "by")
     ZERO_OMITTED: ClassVar[tuple[str, ...]] = ("holdout_clients", "val_fraction")
     name: str = "digits"
     root: PathSetting = "data"
@@ -136,6 +138,12 @@ class DatasetConfig(_Recorded):
         n = self.num_clients if num_clients is None else num_clients
         return math.floor(self.holdout_clients * n + 0.5)
 
+    features: str | list[str] | None = Field(
+        None, description="`hf:` data only: the feature column (or columns, side by side)")
+    label: str | None = Field(None, description="`hf:` data only: the label column")
+    by: str | None = Field(
+        None, description="`hf:` data with partition natural: the id column (one client per "
+        "id, `num_clients` of them drawn with the seed)")
     synthetic_samples: int | None = Field(
         None, ge=10, description="synthetic datasets only: the number of train images (the "
         "global test set gets a fifth of it); unset: the real dataset's sizes (50,000 and "
@@ -143,10 +151,19 @@ class DatasetConfig(_Recorded):
 
     @model_validator(mode="after")
     def _name_known(self) -> DatasetConfig:
-        if self.digest is None and self.name not in DATASETS:
+        hub = self.name.startswith(HUB_PREFIX)
+        if hub and (self.features is None or self.label is None):
+            raise ValueError(f"dataset.{'features' if self.features is None else 'label'}: "
+                             f"{self.name!r} needs its feature and label columns named")
+        extra = [k for k in ("features", "label", "by") if getattr(self, k) is not None]
+        if extra and not hub:
+            raise ValueError(f"dataset.{extra[0]}: only for Hugging Face data "
+                             f"(dataset.name: {HUB_PREFIX}<folder>); allowed: unset")
+        if self.digest is None and self.name not in DATASETS and not hub:
             raise ValueError(
-                f"dataset.name: unknown {self.name!r}; allowed: {', '.join(DATASETS)} "
-                "(own data: pass it from Python, see docs/python-api.md)"
+                f"dataset.name: unknown {self.name!r}; allowed: {', '.join(DATASETS)}, "
+                f"{HUB_PREFIX}<folder written by save_to_disk> (own data: pass it from Python, "
+                "see docs/python-api.md)"
             )
         if self.digest is not None and self.name in DATASETS:
             raise ValueError(
@@ -336,7 +353,7 @@ class PrivacyConfig(_Strict):
 
 class ExperimentConfig(_Recorded):
     OPTIONAL: ClassVar[tuple[str, ...]] = ("callbacks",)
-    DEFAULT_OMITTED: ClassVar[tuple[str, ...]] = ("privacy",)
+    DEFAULT_OMITTED: ClassVar[tuple[str, ...]] = ("privacy", "system")
 
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -353,6 +370,7 @@ class ExperimentConfig(_Recorded):
                         "the default primary endpoint of a comparison")
     engine: EngineConfig = Field(default_factory=EngineConfig)
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    system: SystemConfig = Field(default_factory=SystemConfig)
     callbacks: Any = Field(None, description="callbacks of the run, in order: "
                            "`[{callback: NAME, **hparams}]`")
     # resumable runs (docs/how-to/checkpoints.md); not part of config_hash()
@@ -383,7 +401,14 @@ class ExperimentConfig(_Recorded):
     @model_validator(mode="after")
     def _dataset_supports(self) -> ExperimentConfig:
         ds = self.dataset
-        if ds.partition == "natural" and ds.name not in NATURAL_DATASETS:
+        if ds.partition == "natural" and ds.name.startswith(HUB_PREFIX) and ds.by is None:
+            raise ValueError("dataset.by: partition natural of Hugging Face data needs the id "
+                             "column; allowed: a column name")
+        if ds.by is not None and ds.partition != "natural":
+            raise ValueError(f"dataset.by: only with dataset.partition=natural (got "
+                             f"{ds.partition}); allowed: unset")
+        if (ds.partition == "natural" and ds.name not in NATURAL_DATASETS
+                and not ds.name.startswith(HUB_PREFIX)):
             raise ValueError(
                 f"dataset.partition: 'natural' needs per-sample owner ids, which "
                 f"dataset.name={ds.name!r} lacks (only {', '.join(NATURAL_DATASETS)} has them); "

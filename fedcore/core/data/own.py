@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from fedcore.core.config import ConfigError, DatasetConfig, ExperimentConfig, _one_line
 from fedcore.core.config.seeding import numpy_rng
+from fedcore.core.data import hub
 from fedcore.core.data.client_data import ClientData, label_mix
 from fedcore.core.data.federated import FederatedData, built_key, partition_indices
 from fedcore.core.data.partition import split_local
@@ -135,13 +136,19 @@ def federate(
     seed: int = 0,
     num_classes: int | None = None,
     device: torch.device | str = "cpu",
+    features: str | Sequence[str] | None = None,
+    label: str | None = None,
+    by: str | None = None,
+    partitioner: Any = None,
+    split: str | None = None,
     **partition: Any,
 ) -> FederatedData:
     """Split own data among clients, as fedcore splits its built-in datasets.
 
     Args:
-        x: samples (N, ...) as a numpy array or tensor, or a torch ``Dataset`` of
-            (sample, label) pairs.
+        x: samples (N, ...) as a numpy array or tensor, a torch ``Dataset`` of
+            (sample, label) pairs, or Hugging Face data (a ``datasets.Dataset`` or
+            ``DatasetDict``, or a folder written by ``save_to_disk``; ``fedcore.core.data.hub``).
         y: integer labels (N,); None when ``x`` is a ``Dataset``.
         x_test: the global test samples (likewise); without them a ``global_test_fraction``
             of the samples (drawn with ``seed``) is the global test set.
@@ -153,6 +160,15 @@ def federate(
         seed: seeds the partition and the local train/test splits, as the run seed does.
         num_classes: the number of classes (default: the largest label + 1).
         device: where the tensors live.
+        features: Hugging Face data: the feature column (or columns, side by side).
+        label: Hugging Face data: the label column.
+        by: Hugging Face data: one client per distinct value of this column (``num_clients``
+            of them drawn with ``seed``, default all).
+        partitioner: Hugging Face data: a Flower Datasets partitioner (any object with a
+            ``dataset`` setter, ``num_partitions`` and ``load_partition(i)``); one client per
+            partition.
+        split: a ``DatasetDict``'s training split (default ``train``; its ``test`` split, if
+            any, is the global test set).
         **partition: the ``dataset`` settings (``partition=iid|dirichlet|shards``, ``alpha``,
             ``num_clients``, ``min_samples``, ``shards_per_client``, ``test_fraction``,
             ``global_test_fraction``; defaults as in the config).
@@ -165,6 +181,20 @@ def federate(
             num_classes, int | np.integer) or not 2 <= num_classes <= MAX_CLASSES):
         raise ConfigError(f"num_classes: {num_classes!r}; allowed: an integer in "
                           f"2..{MAX_CLASSES}")
+    if hub.is_hub(x):
+        if y is not None or x_test is not None or clients is not None:
+            raise ConfigError("y: Hugging Face data names its columns (features=, label=); "
+                              "allowed: no y, x_test or clients with it")
+        natural = by is not None or partitioner is not None
+        got = hub.prepare(x, features=features, label=label, by=by, partitioner=partitioner,
+                          split=split, seed=seed,
+                          num_clients=partition.pop("num_clients", None) if natural else None,
+                          global_test_fraction=partition.get("global_test_fraction", 0.2))
+        x, y, x_test, y_test, clients = got.x, got.y, got.x_test, got.y_test, got.clients
+        source = source or got.source
+    elif any(v is not None for v in (features, label, by, partitioner, split)):
+        raise ConfigError("features: features, label, by, partitioner and split are for "
+                          "Hugging Face data; allowed: unset with arrays or a torch Dataset")
     xs, ys = _tensors(x, y, "x", "y", num_classes)
     if clients is not None:
         if partition.get("num_clients", len(clients)) != len(clients):

@@ -61,6 +61,7 @@ class LocalContext:
     start_params: torch.Tensor | None = None  # where SGD starts (step-ahead EF); None: global
     server_payload: Mapping[str, torch.Tensor] = field(default_factory=dict)  # the downlink
     seed: int = 0  # the experiment seed (seeds of probes an objective or rule draws)
+    step_limit: int | None = None  # the most local steps it takes (partial work by a deadline)
     # The plan's frozen models while the client trains, set by the engine: gradient-free models
     # in eval mode with the model API (``model(x)``, ``embedding``, ``head``).
     frozen: Mapping[str, ModelView] = field(default_factory=dict)
@@ -185,6 +186,8 @@ class StageContext:
     # where client k's local SGD starts (None: at theta_t); the second argument computes, when
     # called, the number of local steps the client will take
     start_point: Callable[[int, Callable[[], int]], torch.Tensor | None] = no_start_point
+    # the most local steps a client takes this round (a late client's partial work)
+    step_limits: dict[int, int] = field(default_factory=dict)
 
 
 # --- callbacks -------------------------------------------------------------------------------

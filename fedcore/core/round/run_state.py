@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from fedcore.core.records.store import ClientStore
     from fedcore.core.samplers.base import Sampler
     from fedcore.core.stages.base import Chain
+    from fedcore.core.system import Synchronous
 
 # What a state holds (round protocol v2); a checkpoint lacking one cannot resume. ``stages``
 # and ``callbacks`` are left out: checkpoints written before them load with empty states;
@@ -53,6 +54,7 @@ class Resumable(Protocol):
     privacy: Ledger | None
     history: list[dict[str, float]]
     client_tables: list[ClientTable]
+    system: Synchronous
 
 
 def state_of(run: Resumable) -> dict[str, Any]:
@@ -73,6 +75,7 @@ def state_of(run: Resumable) -> dict[str, Any]:
         "callbacks": [cb.state_dict() for cb in run.configured],
         **_own_states(run),
         **({"privacy": run.privacy.state_dict()} if run.privacy is not None else {}),
+        **({"system": run.system.state_dict()} if run.cfg.system.active else {}),
     }
 
 
@@ -143,6 +146,7 @@ def restore(run: Resumable, state: dict[str, Any], rng: bool = True) -> None:
         component.load_state_dict(own.get(kind, {}))
     if run.privacy is not None:
         run.privacy.load_state_dict(state["privacy"])
+    run.system.load_state_dict(state.get("system", {}))
     run.history[:] = [dict(h) for h in state["history"]]
     run.client_tables[:] = [ClientTable(**t) for t in state["client_tables"]]
     if rng:

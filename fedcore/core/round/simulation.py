@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedcore.core import system
 from fedcore.core.callbacks import Callback
 from fedcore.core.callbacks import dispatch as callback_dispatch
 from fedcore.core.callbacks.signals import SignalStop
@@ -70,21 +71,19 @@ class Simulation:
         self.training = training_clients(self.data.num_clients, self.held_out)
         self.configured = parts.callbacks  # the config's; their state is checkpointed
         self.byzantine, self.client_algo = parts.byzantine, parts.client_algo
-        self.model = parts.model
-        self.layout = parts.layout
+        self.model, self.layout = parts.model, parts.layout
         self.params = flat_params(self.model)
         self.buffers = {k: v.detach().clone() for k, v in self.model.named_buffers()}
         self.aggregator = parts.aggregator
+        self.system = system.build(self.cfg, self.data, self.aggregator)  # clock, availability
         self.compressor, self.chain, self.sampler = parts.compressor, parts.chain, parts.sampler
         self.privacy = parts.privacy  # None: no privacy mechanism
         self.privacy_params = self.privacy.params() if self.privacy is not None else {}
         self.engine, self.engine_name = parts.engine, parts.engine_name
         self.engine_reason = parts.engine_reason
         log.info("engine: %s (%s)", self.engine_name, self.engine_reason)
-        self.store = ClientStore()
-        self.round = 0
-        self.bytes_up_total = 0
-        self.bytes_down_total = 0
+        self.store, self.round = ClientStore(), 0
+        self.bytes_up_total, self.bytes_down_total = 0, 0
         self.history: list[dict[str, float]] = []  # the Result's, kept here to be checkpointed
         self.client_tables: list[ClientTable] = []
         self.skipped_metrics: dict[str, str] = {}  # metric pattern -> why it is not measured
@@ -121,8 +120,9 @@ class Simulation:
     def sample_clients(self, round: int) -> np.ndarray:
         """The round's clients, sorted, from the sampler (``method.sampler``), which sees the
         training population only (``fedcore.core.round.round_phases.sample``)."""
-        return round_phases.sample(self.sampler, self.cfg, self.data, self.training, round,
-                                   self.local_loss)
+        pool, m = self.system.pool(round, self.training, self.cfg.clients_per_round)
+        return round_phases.sample(self.sampler, self.cfg, self.data, pool, round,
+                                   self.local_loss, m)
 
     def local_loss(self, client_ids: list[int]) -> np.ndarray:
         """The global model's mean loss on each client's training split (eval mode)."""
@@ -160,15 +160,15 @@ class Simulation:
         """One round as its phases; ``sampled`` None: the sampler draws the round's clients."""
         # sample
         ids = [int(k) for k in (self.sample_clients(round) if sampled is None else sampled)]
-        # configure: what every client and stage sees this round
-        rc = self.round_context(round)
+        rc = self.round_context(round)  # configure: what every client and stage sees
+        ids, order = self.system.plan(rc, ids, order)  # who trains, how far (late clients)
         # begin stages
         opening = self.chain.begin_round(rc, ids)
         # train: the engine returns each client's trained update
         updates = self.engine.train_round(rc, ids, order)
         self.engine_name, self.engine_reason = note_fallback(self.engine, self.engine_name,
                                                              self.engine_reason)
-        ups = [updates[k] for k in ids]
+        ups = self.system.arrive(round, [updates[k] for k in ids])  # what reached the server
         # client stages: change the trained updates before they are sent
         self.chain.client_side(ups, rc)
         # uplink: what goes on the wire, and its bytes
@@ -196,11 +196,10 @@ class Simulation:
         bytes_down = round_phases.downlink_bytes(rc, len(ids))
         self.bytes_up_total += sum(m.nbytes for m in msgs)
         self.bytes_down_total += bytes_down
-        metrics = round_phases.round_metrics(
-            msgs, batch, result, seconds, bytes_down, (self.bytes_up_total, self.bytes_down_total)
-        )
-        for more in (result.metrics, verdicts, ending, opening,
-                     round_phases.stat_metrics(msgs), engine_metrics(self.engine)):
+        metrics = round_phases.round_metrics(msgs, batch, result, seconds, bytes_down,
+                                             (self.bytes_up_total, self.bytes_down_total))
+        for more in (result.metrics, verdicts, ending, opening, round_phases.stat_metrics(msgs),
+                     engine_metrics(self.engine), self.system.metrics()):
             metrics.update(more)
         columns = round_phases.client_columns(msgs, result.client_values, self.data.num_clients)
         return RoundOutcome(metrics, columns)
@@ -211,22 +210,18 @@ class Simulation:
         Each round: sample, play, then the callbacks (``fedcore.core.callbacks.dispatch``). A
         callback's ``finish`` (converged) ends the run after that round as finished, with
         ``result.converged`` saying why. A callback's stop pauses the run after that round:
-        the round is recorded and checkpointed
-        (with ``checkpoint_every`` set; the checkpoint is kept for a resume), ``result.stopped``
-        says why, and ``on_run_end`` gets the summary of the rounds played. A requested stop
-        (``fedcore.core.runtime.stopping``, e.g. SIGTERM) ends it the same way but then raises
-        ``fedcore.core.runtime.stopping.StopRequested`` instead of finishing."""
+        the round is recorded and checkpointed (with ``checkpoint_every`` set; kept for a
+        resume), ``result.stopped`` says why, and ``on_run_end`` gets the summary of the rounds
+        played. A requested stop (``fedcore.core.runtime.stopping``, e.g. SIGTERM) ends it the
+        same way but raises ``fedcore.core.runtime.stopping.StopRequested`` instead of finishing."""
         signal = SignalStop()
         privacy = self.privacy.callbacks() if self.privacy is not None else []
         components = [*callback_dispatch.contributed(self.components()), *privacy,
                       *self.configured]
-        self.run_callbacks = callback_dispatch.chain(
-            self.builtins, components, self.callbacks, signal
-        )
-        result = Result(
-            self.cfg.resolved(), self.cfg.config_hash(), self.history, self.client_tables,
-            skipped_metrics=dict(self.skipped_metrics),
-        )
+        self.run_callbacks = callback_dispatch.chain(self.builtins, components, self.callbacks,
+                                                     signal)
+        result = Result(self.cfg.resolved(), self.cfg.config_hash(), self.history,
+                        self.client_tables, skipped_metrics=dict(self.skipped_metrics))
         for cb in self.run_callbacks:
             cb.on_run_start(self.view)
         stopping.check(self.round)  # no round starts once a stop was requested
@@ -239,10 +234,8 @@ class Simulation:
             self.round = r
             record = RoundRecord(r, outcome.metrics, self.view, sampled, outcome.client_values)
             result.history.append({"round": r, **outcome.metrics})
-            callback_dispatch.end_round(
-                self.run_callbacks, record, result.history[-1], result.client_tables,
-                self.builtins,
-            )
+            callback_dispatch.end_round(self.run_callbacks, record, result.history[-1],
+                                        result.client_tables, self.builtins)
             if record.checkpoint:  # a callback's verdict (the built-in checkpoint's)
                 self.save_checkpoint()
             if record.stop is not None and r < total:
@@ -260,8 +253,7 @@ class Simulation:
         return result
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything a resumed run needs to finish with the same numbers
-        (``fedcore.core.round.run_state.state_of``)."""
+        """Everything a resumed run needs (``fedcore.core.round.run_state.state_of``)."""
         return run_state.state_of(self)
 
     def load_state_dict(self, state: dict[str, Any], rng: bool = True) -> None:

@@ -1,0 +1,49 @@
+"""The simulated-clock part of a sweep report: test accuracy against simulated seconds, for
+runs with a ``system`` block or an asynchronous rule (docs/how-to/stragglers.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from fedcore.tracking.plots import _pyplot
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+TIME_METRIC = "time/simulated_s"
+TITLE = "Accuracy vs simulated time: mean over seeds per round"
+
+
+def clocks(client: MlflowClient, runs: pd.DataFrame) -> dict[str, pd.Series]:
+    """Each run's simulated clock by round (step); empty when no run has one."""
+    out = {}
+    for run_id in runs["run_id"]:
+        hist = client.get_metric_history(run_id, TIME_METRIC)
+        if hist:
+            out[run_id] = pd.Series({m.step: m.value for m in hist}).sort_index()
+    return out
+
+
+def accuracy_vs_time_png(runs: pd.DataFrame, acc: dict[str, pd.Series],
+                         clock: dict[str, pd.Series], path: Path) -> None:
+    """One line per row: the mean over seeds of (simulated seconds, test accuracy) at each
+    evaluated round its seeds share."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    for row, group in runs.groupby("row", sort=False):
+        curves = [pd.concat([clock[r], acc[r]], axis=1, join="inner").to_numpy()
+                  for r in group["run_id"] if r in clock and r in acc]
+        curves = [c for c in curves if len(c)]
+        if not curves:
+            continue
+        n = min(len(c) for c in curves)
+        mean = sum(c[:n] for c in curves) / len(curves)
+        ax.plot(mean[:, 0], mean[:, 1], marker=".", label=str(row))
+    ax.set(xlabel="simulated seconds", ylabel="test accuracy", title=TITLE)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
