@@ -27,7 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 MAIN_REPORT = ROOT / "docs" / "benchmarks" / "main-report.md"
 EXAMPLE = ROOT / "docs" / "report-example"
 README = ROOT / "README.md"
+CONFIRMATION = ROOT / "reports" / "main-confirm"
 START, END = "<!-- main-report:start", "<!-- main-report:end -->"
+ANSWER = re.compile(r"^- (?P<pair>.+? vs .+?): (?P<verdict>better|worse|equivalent|undecided|"
+                    r"no verdict|not run yet)", re.M)
 FACT = re.compile(r"^- \*\*(?P<key>[^*]+)\*\*: (?P<value>.+)$", re.M)
 COPIED = ("table.md", "table.csv", "aggregate.csv", "convergence.png", "forest.png",
           "client_accuracy.png", "accuracy_vs_gb.png", "profile_accuracy.png",
@@ -93,7 +96,41 @@ def reading_notes(table: str) -> str:
     return notes
 
 
-def main_report(values: dict[str, str], summary: str, table: str = "") -> str:
+def verdicts(summary: str) -> dict[str, str]:
+    """Each comparison's verdict in a report's summary (``craft @craft vs fedavg @craft`` ->
+    ``worse``)."""
+    return {m.group("pair"): m.group("verdict")
+            for m in ANSWER.finditer(summary.replace("\r", "")) if m}
+
+
+def confirmation_section(screening: str, confirmation: str) -> tuple[str, str]:
+    """The confirmation's answers beside the screening's, and the fact line (``3 of 11
+    decided verdicts confirmed``)."""
+    first, second = verdicts(screening), verdicts(confirmation)
+    rows, decided, confirmed = [], 0, 0
+    for pair, verdict in first.items():
+        again = second.get(pair, "not run")
+        held = verdict in ("better", "worse", "equivalent")
+        decided += held
+        same = held and again == verdict
+        confirmed += same
+        mark = "confirmed" if same else ("not confirmed" if held else "—")
+        rows.append(f"| {pair} | {verdict} | {again} | {mark} |")
+    fact = f"{confirmed} of {decided} decided verdicts confirmed on fresh seeds"
+    body = "\n\n".join(confirmation.strip().split("\n\n")[1:])
+    text = ("## Confirmation on fresh seeds\n\n"
+            "`configs/sweeps/main-confirm.yaml` asks every family's questions again, in the same "
+            "protocols, rows and looks, on seeds 100-104, which no earlier run used (the sweep "
+            "refuses a seed the screening's recorded runs used). A screening verdict is "
+            "confirmed when the confirmation reaches the same one.\n\n"
+            "| comparison | screening (seeds 0-4) | confirmation (seeds 100-104) | |\n"
+            "|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+            "The confirmation's answers, as its report wrote them:\n\n" + body + "\n")
+    return fact, text
+
+
+def main_report(values: dict[str, str], summary: str, table: str = "",
+                confirmation: str = "") -> str:
     """docs/benchmarks/main-report.md: the facts, what qualifies the answers, the answers."""
     body = "\n\n".join(summary.strip().split("\n\n")[2:])
     body = body.replace("artifacts `report/table.md` and `report/*.png`",
@@ -113,6 +150,7 @@ def main_report(values: dict[str, str], summary: str, table: str = "") -> str:
         "[statistics](../explanation/statistics.md); reading the report: "
         "[the first-run tutorial](../tutorials/first-run.md).\n\n"
         f"{body}\n"
+        + (f"\n{confirmation}" if confirmation else "")
     )
 
 
@@ -127,8 +165,9 @@ def readme_block(values: dict[str, str]) -> str:
         "docs/benchmarks/main-report.md) -->\n"
         f"The shipped run ({values['date']}, commit {values['commit']}; {values['machine']}) "
         f"took {values['time after set-up']} after set-up. {values['cells']} Of its family "
-        f"comparisons, {values['comparisons']}: "
-        "[the answers](docs/benchmarks/main-report.md).\n"
+        f"comparisons, {values['comparisons']}"
+        + (f"; {values['confirmation']}" if "confirmation" in values else "")
+        + ": [the answers](docs/benchmarks/main-report.md).\n"
         f"{END}"
     )
 
@@ -142,6 +181,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, help="the main job's wall time after set-up")
     parser.add_argument("--report", type=Path, default=ROOT / "reports" / "main")
+    parser.add_argument("--confirmation", type=Path, default=CONFIRMATION,
+                        help="the confirmation sweep's report (skipped when it has none)")
     parser.add_argument("--readme", action="store_true", help="only rewrite the README block")
     parser.add_argument("--keep-facts", action="store_true",
                         help="rewrite the page from the same run's report, keeping its facts")
@@ -153,7 +194,14 @@ def main(argv: list[str]) -> int:
         table = (args.report / "table.md").read_text()
         values = (read_facts(MAIN_REPORT.read_text()) if args.keep_facts
                   else facts(args.seconds, summary))
-        MAIN_REPORT.write_text(main_report(values, summary, table))
+        confirmed = ""
+        if (args.confirmation / "summary.md").is_file():
+            fact, confirmed = confirmation_section(
+                summary, (args.confirmation / "summary.md").read_text())
+            values["confirmation"] = fact
+            EXAMPLE.mkdir(exist_ok=True)
+            shutil.copyfile(args.confirmation / "table.md", EXAMPLE / "confirmation.md")
+        MAIN_REPORT.write_text(main_report(values, summary, table, confirmed))
         EXAMPLE.mkdir(exist_ok=True)
         for name in COPIED:
             if (args.report / name).is_file():

@@ -132,3 +132,22 @@ def test_every_family_of_the_main_job_runs_its_papers_protocol():
     for fam in spec.families:
         cells = [c for c in spec.cells if c.row in fam.rows]
         assert {c.config.rounds for c in cells} == {spec.protocols[str(fam.protocol)].horizon}
+
+
+def test_the_confirmation_asks_the_main_jobs_questions_on_fresh_seeds():
+    main = load_sweep(config_dir() / "sweeps" / "main.yaml")
+    confirm = load_sweep(config_dir() / "sweeps" / "main-confirm.yaml")
+    assert confirm.screening == "main"
+    assert confirm.families == main.families
+    assert {k: (p.values, p.scaled, p.recipe) for k, p in confirm.protocols.items()} == {
+        k: (p.values, p.scaled, p.recipe) for k, p in main.protocols.items()}
+    family_rows = {r for f in main.families for r in f.rows}
+
+    def configs(spec):  # noqa: ANN001, ANN202
+        return {(c.row, c.config.model_copy(update={"seed": 0}).config_hash())
+                for c in spec.cells if c.row in family_rows}
+
+    assert configs(confirm) == configs(main)
+    assert {c.row for c in confirm.cells} == family_rows  # no exploratory rows
+    assert not set(confirm.seed_plan.seeds) & set(main.seed_plan.seeds)
+    assert confirm.seed_plan.looks == main.seed_plan.looks

@@ -16,6 +16,9 @@ FULL_REPORT = ROOT / "docs" / "report-example" / "table.md"
 README_MAX_LINES = 160
 
 
+CONFIRMATION_HEAD = "## Confirmation on fresh seeds"
+
+
 def _ship():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("ship", ROOT / "scripts" / "ship_main_report.py")
     assert spec and spec.loader
@@ -56,8 +59,12 @@ def test_the_readme_is_short():
     assert len(README.read_text().splitlines()) <= README_MAX_LINES
 
 
+def _screening(page: str) -> str:
+    return page.split(CONFIRMATION_HEAD)[0]
+
+
 def test_the_shipped_answers_are_the_whole_reports():
-    shipped, full = MAIN_REPORT.read_text(), FULL_REPORT.read_text()
+    shipped, full = _screening(MAIN_REPORT.read_text()), FULL_REPORT.read_text()
     counts = _ship().read_facts(shipped)["cells"]
     assert counts in full.split("\n\n")[1]
     answers = [line for line in shipped.splitlines() if line.startswith("- ") and " vs " in line]
@@ -66,8 +73,34 @@ def test_the_shipped_answers_are_the_whole_reports():
     assert not missing, f"main-report.md answers not in docs/report-example/table.md: {missing}"
 
 
+def test_the_shipped_confirmation_is_its_whole_report():
+    page = MAIN_REPORT.read_text()
+    assert CONFIRMATION_HEAD in page, "the main job's report carries its confirmation"
+    full = (MAIN_REPORT.parent.parent / "report-example" / "confirmation.md").read_text()
+    answers = [line for line in page.split(CONFIRMATION_HEAD)[1].splitlines()
+               if line.startswith("- ") and " vs " in line]
+    assert answers and all(line in full for line in answers)
+    ship = _ship()
+    confirmed = ship.read_facts(page)["confirmation"]
+    assert confirmed == ship.confirmation_section(_screening(page), page.split(
+        CONFIRMATION_HEAD)[1])[0]
+
+
+def test_a_confirmation_is_set_beside_its_screening():
+    ship = _ship()
+    screening = ("# Sweep\n\n2 cells.\n\n- a vs b: worse by 0.1 [-0.2, -0.05], decided at 3 "
+                 "seeds\n- a vs c: better by 0.2 [+0.1, +0.3], decided at 5 seeds\n"
+                 "- a vs d: undecided at 5 seeds (+0.001 [-0.01, +0.01])\n")
+    confirmation = screening.replace("better by 0.2 [+0.1, +0.3]", "undecided at 5")
+    fact, text = ship.confirmation_section(screening, confirmation)
+    assert fact == "1 of 2 decided verdicts confirmed on fresh seeds"
+    assert "| a vs b | worse | worse | confirmed |" in text
+    assert "| a vs c | better | undecided | not confirmed |" in text
+    assert "| a vs d | undecided | undecided | — |" in text
+
+
 def test_the_decided_count_is_the_answers():
-    shipped = MAIN_REPORT.read_text()
+    shipped = _screening(MAIN_REPORT.read_text())
     answers = [line for line in shipped.splitlines() if line.startswith("- ") and " vs " in line]
     decided = [a for a in answers if "decided at" in a and "undecided" not in a]
     quoted = _ship().read_facts(shipped)["comparisons"]
