@@ -1,8 +1,10 @@
 """The metric catalogue is the emitters' declarations (``EMITTED_METRICS``, gathered by
 fedcore.core.metrics.catalogue, rendered in docs/reference/metrics.md), and it matches what the code
 records both ways: every metric name written in the code and every metric a tiny run of each
-shipped method emits is declared, and every declared metric is emitted (by those runs, or, for
-the parent runs' metrics, written by the module that declares it)."""
+shipped method emits is declared, and every declared metric is emitted (by those runs and the
+runs the emitters declare in ``EMITTED_WHEN``, or, for the parent runs' metrics, written by the
+module that declares it). The columns of a round's per-client table are declared the same way
+(scope ``client``)."""
 
 from __future__ import annotations
 
@@ -16,13 +18,17 @@ from fedcore.core.compose.configure import load_config
 from fedcore.core.config import method_names
 from fedcore.core.metrics.catalogue import (
     DECLARATION,
+    RUN_DECLARATION,
     DeclarationError,
     MetricDoc,
     build,
+    build_runs,
     catalogue,
     declaration,
     declared,
+    declared_run,
     lookup,
+    runs,
 )
 from fedcore.core.round.simulation import Simulation
 
@@ -32,26 +38,13 @@ HOLE = re.compile(r"<[a-z_ ]+>")
 # Strings shaped like a metric name that are not metrics.
 NOT_METRICS = {
     "val/images": "a Tiny-ImageNet folder",
-    "rejected_by/<x>": "a per-client column: the clients a stage rejected",
     "verdict/<x>": "a tag of the claims run (its metric is holds/<claim id>)",
 }
-RUN_SCOPES = ("round", "summary")  # what a simulation's run records
+RUN_SCOPES = ("round", "summary", "client")  # what a simulation's run records
 # Declared metrics no fedcore code writes by name.
 NOT_WRITTEN = {"system/<name>": "MLflow's system-metrics monitor names them"}
 TINY = ["rounds=1", "model.name=mlp", "dataset.num_clients=6", "clients_per_round=3",
         "local.steps=2", "target_accuracy=0.01"]
-# Runs beyond one of every shipped method, for the metrics that need a setting.
-EXTRA_RUNS = {
-    "held-out clients and a validation split": [
-        "method=fedavg", "dataset.val_fraction=0.2", "dataset.holdout_clients=0.34"],
-    "a stage that rejects": ["method=fedavg", "method.stages=[{stage: median_norm, factor: 0.5}]"],
-    "central DP": ["method=fedavg", "privacy.mechanism=central", "privacy.noise_multiplier=1.0",
-                   "privacy.clip_quantile=0.5"],
-    "the vectorised engine": ["method=fedavg", "engine=vectorised"],
-    "stragglers on a simulated clock": [
-        "method=fedavg", "system.availability=probability", "system.available_p=0.8",
-        "system.speed=uniform", "system.speed_spread=3", "system.deadline_s=4"],
-}
 
 
 def names_in(path: Path, skip_declaration: bool = False) -> dict[str, int]:
@@ -102,21 +95,31 @@ def test_the_scan_finds_known_names() -> None:
         assert name in names
 
 
+def declared_runs() -> dict[str, list[str]]:
+    """A one-round run of each shipped method and each run an emitter declares, by name."""
+    out = {name: [f"method={name}"] for name in method_names()}
+    return out | {f"{RUN_DECLARATION} of {emitter}": list(overrides)
+                  for emitter, overrides in runs().items()}
+
+
 @pytest.fixture(scope="module")
 def emitted() -> dict[str, str]:
-    """Every metric (history and summary) of a one-round run of each shipped method and of
-    ``EXTRA_RUNS``, with the first run that emitted it."""
-    runs = {name: [f"method={name}"] for name in method_names()} | EXTRA_RUNS
+    """Every metric (history and summary) and per-client column of ``declared_runs``, with the
+    first run that emitted it."""
     out: dict[str, str] = {}
-    for run, overrides in runs.items():
+    for run, overrides in declared_runs().items():
         result = Simulation(load_config(None, [*TINY, *overrides])).run()
-        for key in [k for row in result.history for k in row if k != "round"] + [*result.summary]:
+        columns = [k for table in result.client_tables for k in table.extra]
+        for key in [k for row in result.history for k in row if k != "round"] + [
+            *result.summary, *columns
+        ]:
             out.setdefault(key, run)
     return out
 
 
 def test_every_metric_of_a_run_is_declared(emitted: dict[str, str]) -> None:
-    assert {"rounds_to_target", "stages/median_norm/rejected", "unseen/accuracy"} <= set(emitted)
+    assert {"rounds_to_target", "stages/median_norm/rejected", "unseen/accuracy",
+            "rejected_by/median_norm", "expected_reliability"} <= set(emitted)
     missing = sorted(f"{k} ({run})" for k, run in emitted.items() if lookup(k) is None)
     assert not missing, (f"metrics a run emits that no module declares (add each to the "
                          f"{DECLARATION} of the module that emits it): {missing}")
@@ -126,8 +129,27 @@ def test_every_declared_run_metric_is_emitted(emitted: dict[str, str]) -> None:
     covered = {lookup(k) for k in emitted}
     unused = [f"{d.name} ({d.emitter})" for d in catalogue()
               if d.scope in RUN_SCOPES and d not in covered]
-    assert not unused, (f"declared metrics no run emitted (remove the declaration, or add a run "
-                        f"that emits it to EXTRA_RUNS): {unused}")
+    assert not unused, (f"declared metrics no run emitted (remove the declaration, or declare "
+                        f"the overrides of a run that emits it in its module's "
+                        f"{RUN_DECLARATION}): {unused}")
+
+
+def test_a_per_client_column_is_declared_in_its_scope() -> None:
+    column = lookup("rejected_by/median_norm")
+    assert column is not None and column.scope == "client"
+    assert column.emitter == "fedcore/core/round/round_phases.py"
+
+
+def test_runs_are_declared_beside_the_metrics_they_emit(tmp_path: Path) -> None:
+    assert runs()["fedcore/core/privacy/ledger.py"][0] == "privacy.mechanism=central"
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "mine.py").write_text('EMITTED_WHEN = ["engine=vectorised"]\n')
+    (pkg / "other.py").write_text("X = 1\n")
+    assert build_runs(pkg) == {"pkg/mine.py": ("engine=vectorised",)}
+    for bad in ('EMITTED_WHEN = ["engine"]', "EMITTED_WHEN = []", "EMITTED_WHEN = [f'{X}=1']"):
+        with pytest.raises(DeclarationError, match=f"^pkg/x.py: {RUN_DECLARATION} must be"):
+            declared_run(bad, "pkg/x.py")
 
 
 def test_every_declared_parent_metric_is_written_by_its_module() -> None:

@@ -43,6 +43,7 @@ def alignment_weights(
 
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {
+    "client": {"alignment_cos": "cosine of the client's update with the server step direction"},
     "round": {
         "cos_align/cos_mean": "mean cosine between client updates and their mean",
         "cos_align/negative_fraction": "share of clients with a negative cosine",

@@ -136,6 +136,7 @@ def crf_inference(deltas: torch.Tensor, num_samples: torch.Tensor, hp: CRF.HPara
 
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {
+    "client": {"expected_reliability": "the CRF's expected reliability of the client's update"},
     "round": {
         "crf/expected_reliability_mean": (
             "mean over clients of the CRF's expected reliability label"

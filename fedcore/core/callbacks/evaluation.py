@@ -66,8 +66,16 @@ class Evaluated:
     has_test: np.ndarray
 
 
+# The overrides of a tiny run that emits these metrics (fedcore.core.metrics.catalogue).
+EMITTED_WHEN = ["dataset.val_fraction=0.2", "dataset.holdout_clients=0.34"]
+
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {
+    "client": {
+        "noisy": "1 for a client whose training labels are flipped (clients.noisy_fraction)",
+        "byzantine": "1 for a Byzantine client (clients.byzantine_fraction)",
+        "held_out": "1 for a client held out of training (dataset.holdout_clients)",
+    },
     "round": {
         "test/accuracy": "accuracy of the global model on the global test set",
         "test/loss": "mean cross-entropy of the global model on the global test set",

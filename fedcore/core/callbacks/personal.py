@@ -29,6 +29,7 @@ class Personalised(Protocol):
 
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {
+    "client": {"personal_accuracy": "accuracy of the client's personal model on its test split"},
     "round": {
         "personal/accuracy_mean": (
             "personalised methods (Ditto): mean accuracy of the clients' personal models"

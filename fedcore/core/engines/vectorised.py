@@ -60,6 +60,9 @@ ChunkTensors = tuple[
 ]
 
 
+# The overrides of a tiny run that emits these metrics (fedcore.core.metrics.catalogue).
+EMITTED_WHEN = ["engine=vectorised"]
+
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {
     "round": {

@@ -14,7 +14,16 @@ reference of the docs (``docs/reference/metrics.md``) is generated from the cata
 ``tests/test_metric_catalogue.py`` checks that every metric a run emits and every metric name
 written in the code is declared, and that every declared metric is emitted. A name may hold one
 placeholder in angle brackets (``<objective>/fallback_clients``), which matches one path segment
-without ``/``.
+without ``/``. A column of the round's per-client table is declared too, in scope ``client``
+(``rejected_by/<stage>``), so a per-client value named with a slash is no undeclared metric.
+
+A module whose run metrics need a setting that no shipped method's default run has (a held-out
+split, a stage that rejects, central DP) declares the overrides of a tiny run that emits them,
+beside its ``EMITTED_METRICS``::
+
+    EMITTED_WHEN = ["privacy.mechanism=central", "privacy.noise_multiplier=1.0"]
+
+``tests/test_metric_catalogue.py`` runs each shipped method and each declared run.
 """
 
 from __future__ import annotations
@@ -28,9 +37,12 @@ from pathlib import Path
 
 # The module-level name an emitter declares its metrics under.
 DECLARATION = "EMITTED_METRICS"
+# The module-level name an emitter declares the overrides of a run that emits its metrics under.
+RUN_DECLARATION = "EMITTED_WHEN"
 # Scopes: "round" (step = round 1..R of a simulation's run), "summary" (once, at the run's end),
-# "sweep" / "study" / "claims" (the parent run of that command), "system" (MLflow's monitor).
-SCOPES = ("round", "summary", "sweep", "study", "claims", "system")
+# "client" (a column of a round's per-client table), "sweep" / "study" / "claims" (the parent
+# run of that command), "system" (MLflow's monitor).
+SCOPES = ("round", "summary", "client", "sweep", "study", "claims", "system")
 _HOLE = r"<[a-z_ ]+>"
 _NAME = re.compile(rf"([a-z][a-z0-9_]*|{_HOLE})(/([A-Za-z0-9_]+|{_HOLE}))*")
 
@@ -63,9 +75,9 @@ def package_root() -> Path:
     return Path(next(iter(top.__path__)))
 
 
-def declaration(module: ast.Module) -> ast.expr | None:
-    """The value expression of the module-level ``EMITTED_METRICS`` of a parsed module; None:
-    it declares none."""
+def declaration(module: ast.Module, name: str = DECLARATION) -> ast.expr | None:
+    """The value expression of the module-level ``name`` (``EMITTED_METRICS``) of a parsed
+    module; None: it declares none."""
     for node in module.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
@@ -73,7 +85,7 @@ def declaration(module: ast.Module) -> ast.expr | None:
             target, value = node.target, node.value
         else:
             continue
-        if isinstance(target, ast.Name) and target.id == DECLARATION:
+        if isinstance(target, ast.Name) and target.id == name:
             return value
     return None
 
@@ -109,6 +121,43 @@ def declared(source: str, emitter: str) -> list[MetricDoc]:
                                        f"non-empty string)")
             out.append(MetricDoc(name, emitter, scope, meaning))
     return out
+
+
+def declared_run(source: str, emitter: str) -> tuple[str, ...] | None:
+    """The overrides of the run a module's ``source`` declares in ``EMITTED_WHEN`` (None: it
+    declares none); a ``DeclarationError`` naming the module when it is not a literal list of
+    ``key=value`` strings."""
+    value = declaration(ast.parse(source), RUN_DECLARATION) if RUN_DECLARATION in source else None
+    if value is None:
+        return None
+    try:
+        overrides = ast.literal_eval(value)
+    except ValueError as exc:
+        raise DeclarationError(f"{emitter}: {RUN_DECLARATION} must be a literal list of "
+                               f"'key=value' strings ({exc})") from None
+    if not isinstance(overrides, (list, tuple)) or not overrides or not all(
+        isinstance(o, str) and "=" in o for o in overrides
+    ):
+        raise DeclarationError(f"{emitter}: {RUN_DECLARATION} must be a non-empty list of "
+                               f"'key=value' strings")
+    return tuple(overrides)
+
+
+def build_runs(root: Path) -> dict[str, tuple[str, ...]]:
+    """The runs the modules under package folder ``root`` declare, by module path."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        emitter = path.relative_to(root.parent).as_posix()
+        overrides = declared_run(path.read_text(), emitter)
+        if overrides is not None:
+            out[emitter] = overrides
+    return out
+
+
+@functools.cache
+def runs() -> dict[str, tuple[str, ...]]:
+    """Every run an emitter declares (read once per process), by module path."""
+    return build_runs(package_root())
 
 
 def build(root: Path) -> tuple[MetricDoc, ...]:

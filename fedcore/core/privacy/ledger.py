@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fedcore")
 
+# The overrides of a tiny run that emits these metrics (fedcore.core.metrics.catalogue).
+EMITTED_WHEN = [
+    "privacy.mechanism=central", "privacy.noise_multiplier=1.0", "privacy.clip_quantile=0.5",
+]
+
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {
     "round": {

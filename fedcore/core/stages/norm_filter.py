@@ -25,6 +25,9 @@ class MedianNormHParams(HParams):
     factor: float = Field(3.0, gt=0.0, description="reject norms above factor x the median")
 
 
+# The overrides of a tiny run that emits these metrics (fedcore.core.metrics.catalogue).
+EMITTED_WHEN = ["method.stages=[{stage: median_norm, factor: 0.5}]"]
+
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {
     "round": {
