@@ -58,16 +58,20 @@ def local_schedule(cfg: ExperimentConfig, round: int) -> LocalSchedule:
 
 def sample(
     sampler: Sampler, cfg: ExperimentConfig, data: FederatedData, ids: np.ndarray, round: int,
-    loss: Callable[[list[int]], np.ndarray],
+    loss: Callable[[list[int]], np.ndarray], per_round: int | None = None,
 ) -> np.ndarray:
     """The round's clients, sorted, from ``sampler``, which sees the training population
-    ``ids`` only, numbered 0..n-1 (all clients when none is held out); ``loss``: the global
-    model's local loss of the named clients."""
+    ``ids`` only, numbered 0..n-1 (all clients when none is held out; the available ones under
+    ``system``); ``loss``: the global model's local loss of the named clients; ``per_round``:
+    how many to draw (default ``clients_per_round``)."""
+    m = cfg.clients_per_round if per_round is None else per_round
+    if m == 0:  # every free slot taken (an asynchronous rule's clients in flight)
+        return np.zeros(0, dtype=np.int64)
     pop = Population(
         seed=cfg.seed,
         round=round,
         num_clients=len(ids),
-        per_round=cfg.clients_per_round,
+        per_round=m,
         sizes=np.array([data.clients[k].num_train for k in ids]),
         local_loss=lambda chosen: loss([int(ids[k]) for k in chosen]),
     )

@@ -75,7 +75,7 @@ def state_of(run: Resumable) -> dict[str, Any]:
         "callbacks": [cb.state_dict() for cb in run.configured],
         **_own_states(run),
         **({"privacy": run.privacy.state_dict()} if run.privacy is not None else {}),
-        **({"system": run.system.state_dict()} if run.cfg.system.active else {}),
+        **({"system": system} if (system := run.system.state_dict()) else {}),
     }
 
 
