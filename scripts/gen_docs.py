@@ -121,7 +121,8 @@ KEY_MEANINGS: dict[str, str] = {
 
 # Keys typed str that take a built-in name (the tuple of fedcore.core.config) or the user's own.
 OPEN_NAMES: dict[str, tuple[str, str]] = {
-    "dataset.name": ("DATASETS", "or own data's name (from Python)"),
+    "dataset.name": ("DATASETS", "or `hf:<folder>` (a saved Hugging Face dataset), or own "
+                     "data's name (from Python)"),
     "model.name": ("MODELS", "or an import path `package.module:Name`"),
 }
 
@@ -141,6 +142,7 @@ PAPERS: dict[str, tuple[str, str]] = {
     "fedavg": ("McMahan et al., AISTATS 2017", "fedavg"),
     "fedavg_topk": ("Top-k uplink without error feedback", "compression"),
     "fedavgm": ("Hsu et al., arXiv 1909.06335", "fedavgm"),
+    "fedbuff": ("Nguyen et al., AISTATS 2022", "fedbuff"),
     "feddyn": ("Acar et al., ICLR 2021", "feddyn"),
     "fedfv": ("Wang et al., IJCAI 2021", "fedfv"),
     "fedlf": ("Pan et al., AAAI 2024", "fedlf"),
