@@ -22,11 +22,10 @@ SEEDS = (0, 1, 2, 3, 4)
 COMMON = ["dataset.name=digits", "model.name=mlp", "device=cpu", "dataset.num_clients=20",
           "clients_per_round=5", "dataset.holdout_clients=0.2", "rounds=30", "eval_every=1",
           "last_k=5", "local.epochs=1"]
-FLIP = {"better": "worse", "worse": "better"}  # the family's verdicts are reference - row
 INTERVAL = "95 % Student-t interval of the mean over seeds"
 TEST = "paired t-test on the per-seed differences to the reference (TOST for equivalence)"
 CORRECTION = "Holm's step-down correction"
-ENDPOINT = "mean test accuracy, last 5 evaluations"  # rounds 26-30: the primary endpoint
+ENDPOINT = "mean test accuracy of the last 5 evaluations"  # rounds 26-30: the primary one
 
 
 def runs_frame() -> pd.DataFrame:
@@ -51,9 +50,11 @@ def runs_frame() -> pd.DataFrame:
 
 
 def family_rows(runs: pd.DataFrame, alpha: float, reference: str) -> pd.DataFrame:
-    """The family table's rows at one alpha: mean with its t-interval, n, the family's verdict
-    (from the row's side: "better" when the row beats the reference)."""
+    """The family table's rows at one alpha: the method's paper name, mean with its
+    t-interval, n, the family's verdict (from the reference's side, as the report words it:
+    "worse" when the reference loses to the row)."""
     from fedcore.pipeline.families import Family, SeedPlan, decide
+    from fedcore.pipeline.papers import display_name
     from fedcore.pipeline.stats import mean_interval
 
     at = runs[runs["alpha"] == alpha]
@@ -61,18 +62,20 @@ def family_rows(runs: pd.DataFrame, alpha: float, reference: str) -> pd.DataFram
     others = [m for m in METHODS if m != reference]
     fam = Family("server rules", "example", reference, tuple(others), "accuracy")
     outcome = decide(fam, SeedPlan(SEEDS, (len(SEEDS),)), by)
-    verdicts = {d.baseline: FLIP.get(d.verdict, d.verdict) for d in outcome.decisions}
+    verdicts = {d.baseline: d.verdict for d in outcome.decisions}
     rows = []
     for m in METHODS:
         iv = mean_interval([by[m][s] for s in SEEDS])
         verdict = "" if m == reference else verdicts[m]
-        rows.append({"row": m, "is_reference": m == reference, "mean": iv.mean, "low": iv.low,
+        rows.append({"row": display_name(m), "is_reference": m == reference, "mean": iv.mean,
+                     "low": iv.low,
                      "high": iv.high, "n": iv.n, "verdict": verdict})
     return pd.DataFrame(rows)
 
 
 def main() -> None:
     from fedcore.pipeline.latex import family_latex, statistics_statement
+    from fedcore.pipeline.paper_tables import short_header
     from fedcore.tracking.aggregate_plots import aggregate_section
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -99,8 +102,11 @@ def main() -> None:
                      f"{r['gap']:+.4f} |")
     (out / "across-settings.md").write_text("\n".join(lines) + "\n\n" + md.replace(
         "## Across settings", "## Across settings (the report's section)", 1))
-    tex = [family_latex(family_rows(runs, alpha, "fedavg"), family=f"server rules, alpha {alpha}",
-                        endpoint=ENDPOINT, interval=INTERVAL, test=TEST, correction=CORRECTION)
+    tex = [family_latex(family_rows(runs, alpha, "fedavg"), reference="FedAvg",
+                        caption=f"Server rules: FedAvg against its baselines (digits, Dirichlet "
+                        f"{alpha:g}); {ENDPOINT}.", label=f"tab:server-rules-digits-a{alpha:g}",
+                        header=short_header("accuracy_last_k", 5), interval=INTERVAL, test=TEST,
+                        correction=CORRECTION)
            for alpha in ALPHAS]
     (out / "table.tex").write_text("\n".join(tex))
     (out / "statistics.md").write_text(statistics_statement(

@@ -35,7 +35,7 @@ def _summary() -> pd.DataFrame:
 
 
 def test_variant_table_is_sorted_best_first_per_setting_with_n_and_interval():
-    out = variant_table(_summary())
+    out = variant_table(_summary(), "accuracy")
     # the UI shows a logged table's first four columns: the variant, mean, interval and n
     assert list(out.columns[:4]) == ["variant", "final accuracy", "95 % interval", "n"]
     assert list(out["variant"]) == ["craft · digits 0.1", "fedavg · digits 0.1",
@@ -45,23 +45,34 @@ def test_variant_table_is_sorted_best_first_per_setting_with_n_and_interval():
     craft = out.iloc[0]
     assert (craft["final accuracy"], craft["95 % low"], craft["95 % high"]) == (0.70, 0.66, 0.74)
     assert craft["95 % interval"] == "[0.6600, 0.7400]" and out.iloc[4]["95 % interval"] == "—"
-    one_setting = variant_table(_summary().iloc[:3])
+    one_setting = variant_table(_summary().iloc[:3], "accuracy")
     assert list(one_setting["variant"]) == ["craft", "fedavg", "krum"]
     with pytest.raises(KeyError, match="accuracy_n"):
-        variant_table(_summary().drop(columns="accuracy_n"))
+        variant_table(_summary().drop(columns="accuracy_n"), "accuracy")
 
 
 def test_logged_table_is_an_mlflow_table_artifact_of_the_run(tracking, tmp_path):
     client = mlflow_client(tracking)
     exp = client.create_experiment("parents")
     run_id = client.create_run(exp).info.run_id
-    log_variant_table(client, run_id, _summary())
+    log_variant_table(client, run_id, _summary(), "accuracy")
+    log_variant_table(client, run_id, _summary(), "accuracy")  # a second report replaces it
     tags = client.get_run(run_id).data.tags
     logged = json.loads(tags["mlflow.loggedArtifacts"])  # what makes the UI show a table
     assert logged == [{"path": VARIANT_TABLE, "type": "table"}]
     back = json.loads(open(client.download_artifacts(run_id, VARIANT_TABLE, str(tmp_path))).read())
     assert back["columns"][:4] == ["variant", "final accuracy", "95 % interval", "n"]
     assert [r[0].split()[0] for r in back["data"]] == ["craft", "fedavg", "krum", "rfa", "fedavg"]
+
+
+def test_variant_intervals_stay_in_the_metrics_range_and_rank_by_the_endpoint():
+    summary = _summary().rename(columns=lambda c: c.replace("accuracy", "accuracy_last_k"))
+    summary.loc[2, ["accuracy_last_k_low", "accuracy_last_k_high"]] = [0.9, 1.07]
+    out = variant_table(summary)  # the primary endpoint by default
+    assert out.columns[1] == "accuracy, mean of last k"
+    top = out.iloc[0]
+    assert top["variant"] == "craft · digits 0.1" and top["95 % high"] == 1.0
+    assert top["95 % interval"] == "[0.9000, 1.0000]"
 
 
 @pytest.mark.slow
@@ -88,7 +99,7 @@ def test_the_report_logs_the_variant_table_to_the_sweep_parent(tracking, tmp_pat
     frame = pd.DataFrame(back["data"], columns=back["columns"])
     assert sorted(frame["variant"]) == sorted(report.table["row"])
     assert (frame["n"] == 2).all()
-    means = list(frame["final accuracy"])
+    means = list(frame["accuracy, mean of last k"])
     assert means == sorted(means, reverse=True)
 
 

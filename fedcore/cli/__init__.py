@@ -133,6 +133,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"\n{where}  method={cfg.method.name}  dataset={cfg.dataset.name}  "
         f"alpha={cfg.dataset.alpha}  seed={cfg.seed}"
     )
+    if run_id is not None:
+        from fedcore.tracking.settings import load_settings
+        from fedcore.tracking.ui import store_line
+
+        print(store_line(load_settings(), run_id))
     if result.stopped is not None:
         print(f"stopped early: {result.stopped} (run it again to continue)")
     if result.converged is not None:
@@ -447,8 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_report.add_argument(
         "--latex", action="store_true",
-        help="also write families.tex (a booktabs table per family; bold only where its test "
-        "says better) and statistics.md (the paper checklist's statistics paragraph)",
+        help="also write families.tex (a booktabs table per family and setting that fits a "
+        "two-column paper's column; without families, an exploratory one per setting) and "
+        "statistics.md (the paper checklist's statistics paragraph)",
     )
     p_report.set_defaults(func=cmd_report)
     p_tune = sub.add_parser(

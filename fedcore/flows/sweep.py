@@ -79,7 +79,8 @@ def simulate_cell(
     code: str | None = None,
 ) -> dict[str, Any] | State[Any]:
     """Simulate one cell (its resolved config) as a child run of the sweep; ``identity``: its
-    ``run_name`` and tags (``variant``, ``cell``; ``fedcore.tracking.names.cell_identities``).
+    ``run_name`` and tags (``variant``, ``cell``, ``row`` and the row's regime;
+    ``fedcore.tracking.names.cell_identities``).
 
     ``settings`` (the flow's MLflow store) travel with the task, so a Dask worker records into
     the same store; with GPUs the cell holds one device slot (``cuda:i``) while it runs. Cells
@@ -189,7 +190,6 @@ def parent_run(spec: SweepSpec, settings: TrackingSettings | None = None) -> str
         run_name=parent_name("sweep", spec.name),
         tags={"sweep": spec.name, "sweep_hash": spec.sweep_hash, "fedcore.role": "sweep"},
     ).info.run_id
-    client.log_param(run_id, "cells", len(spec.cells))
     return run_id
 
 
@@ -265,7 +265,8 @@ def sweep(
         client.set_terminated(parent, "KILLED")
         return stopped_state(f"sweep {spec.name}")
     failed = sum(r["status"] == "failed" for r in rows)
-    table = sweep_summary(client, parent, spec.name, rows)
+    table = sweep_summary(client, parent, spec.name, rows,
+                          planned=sum(spec.planned(c) for c in spec.cells))
     publish_table(f"sweep-{spec.name}", table, settings, parent, rows, label="run_name")
     client.set_terminated(parent, "FAILED" if failed else "FINISHED")
     return rows
@@ -327,7 +328,8 @@ def _run_cells(
     rows: list[dict[str, Any]] = []
     if not cells:
         return rows
-    every = dict(zip((c.config.config_hash() for c in spec.cells), cell_identities(spec.cells),
+    every = dict(zip((c.config.config_hash() for c in spec.cells),
+                     cell_identities(spec.cells, spec.families),
                      strict=True))  # names from the whole sweep: the same in every look
     identities = [every[c.config.config_hash()] for c in cells]
     futures = [

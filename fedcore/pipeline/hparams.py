@@ -24,12 +24,14 @@ The regime's label is ``paper`` only when all four parts are; otherwise it names
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
 from fedcore.core.compose.configure import build_config
 from fedcore.core.config import ClientsConfig, ConfigError, LocalConfig, config_dir, read_yaml
+from fedcore.pipeline.rows import TUNABLE, is_tuned
 
 TUNE_BEST_MARK = "Written by `fedcore tune --best`"
 
@@ -198,10 +200,24 @@ def regime(resolved: dict[str, Any]) -> Regime:
                   horizon_label(resolved))
 
 
-def regime_tags(resolved: dict[str, Any]) -> dict[str, str]:
+def row_regime(resolved: dict[str, Any], row: str, overrides: Mapping[str, Any]) -> Regime:
+    """The regime of a sweep cell as its report row states it: a tuned row's (``craft
+    (tuned)``) parts that the study chose (the cell's ``method.`` and ``local.`` values) are
+    ``tuned``, not ``set``."""
+    mode = regime(resolved)
+    if not is_tuned(row):
+        return mode
+    return replace(mode, **{part: "tuned" for part, prefix in zip(("method", "local"), TUNABLE,
+                                                                 strict=True)
+                            if any(k.startswith(prefix) for k in overrides)})
+
+
+def regime_tags(resolved: dict[str, Any], mode: Regime | None = None) -> dict[str, str]:
     """MLflow tags: ``hparams`` (the regime's label), ``hparams_method``, ``hparams_local``,
-    ``hparams_data`` and, when the method is tuned, ``hparams_changed``."""
-    r = regime(resolved)
+    ``hparams_data``, ``hparams_horizon`` and, when the method is tuned, ``hparams_changed``;
+    ``mode``: the regime to state (default: ``regime(resolved)``; a sweep cell's
+    ``row_regime``)."""
+    r = mode or regime(resolved)
     tags = hparams_tags(resolved["method"])
     tags.update({"hparams": r.label, "hparams_method": r.method, "hparams_local": r.local,
                  "hparams_data": r.data, "hparams_horizon": r.horizon})

@@ -8,18 +8,24 @@ A run is named ``<method>-<dataset>-a<alpha>-s<seed>``, followed by what else se
   ``hparams_changed``).
 
 Tag ``variant`` is the name without the seed (what a table over seeds groups by, e.g.
-``pivot_table(columns="tags.variant")``); a sweep cell's tag ``cell`` is its grid point in full.
+``pivot_table(columns="tags.variant")``); a sweep cell's tag ``cell`` is its grid point in full,
+its tag ``row`` the row of the report it is a seed of (``fedavg (tuned)``, ``fedavg``), its
+regime tags (``hparams``, ...) the regime that row states, and ``family.<name>`` = ``yes`` the
+comparison families that judge it.
 Parent runs are named per invocation: ``sweep-main-20261202-031500``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fedcore.pipeline.families import Family
     from fedcore.pipeline.sweep import Cell
 
+FAMILY_TAG = "family."  # + a family's name: "yes" on the runs of the rows it judges
 # Grid keys already in the name's stem.
 STEM_KEYS = ("method", "dataset.name", "dataset.alpha", "seed")
 MAX_NAME = 250  # MLflow's limit on a run name is larger; a longer name is unreadable anyway
@@ -76,9 +82,10 @@ def run_identity(resolved: dict[str, Any]) -> tuple[str, str]:
     return name_and_variant(resolved, changed)
 
 
-def cell_identities(cells: list[Cell]) -> list[dict[str, str]]:
-    """Per cell of a sweep: ``run_name`` and the tags ``variant`` and ``cell``; names are
-    distinct between cells of distinct configs (more digits when 4 significant ones tie)."""
+def cell_identities(cells: list[Cell], families: Sequence[Family] = ()) -> list[dict[str, str]]:
+    """Per cell of a sweep: ``run_name`` and the tags ``variant``, ``cell`` and ``row_tags``;
+    names are distinct between cells of distinct configs (more digits when 4 significant ones
+    tie)."""
     extras = [{k: v for k, v in c.overrides.items() if k not in STEM_KEYS} for c in cells]
     hashes = [c.config.config_hash() for c in cells]
     for digits in (4, 8, None):
@@ -92,8 +99,24 @@ def cell_identities(cells: list[Cell]) -> list[dict[str, str]]:
     else:  # values that print alike in full: number the cells of a shared name
         named = [(f"{n} #{i}", v) if len(owners[n]) > 1 else (n, v)
                  for i, (n, v) in enumerate(named)]
-    return [{"run_name": name, "variant": variant, "cell": cell.label}
+    return [{"run_name": name, "variant": variant, "cell": cell.label,
+             **row_tags(cell, families)}
             for (name, variant), cell in zip(named, cells, strict=True)]
+
+
+def row_tags(cell: Cell, families: Sequence[Family] = ()) -> dict[str, str]:
+    """A sweep cell's tag ``row`` (its report row's label: ``fedavg (tuned)`` apart from
+    ``fedavg``), its regime tags as that row states them (a study's values ``tuned``) and
+    ``family.<name>`` = ``yes`` for each family that judges its row at its alpha (MLflow's
+    search has no OR: a family's runs are found by this tag)."""
+    from fedcore.pipeline.hparams import regime_tags, row_regime
+
+    resolved = cell.config.resolved()
+    alpha = cell.config.dataset.alpha
+    member = {f"{FAMILY_TAG}{f.name}": "yes" for f in families
+              if cell.row in f.rows and f.alpha in (None, alpha)}
+    return {"row": cell.row,
+            **regime_tags(resolved, row_regime(resolved, cell.row, cell.overrides)), **member}
 
 
 def parent_name(kind: str, name: str, when: datetime | None = None) -> str:

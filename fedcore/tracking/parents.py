@@ -102,7 +102,11 @@ SWEEP_COLUMNS = ["cell", "status", "final/accuracy", "final/accuracy_worst10", "
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {
     "sweep": {
-        "cells/<status>": "cells of the sweep by status: finished, skipped, failed",
+        "cells/planned": "the sweep's cells that some look may run (the report's \"N cells "
+                         "planned\"); the other cells/* metrics split it",
+        "cells/<status>": "planned cells by what the last `fedcore sweep` did: finished (ran "
+                          "now), skipped (finished before), failed, not_run (not needed at a "
+                          "later look, or stopped)",
         "best/final_accuracy": "highest final/accuracy among the sweep's cells",
         "mean/final_accuracy": "mean final/accuracy of the sweep's cells",
     },
@@ -110,17 +114,22 @@ EMITTED_METRICS = {
 
 
 def sweep_summary(
-    client: MlflowClient, run_id: str, name: str, rows: list[dict[str, Any]]
+    client: MlflowClient, run_id: str, name: str, rows: list[dict[str, Any]], planned: int
 ) -> str:
     """Cell counts and the best final accuracy as metrics; the cell table as description.
 
-    Returns the Markdown description.
+    ``planned``: the sweep's planned cells (``cells/planned``, the one cell count, the same as
+    the report's); ``cells/finished``, ``skipped``, ``failed`` and ``not_run`` split it by what
+    this invocation did with each (``rows``: one per cell it ran or skipped). Returns the
+    Markdown description.
     """
     from mlflow.entities import Metric
 
     counts = {s: sum(r.get("status") == s for r in rows) for s in ("finished", "skipped",
                                                                      "failed")}
-    metrics = {f"cells/{s}": float(n) for s, n in counts.items()}
+    counts["not_run"] = max(0, planned - sum(counts.values()))
+    metrics = {"cells/planned": float(planned),
+               **{f"cells/{s}": float(n) for s, n in counts.items()}}
     accs = [r["final/accuracy"] for r in rows if isinstance(r.get("final/accuracy"), float)]
     if accs:
         metrics["best/final_accuracy"] = max(accs)
@@ -128,8 +137,10 @@ def sweep_summary(
     ts = int(time.time() * 1000)
     client.log_batch(run_id, metrics=[Metric(k, v, ts, step)
                                       for k, v, step in _new_values(client, run_id, metrics)])
-    note = (f"### Sweep `{name}`: {len(rows)} cells ("
-            + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")\n\n"
+    words = {"finished": "finished now", "skipped": "finished before (skipped)",
+             "failed": "failed", "not_run": "not run (not needed at a later look, or stopped)"}
+    note = (f"### Sweep `{name}`: {planned} cells planned ("
+            + ", ".join(f"{n} {words[s]}" for s, n in counts.items()) + ")\n\n"
             + markdown_rows(rows, SWEEP_COLUMNS)
             + "\n\n`fedcore report` replaces this table with the comparison report.")
     set_description(client, run_id, note)
@@ -158,15 +169,21 @@ def html_page(body: str, title: str) -> str:
 
 
 
-VARIANT_TABLE = "variants.json"  # the parent's per-variant summary (MlflowClient.log_table)
+VARIANT_TABLE = "variants.json"  # the parent's per-variant summary (an MLflow table artifact)
 VARIANT_KEYS = ["row", "dataset", "alpha"]  # what one variant is, in the report's table
+ENDPOINT_LABELS = {"accuracy_last_k": "accuracy, mean of last k", "accuracy": "final accuracy",
+                   "worst10": "worst-10 %"}  # the report's column names of the endpoints
+LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"  # the tag that shows an artifact as a table
 
 
-def variant_table(table: pd.DataFrame, metric: str = "accuracy",
-                  label: str = "final accuracy") -> pd.DataFrame:
+def variant_table(table: pd.DataFrame, metric: str = "accuracy_last_k",
+                  label: str | None = None,
+                  bounds: tuple[float, float] | None = (0.0, 1.0)) -> pd.DataFrame:
     """One row per variant of ``table`` (the report's summary: ``row``, ``dataset``, ``alpha``
-    and ``<metric>_mean``, ``_low``, ``_high``, ``_n``), best mean first per dataset and alpha
-    (variants without a value last).
+    and ``<metric>_mean``, ``_low``, ``_high``, ``_n``; one line per row), ranked by ``metric``
+    (the primary endpoint; its column named ``label``, default the report's), best mean first
+    per dataset and alpha (variants without a value last); interval bounds cut to ``bounds``
+    (the metric's range; None: not cut).
 
     The MLflow UI shows a logged table's first four columns, so these come first: ``variant``
     (the row; with its dataset and alpha when the table holds more than one setting), the mean
@@ -187,7 +204,11 @@ def variant_table(table: pd.DataFrame, metric: str = "accuracy",
     if setting and len(table[setting].drop_duplicates()) > 1:
         variant = variant + [" · " + " ".join(map(str, v)) for v in table[setting].itertuples(
             index=False)]
-    mean, low, high = (table[c].astype(float).round(4) for c in stats[:3])
+    label = label or ENDPOINT_LABELS.get(metric, metric)
+    mean, low, high = (table[c].astype(float) for c in stats[:3])
+    if bounds is not None:
+        low, high = low.clip(*bounds), high.clip(*bounds)
+    mean, low, high = mean.round(4), low.round(4), high.round(4)
     out = pd.DataFrame({
         "variant": variant,
         label: mean,
@@ -203,8 +224,22 @@ def variant_table(table: pd.DataFrame, metric: str = "accuracy",
     return out.reset_index(drop=True)
 
 
-def log_variant_table(client: MlflowClient, run_id: str, table: pd.DataFrame) -> pd.DataFrame:
-    """Log ``variant_table`` of ``table`` to the run as ``variants.json``; returns it."""
-    frame = variant_table(table)
-    client.log_table(run_id, frame, VARIANT_TABLE)
+def log_variant_table(client: MlflowClient, run_id: str, table: pd.DataFrame,
+                      metric: str = "accuracy_last_k") -> pd.DataFrame:
+    """Write ``variant_table`` of ``table`` (ranked by ``metric``) to the run as
+    ``variants.json``, replacing the one an earlier report wrote (``MlflowClient.log_table``
+    appends to it: every rerun listed each row once more), shown as a table by the MLflow UI;
+    returns it."""
+    import json
+    import tempfile
+
+    frame = variant_table(table, metric)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / VARIANT_TABLE
+        frame.to_json(path, orient="split", index=False)
+        client.log_artifact(run_id, str(path))
+    shown = json.loads(client.get_run(run_id).data.tags.get(LOGGED_ARTIFACTS, "[]"))
+    entry = {"path": VARIANT_TABLE, "type": "table"}
+    if entry not in shown:
+        client.set_tag(run_id, LOGGED_ARTIFACTS, json.dumps([*shown, entry]))
     return frame

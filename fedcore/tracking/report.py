@@ -7,7 +7,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ from fedcore.pipeline.families import (
     rows_to_run,
     secondary_outcomes,
 )
-from fedcore.pipeline.hparams import regime
+from fedcore.pipeline.hparams import row_regime
 from fedcore.pipeline.rows import TUNABLE, is_tuned
 from fedcore.pipeline.stats import (
     DIFFERENCE_RANGE,
@@ -39,7 +39,8 @@ from fedcore.pipeline.stats import (
 )
 from fedcore.pipeline.sweep import SweepSpec
 from fedcore.pipeline.training_state import CLIMBING, MIN_CHANGE, NOISE_SE, training_state
-from fedcore.tracking import privacy_report, time_report
+from fedcore.tracking import privacy_report
+from fedcore.tracking.family_runs import mlflow_section
 from fedcore.tracking.mlflow_tracker import CONVERGED_TAG, get_experiment_id, mlflow_client
 from fedcore.tracking.parents import html_page, log_variant_table, set_description
 from fedcore.tracking.plots import _pyplot
@@ -143,11 +144,8 @@ def sweep_runs(
                 continue
             run, status = failed[0], "FAILED"
             failure = _failure_text(run.data.tags.get("failure_reason", "failed"))
-        mode = regime(cfg.resolved())
+        mode = row_regime(cfg.resolved(), cell.row, cell.overrides)  # a study's parts: tuned
         tuned = is_tuned(cell.row)
-        if tuned:  # the parts the study chose say so (a study's values, not set by hand)
-            mode = replace(mode, **{part: "tuned" for part in ("method", "local")
-                                    if any(k.startswith(f"{part}.") for k in cell.overrides)})
         row = {
             "run_id": run.info.run_id,
             "artifact_uri": run.info.artifact_uri,
@@ -613,9 +611,11 @@ def build_report(
               + f". **Seed plan**: {plan_text(plan)}.\n\n" + training_header(table)
               + early_text(runs))
     families_md = family_markdown(outcomes, secondary, table, plan, runs)
+    in_mlflow = mlflow_section(outcomes, runs, spec.name, settings)
     body = ("## Families: each paper's question\n\n" + families_md + "\n\n"
             if families_md else "*No comparison family is declared: the table below is "
             "exploratory (no verdicts).*\n\n")
+    body += in_mlflow
     body += ("## Every row (exploratory: means and intervals, no verdicts)\n\n"
              + markdown_table(pretty) + "\n\n" + explanation(reference, spec) + "\n")
     finished = runs[runs["status"] == "FINISHED"]
@@ -627,8 +627,6 @@ def build_report(
         "alpha"].isin(finished.loc[compressed, "alpha"]))] if compressed.any() else None
     sent = (_histories(client, list(sent_runs["run_id"]), "comm/bytes_up_total")
             if sent_runs is not None else {})
-
-    clock = time_report.clocks(client, finished)  # {} without a simulated clock
 
     def write(stage: Path) -> None:
         text = body + across_settings(runs, reference, stage)
@@ -646,8 +644,6 @@ def build_report(
             accuracy_vs_gb_png(sent_runs, acc, sent, stage / "accuracy_vs_gb.png")
         if privacy_report.private(finished):
             privacy_report.accuracy_vs_epsilon_png(finished, stage / "accuracy_vs_epsilon.png")
-        if clock:
-            time_report.accuracy_vs_time_png(finished, acc, clock, stage / "accuracy_vs_time.png")
         if latex:
             write_latex(outcomes, table, runs, plan, stage)
 
@@ -655,7 +651,8 @@ def build_report(
     if parent_run_id is not None:
         for f in files:
             client.log_artifact(parent_run_id, str(f), "report")
-        log_variant_table(client, parent_run_id, table)
+        log_variant_table(client, parent_run_id, table, ENDPOINTS[next(iter(
+            [f.endpoint for f in spec.families] or [DEFAULT_ENDPOINT]))][0])
         set_description(client, parent_run_id, description(header, outcomes))
     return Report(runs, table, files, outcomes, secondary)
 
@@ -735,42 +732,19 @@ def across_settings(runs: pd.DataFrame, reference: str, out: Path) -> str:
 
 def write_latex(outcomes: list[FamilyOutcome], table: pd.DataFrame, runs: pd.DataFrame,
                 plan: SeedPlan, out: Path) -> list[Path]:
-    """``families.tex``: one booktabs table per family and setting (bold only where the family's
-    test says a row is better: a baseline better than the reference, or the reference better
-    than every baseline); ``statistics.md``: the checklist paragraph."""
-    from fedcore.pipeline.latex import family_latex, statistics_statement
+    """``families.tex``: a booktabs table per family and setting, or for a sweep without
+    families an exploratory one per setting (``fedcore.pipeline.paper_tables``);
+    ``statistics.md``: the checklist paragraph, with the seeds each row ran."""
+    from fedcore.pipeline.latex import statistics_statement
+    from fedcore.pipeline.paper_tables import families_tex
 
-    flip = {"better": "worse", "worse": "better"}
-    by_row = {(r["dataset"], r["alpha"], r["row"]): r for _, r in table.iterrows()}
-    parts = []
-    for o in outcomes:
-        col = ENDPOINTS[o.endpoint][0]
-        lines = []
-        ref_best = best_marks(o).get(o.family.reference) == "best"
-        for row in o.family.rows:
-            r = by_row.get((*o.setting, row))
-            if r is None:
-                continue
-            d = next((x for x in o.decisions if x.baseline == row), None)
-            verdict = ("better" if ref_best else "") if d is None else flip.get(
-                d.verdict, d.verdict if d.verdict in ("equivalent", "undecided") else "")
-            lines.append({"row": row, "is_reference": d is None and not ref_best,
-                          "mean": r[f"{col}_mean"], "low": r[f"{col}_low"],
-                          "high": r[f"{col}_high"], "n": int(r[f"{col}_n"]),
-                          "verdict": verdict})
-        parts.append(family_latex(
-            pd.DataFrame(lines), family=f"{o.family.paper} ({o.family.name}), {o.setting[0]}, "
-            f"Dirichlet {o.setting[1]:g}", endpoint=ENDPOINTS[o.endpoint][2].split(" (")[0],
-            interval="95 % Student-t interval over seeds",
-            test="two-sided paired t-test on per-seed differences (exact sign-flip test for "
-            "equal differences) and TOST equivalence",
-            correction=f"Holm at 5 % / {len(plan.looks)} look(s)"))
+    correction = f"Holm at 5 % / {len(plan.looks)} look(s) within the family"
     tex = out / "families.tex"
-    write_text_atomic(tex, "\n".join(parts) or "% no comparison family in this sweep\n")
+    write_text_atomic(tex, families_tex(outcomes, table, int(runs["last_k"].max()), correction))
     stats_md = out / "statistics.md"
     margins = {o.family.margin for o in outcomes} or {0.01}
     write_text_atomic(stats_md, statistics_statement(
-        seeds=int(runs["seed"].nunique()),
+        seeds=[int(n) for n in table["seeds"] if n > 0],
         endpoint="; ".join(endpoint_text(runs, e) for e in dict.fromkeys(
             o.endpoint for o in outcomes)) or endpoint_text(runs, DEFAULT_ENDPOINT),
         interval="95 % Student-t interval of the mean over seeds (per row); for a comparison, "

@@ -214,6 +214,10 @@ class MlflowRunStore:
         """Every run of the config ``config_hash``, whatever its status or sweep, newest first."""
         return self._all(f"tags.config_hash = '{config_hash}'")
 
+    def matching(self, query: str) -> list[Run]:
+        """Every run of the experiment that MLflow's search ``query`` matches, newest first."""
+        return self._all(query)
+
     def _all(self, query: str) -> list[Run]:
         """Every run of the experiment matching ``query``, newest first (paged)."""
         runs: list[Run] = []

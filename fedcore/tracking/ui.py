@@ -5,9 +5,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from fedcore.tracking.links import TRAINING_VIEW, ui_address, without_credentials
 from fedcore.tracking.settings import TrackingSettings, load_settings
+
+
+def store_line(settings: TrackingSettings, run_id: str) -> str:
+    """Where ``fedcore run`` recorded its run, in two lines: the store (a SQLite store's file,
+    else its URI without credentials) and experiment, then how to browse it."""
+    uri = settings.tracking_uri
+    where = (str(Path(uri.removeprefix("sqlite:///")).resolve()) if uri.startswith("sqlite:///")
+             else without_credentials(uri))
+    return (f"stored in {where} (MLflow store {without_credentials(uri)}, experiment "
+            f"{settings.experiment!r}, run {run_id})\n"
+            "browse it: fedcore ui (the MLflow UI of this store, in the browser)")
 
 
 def ui_link(host: str, port: int, experiment_id: str | None) -> str:
