@@ -86,14 +86,27 @@ def test_table_is_mean_and_interval_over_seeds_of_the_recorded_runs(ran_sweep, t
     assert "**Primary endpoint** (declared in the sweep file before it ran): mean test " \
            "accuracy of the last 5 evaluations (final/accuracy_last_k), rounds 1-3 of 3" in md
     assert "### Test: `fedavg` against its baselines (digits" in md
-    for label in ("accuracy, mean of last k", "final accuracy", "worst-10 %", "Jain",
-                  "mean accuracy over evaluations", "rounds to target", "GB sent",
-                  "detectable Δ vs ref", "regime", "tuning"):
-        assert f"| {label} |" in md
+    every_row = md.split("## Every row")[1].split("\n\n")[1]  # the exploratory table
+    for label in ("accuracy, mean of last k", "final accuracy", "worst-10 %", "rounds to target",
+                  "GB sent", "detectable Δ vs ref", "regime", "seeds"):
+        assert f"| {label} |" in every_row
+    for label in ("Jain", "mean accuracy over evaluations", "tuning", "client accuracy std"):
+        assert f"| {label} |" not in every_row  # in the CSV
+    assert max(len(line) for line in md.splitlines() if line.startswith("|")) < 250
+    # the ranking: the setting's rows ordered by the primary endpoint, with n and interval
+    ranking = md.split("## Ranking per setting")[1].split("\n## ")[0]
+    assert "### digits, Dirichlet 0.1" in ranking
+    ranked = [line.split(" | ") for line in ranking.splitlines() if line.startswith("| 1 ")
+              or line.startswith("| 2 ")]
+    means = table["accuracy_last_k_mean"].sort_values(ascending=False)
+    assert [r[1] for r in ranked] == list(means.index)
+    assert [float(r[4]) for r in ranked] == pytest.approx(list(means), abs=1e-4)
+    assert all(r[3] == "3" and r[5].startswith("[") for r in ranked)
     assert "≈ best" not in md and "indistinguishable" not in md
     # every row's training state at the endpoint, and the count in the header
     assert re.search(r"\*\*Training state at the endpoint\*\*: \d of 2 rows still climbing", md)
     assert "| training at the endpoint |" in md and "| best? | training |" in md
+    assert "![" in md and "](convergence.png)" in md and "](forest.png)" in md  # Figures
     assert all(t.startswith(("climbing (", "plateaued (", "too short to tell"))
                for t in report.table["training"])
     # the family's comparison is the one of fedcore.pipeline.families on the runs' seeds
@@ -324,3 +337,20 @@ def test_intervals_group_mappings_and_lists_by_their_canonical_string():
                                                  "[1, 2]"]
     assert list(table["seeds"]) == [2, 2]
     assert np.allclose(table["m_mean"], [0.6, 0.3])
+
+
+def test_the_html_report_opens_in_chromium_as_rendered_tables_with_its_plots(ran_sweep,
+                                                                              tmp_path):
+    from .test_report_html import chromium_dom
+
+    _, spec, _ = ran_sweep
+    build_report(spec, tmp_path / "out")
+    dom = chromium_dom(tmp_path / "out" / "table.html", tmp_path)
+    assert "<pre" not in dom and "**" not in dom and "|---" not in dom  # rendered, not text
+    tables = re.findall(r"<table[^>]*>(.*?)</table>", dom, re.S)
+    assert len(tables) >= 3 and all("<th" in t and "<td" in t for t in tables)
+    assert dom.count('data-sortable="ready"') == len(tables)  # the sort script ran on each
+    images = re.findall(r'<img [^>]*src="([^"]*)"', dom)
+    assert len(images) >= 3 and all(s.startswith("data:image/png;base64,") for s in images)
+    assert not re.search(r'(src|href)="(?!data:|https?:|#)', dom)  # nothing beside the file
+    assert "<h2>Ranking per setting</h2>" in dom
