@@ -11,6 +11,8 @@ bash scripts/setup.sh
 # the docs site: a broken link, a missing page or a bad API reference fails (docs/how-to/docs.md);
 # no --quiet: it drops warnings before --strict counts them
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
+# Debian's chromium for the HTML report's browser checks (installed once; never fails the run)
+bash scripts/setup_browser.sh
 # two workers (pytest-xdist): one core runs tests while the other's test waits on a subprocess
 # or server; `-n 0` in the arguments runs them in this process instead
 .venv/bin/python -m pytest -q -n 2 --dist loadgroup "$@"
