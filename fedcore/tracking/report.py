@@ -39,11 +39,12 @@ from fedcore.pipeline.stats import (
 )
 from fedcore.pipeline.sweep import SweepSpec
 from fedcore.pipeline.training_state import CLIMBING, MIN_CHANGE, NOISE_SE, training_state
+from fedcore.report.html import report_page
+from fedcore.report.ranking import ranking_markdown, short_training
 from fedcore.tracking import privacy_report, time_report
 from fedcore.tracking.family_runs import mlflow_section
 from fedcore.tracking.mlflow_tracker import CONVERGED_TAG, get_experiment_id, mlflow_client
-from fedcore.tracking.parents import html_page, log_variant_table, set_description
-from fedcore.tracking.plots import _pyplot
+from fedcore.tracking.parents import log_variant_table, set_description
 from fedcore.tracking.provenance import (
     CODE_DIGEST_TAG,
     COMMIT_TAG,
@@ -84,7 +85,6 @@ COLUMNS = [
 PERSONAL = {key for key, metric, _ in COLUMNS if metric.startswith("final/personal_")} | {
     "unseen_accuracy", "participation_gap", "unseen_clients",
     "unseen_samples"}  # blank where a run does not have them
-COUNTS = ("unseen_clients", "unseen_samples")  # shown as the mean over seeds, no interval
 # the range of each bounded column: its intervals are cut to it (docs/explanation/statistics.md)
 BOUNDS = {**{key: VALUE_RANGE for key in (
     "accuracy_last_k", "accuracy", "worst10", "jain", "auc", "unseen_accuracy",
@@ -270,44 +270,46 @@ def _group_keys(frame: pd.DataFrame) -> list[str]:
     return [c for c in frame.columns if c in GROUP or c.startswith("grid:")]
 
 
+SHOWN = ("accuracy_last_k", "accuracy", "worst10", "rounds_to_target")  # what a reader compares
+SHOWN_IF_ANY = ("personal_accuracy", "unseen_accuracy", "participation_gap")  # where a row has it
+
+
 def _formatted(table: pd.DataFrame, detectable: dict[tuple[Any, ...], str]) -> pd.DataFrame:
-    """The exploratory table: means, 95 % intervals, seeds (finished, failed), the detectable
-    difference to the reference row, no verdicts."""
-    keys = [k for k in _group_keys(table) if k != "method"]
-    out = table[keys].copy()
-    for key in keys:  # a key only some grids vary is blank where a cell does not set it
-        if key.startswith("grid:"):
-            out[key] = ["" if v is None or (isinstance(v, float) and np.isnan(v)) else v
-                        for v in out[key]]
-    out = out.drop(columns=[k for k in keys if k.startswith("grid:")])
-    out = out.rename(columns={"hparams": "regime"})
+    """The exploratory table, narrowed to what a reader compares: per row its setting, regime,
+    seeds (finished, failed), the primary endpoint with its 95 % interval, the training state,
+    final and worst-10 % accuracy, rounds to target, the detectable difference to the reference
+    row (personal and unseen-client accuracy where a row has them, GB sent where rows differ in
+    it); no verdicts. Every other column is in ``table.csv``."""
+    out = table[["row", "hparams"]].rename(columns={"hparams": "regime"})
     if "epsilon_text" in table and (table["epsilon_text"] != "∞").any():  # a private row
-        out.insert(out.columns.get_loc("regime") + 1, privacy_report.COLUMN,
-                   list(table["epsilon_text"]))
+        out[privacy_report.COLUMN] = list(table["epsilon_text"])
+    out["dataset"], out["alpha"] = list(table["dataset"]), list(table["alpha"])
     out["seeds"] = [f"{n}" if not f else f"{n} of {n + f} finished; {f} failed: {why}"
                     for n, f, why in zip(table["seeds"], table["failed"], table["failures"],
                                          strict=True)]
+    sent = table["gb_sent_mean"].dropna()
+    shown = [*SHOWN, *(k for k in SHOWN_IF_ANY if table[f"{k}_mean"].notna().any())]
+    if len(sent) > 1 and sent.max() > 1.01 * sent.min():  # compressed and uncompressed rows
+        shown.append("gb_sent")
     fmt = {"gb_sent": ".4g"}
     for key, _, label in COLUMNS:
+        if key not in shown:
+            continue
         if key == "rounds_to_target":
             out[label] = list(table["target_text"])
             continue
         f = fmt.get(key, ".4f")
-        if key in COUNTS:
-            out[label] = ["" if np.isnan(m) else f"{m:.4g}" for m in table[f"{key}_mean"]]
-            continue
         out[label] = [
             "" if key in PERSONAL and np.isnan(m) else half_width(m, lo, hi, n, f, ok)
             for m, lo, hi, n, ok in zip(table[f"{key}_mean"], table[f"{key}_low"],
                                         table[f"{key}_high"], table[f"{key}_n"],
                                         table[f"{key}_resolved"], strict=True)
         ]
-        if key == "accuracy_last_k":
-            if "training" in table:
-                out["training at the endpoint"] = list(table["training"])
-            out["detectable Δ vs ref"] = [
-                detectable.get((d, a, r), "") for d, a, r in
-                zip(table["dataset"], table["alpha"], table["row"], strict=True)]
+        if key == "accuracy_last_k" and "training" in table:
+            out["training at the endpoint"] = [short_training(str(s)) for s in table["training"]]
+    out["detectable Δ vs ref"] = [
+        detectable.get((d, a, r), "") for d, a, r in
+        zip(table["dataset"], table["alpha"], table["row"], strict=True)]
     return out
 
 
@@ -501,47 +503,6 @@ def forest_frame(outcomes: list[FamilyOutcome]) -> pd.DataFrame:
     return pd.DataFrame(lines, columns=columns)
 
 
-def client_accuracy_png(runs: pd.DataFrame, finals: dict[str, np.ndarray], path: Path) -> None:
-    """Final per-client local accuracy of every method (all seeds pooled), per alpha."""
-    plt = _pyplot()
-    alphas = sorted(runs["alpha"].unique())
-    fig, axes = plt.subplots(len(alphas), 1, figsize=(max(6, 0.5 * runs["method"].nunique() + 3),
-                                                      3.5 * len(alphas)), squeeze=False)
-    for ax, alpha in zip(axes[:, 0], alphas, strict=True):
-        sub = runs[runs["alpha"] == alpha]
-        labels, data = [], []
-        for row, group in sub.groupby("row", sort=False):
-            labels.append(str(row))
-            data.append(np.concatenate([finals[r] for r in group["run_id"]]))
-        ax.boxplot(data, showmeans=True)
-        ax.set_xticks(range(1, len(labels) + 1), labels, rotation=60, ha="right", fontsize=7)
-        ax.set(ylabel="final local test accuracy per client", ylim=(0, 1),
-               title=f"Dirichlet alpha = {alpha}: clients of every seed pooled")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def accuracy_vs_gb_png(
-    runs: pd.DataFrame, acc: dict[str, pd.Series], sent: dict[str, pd.Series], path: Path
-) -> None:
-    """Test accuracy against cumulative uplink GB for compressed methods and their baselines."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (row, alpha), group in runs.groupby(["row", "alpha"], sort=False):
-        curves = [pd.concat([sent[r] / 1e9, acc[r]], axis=1, join="inner")
-                  for r in group["run_id"]]
-        mean = sum(c.to_numpy() for c in curves) / len(curves)
-        style = "-" if (group["compressor"] != "none").any() else ":"
-        ax.plot(mean[:, 0], mean[:, 1], style, label=f"{row} (alpha {alpha})")
-    ax.set(xscale="log", xlabel="uplink GB (cumulative)", ylabel="test accuracy",
-           title="Accuracy vs communication (dotted: uncompressed)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def _final_client_accuracy(artifact_uri: str, tmp: Path) -> np.ndarray:
     """The last evaluated round's per-client accuracies, read from the run's artifact folder
     (its URI straight away: a ``runs:/`` download first searches the run's logged models)."""
@@ -579,7 +540,12 @@ def build_report(
     write ``families.tex`` (a booktabs table per family) and ``statistics.md`` (the paper
     checklist's statistics paragraph).
     """
-    from fedcore.tracking.comparison_plots import convergence_png, family_forest_png
+    from fedcore.tracking.comparison_plots import (
+        accuracy_vs_gb_png,
+        client_accuracy_png,
+        convergence_png,
+        family_forest_png,
+    )
 
     settings = settings or load_settings()
     client = mlflow_client(settings)
@@ -613,11 +579,19 @@ def build_report(
     families_md = family_markdown(outcomes, secondary, table, plan, runs)
     in_mlflow = mlflow_section(outcomes, runs, spec.name, settings)
     body = ("## Families: each paper's question\n\n" + families_md + "\n\n"
-            if families_md else "*No comparison family is declared: the table below is "
+            if families_md else "*No comparison family is declared: the tables below are "
             "exploratory (no verdicts).*\n\n")
+    primary = next(iter(dict.fromkeys([f.endpoint for f in spec.families]
+                                      or [DEFAULT_ENDPOINT])))
+    body += ranking_markdown(table, ENDPOINTS[primary][0], endpoint_text(runs, primary),
+                             higher=ENDPOINTS[primary][1]) + "\n"
     body += in_mlflow
     body += ("## Every row (exploratory: means and intervals, no verdicts)\n\n"
-             + markdown_table(pretty) + "\n\n" + explanation(reference, spec) + "\n")
+             + markdown_table(pretty) + "\n\nThe other columns (Jain's index, the mean "
+             "accuracy over evaluations, the clients' spread, the unseen-client counts, the "
+             "personal models' details, the tuning study) are in `table.csv`, a line per "
+             "row.\n\n"
+             + explanation(reference, spec) + "\n")
     finished = runs[runs["status"] == "FINISHED"]
     with tempfile.TemporaryDirectory() as tmp:
         finals = {r: _final_client_accuracy(uri, Path(tmp) / r) for r, uri in zip(
@@ -631,13 +605,6 @@ def build_report(
     clock = time_report.clocks(client, finished)  # {} without a simulated clock
 
     def write(stage: Path) -> None:
-        text = body + across_settings(runs, reference, stage)
-        (stage / "table.md").write_text(header + text)
-        (stage / "summary.md").write_text(description(header, outcomes))
-        (stage / "table.html").write_text(html_page(_html_body(header + text, pretty),
-                                                    f"Sweep {spec.name}"))
-        table.to_csv(stage / "table.csv", index=False)
-        runs.drop(columns="code").to_csv(stage / "runs.csv", index=False)
         convergence_png(convergence_panels(finished, spec.families), finished, acc,
                         stage / "convergence.png")
         family_forest_png(forest_frame(outcomes), stage / "forest.png")
@@ -648,6 +615,13 @@ def build_report(
             privacy_report.accuracy_vs_epsilon_png(finished, stage / "accuracy_vs_epsilon.png")
         if clock:
             time_report.accuracy_vs_time_png(finished, acc, clock, stage / "accuracy_vs_time.png")
+        text = body + figures_markdown(stage) + across_settings(runs, reference, stage)
+        (stage / "table.md").write_text(header + text)
+        (stage / "summary.md").write_text(description(header, outcomes))
+        (stage / "table.html").write_text(report_page(header + text, f"Sweep {spec.name}",
+                                                      stage))
+        table.to_csv(stage / "table.csv", index=False)
+        runs.drop(columns="code").to_csv(stage / "runs.csv", index=False)
         if latex:
             write_latex(outcomes, table, runs, plan, stage)
 
@@ -768,13 +742,27 @@ def write_text_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def _html_body(markdown: str, table: pd.DataFrame) -> str:
-    """The HTML page: the Markdown report's text as preformatted text, then the exploratory
-    table as an HTML table."""
-    import html
+FIGURES = (  # file, what it shows (the report's "Figures" section, in this order)
+    ("convergence.png", "test accuracy per round, one panel per family and setting (mean over "
+     "seeds, band: 95 % interval, the reference dashed black)"),
+    ("forest.png", "each family's paired differences, reference − baseline, with their "
+     "Holm-adjusted intervals coloured by verdict"),
+    ("client_accuracy.png", "final local accuracy of every client, all seeds pooled, per row"),
+    ("accuracy_vs_gb.png", "test accuracy against cumulative uplink GB"),
+    ("accuracy_vs_epsilon.png", "accuracy against the privacy budget spent"),
+    ("accuracy_vs_time.png", "test accuracy against simulated seconds (runs with a simulated "
+     "clock: docs/how-to/stragglers.md)"),
+)
 
-    return (f"<pre style='white-space: pre-wrap'>{html.escape(markdown.split('## Every row')[0])}"
-            "</pre>" + str(table.to_html(index=False, border=0)))
+
+def figures_markdown(folder: Path) -> str:
+    """The "Figures" section: each figure of ``FIGURES`` written to ``folder``, linked by its
+    file name (the HTML page embeds them) with what it shows."""
+    lines = ["", "## Figures", ""]
+    for name, words in FIGURES:
+        if (folder / name).is_file():
+            lines += [f"![{words}]({name})", "", f"`{name}`: {words}.", ""]
+    return "\n".join(lines) + "\n" if len(lines) > 3 else ""
 
 
 def counts_line(spec: SweepSpec, runs: pd.DataFrame, outcomes: list[FamilyOutcome]) -> str:
