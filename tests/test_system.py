@@ -78,6 +78,20 @@ def test_partial_work_under_a_deadline_reaches_fednova_as_its_step_counts():
     assert column(history, "time/simulated_s") == [9.0, 18.0]  # the deadline ends each round
 
 
+def test_partial_work_is_the_same_on_the_vectorised_engine():
+    args = ("rounds=2", "clients_per_round=6", "method=fednova", "system.speed=uniform",
+            "system.speed_spread=3", "system.link_s=1", "system.deadline_s=9",
+            "system.late=partial")
+    steps = []
+    for engine in ("sequential", "vectorised"):
+        s = sim(*args, f"engine={engine}")
+        batches = record_batches(s)
+        s.run()
+        assert s.engine_name == engine
+        steps.append([(b.client_ids.tolist(), b.num_steps.tolist()) for b in batches])
+    assert steps[0] == steps[1] and min(min(n) for _, n in steps[0]) < 4
+
+
 def test_late_clients_are_dropped_by_default():
     s = sim("rounds=2", "clients_per_round=6", "system.speed=uniform", "system.speed_spread=3",
             "system.deadline_s=8")
