@@ -83,12 +83,29 @@ def test_a_new_method_makes_the_tables_stale(monkeypatch: pytest.MonkeyPatch) ->
     files["fednew"] = {"name": "fednew", "client": {"algorithm": "fedavg"},
                        "aggregator": {"rule": "fedavg"}, "compression": {"compressor": "none"}}
     monkeypatch.setattr(gen, "_method_files", lambda: files)
-    with pytest.raises(gen.GenerationError, match="fednew"):
+    with pytest.raises(gen.GenerationError, match="'fednew' .* declares no docs"):
         gen.methods_page()  # a method without its paper and page is refused
-    monkeypatch.setitem(gen.PAPERS, "fednew", ("New et al., 2027", "fedavg"))
+    files["fednew"]["docs"] = {"label": "FedNew", "paper": "New et al., 2027", "page": "nope"}
+    with pytest.raises(gen.GenerationError, match=r"methods/nope\.md does not exist"):
+        gen.methods_page()
+    files["fednew"]["docs"]["page"] = "fedavg"
     assert "`fednew`" in gen.methods_page()
     assert gen.methods_page() != committed("docs/reference/methods.md")
     assert gen.readme_with_table(committed("README.md")) != committed("README.md")
+    assert gen.papers()["fednew"] == ("New et al., 2027", "fedavg")
+
+
+def test_the_nav_lists_each_declared_page_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    pages = gen.nav_pages()
+    assert ("Krum, Multi-Krum", "krum") in pages and ("FedAvg", "fedavg") in pages
+    assert len({p for _, p in pages}) == len(pages)
+    assert [t.casefold() for t, _ in pages] == sorted(t.casefold() for t, _ in pages)
+    files = gen._method_files()
+    files["multikrum"] = {**files["multikrum"],
+                          "docs": {**files["multikrum"]["docs"], "title": "Other"}}
+    monkeypatch.setattr(gen, "_method_files", lambda: files)
+    with pytest.raises(gen.GenerationError, match="krum.md: its methods declare the titles"):
+        gen.nav_pages()
 
 
 def test_a_new_hyper_parameter_makes_the_methods_page_stale(

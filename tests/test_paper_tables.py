@@ -19,7 +19,7 @@ from fedcore.pipeline.comparison import with_intervals
 from fedcore.pipeline.families import SeedPlan, family_outcomes, parse_families
 from fedcore.pipeline.latex import COLUMN_WIDTH_PT, tabular_width
 from fedcore.pipeline.paper_tables import families_tex
-from fedcore.pipeline.papers import METHODS, display_name
+from fedcore.pipeline.papers import display_name, methods
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = ROOT / "configs" / "sweeps" / "main.yaml"
@@ -100,10 +100,10 @@ def test_verdicts_read_from_the_references_side():
     assert "better" in words.values()  # the made-up data: CRAFT is on top
 
 
-def test_display_names_come_from_the_one_table_gen_docs_reads():
+def test_display_names_come_from_the_declarations_gen_docs_reads():
     import scripts.gen_docs as gen
 
-    assert {k: (m.paper, m.page) for k, m in METHODS.items()} == gen.PAPERS
+    assert {k: (m.paper, m.page) for k, m in methods().items()} == gen.papers()
     assert display_name("sapef_topk") == "SA-PEF"
     assert display_name("fedavg lr=0.1") == "FedAvg lr=0.1"
     assert display_name("my_rule") == "my_rule"

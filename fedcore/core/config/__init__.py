@@ -485,6 +485,7 @@ def load_method(name: str) -> dict[str, Any]:
         if not path.is_file():
             raise ConfigError(f"method: method file {limits.shown(name)} does not exist")
         spec = read_yaml(path, "method file")
+        spec.pop("docs", None)  # what the docs say of it (method_docs), not part of the method
         spec.setdefault("name", path.stem)
         return spec
     limits.check_string("method", name, limits.NAME_CHARS)
@@ -501,6 +502,7 @@ def load_method(name: str) -> dict[str, Any]:
             f"method: unknown method {limits.shown(name)}; allowed: {', '.join(method_names())}"
         )
     spec = read_yaml(path, "method file")
+    spec.pop("docs", None)  # what the docs say of it (method_docs), not part of the method
     spec.setdefault("name", name)
     return spec
 
