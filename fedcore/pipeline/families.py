@@ -112,6 +112,7 @@ class Family:
     alpha: float | None = None  # the Dirichlet alpha it is judged at (None: every alpha)
     protocol: str | None = None  # the paper protocol its rows run (fedcore.pipeline.protocols)
     horizon: int | None = None  # the protocol's rounds: fewer carry no verdicts
+    protocol_note: str = ""  # its recipe and what runs scaled, for the report
 
     @property
     def rows(self) -> tuple[str, ...]:
@@ -171,7 +172,8 @@ def parse_families(raw: Any, where: str,
                           tuple(s for s in secondary if s != endpoint), float(margin),
                           None if alpha is None else float(alpha),
                           None if proto is None else str(proto),
-                          None if proto is None else int(protocols[proto].horizon)))
+                          None if proto is None else int(protocols[proto].horizon),
+                          "" if proto is None else protocols[proto].note()))
     names = [f.name for f in out]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}.families: duplicate name in {names}")

@@ -49,6 +49,11 @@ class Protocol:
         """The recipe's rounds: a family of this protocol is judged there."""
         return self.config.rounds
 
+    def note(self) -> str:
+        """``the paper recipe configs/experiments/craft.yaml at its 500 rounds; scaled: ...``."""
+        return (f"{self.paper}'s recipe `configs/experiments/{self.recipe.name}` at its "
+                f"{self.horizon} rounds; scaled: {self.scaled_text()}")
+
     def scaled_text(self) -> str:
         """``dataset: digits (paper: CIFAR-10); model: MLP (paper: ResNet-20)``."""
         return "; ".join(f"{k}: {v}" for k, v in self.scaled.items()) or "nothing"

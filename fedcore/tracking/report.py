@@ -336,6 +336,8 @@ def endpoint_text(runs: pd.DataFrame, endpoint: str) -> str:
     what = ENDPOINTS[endpoint][2]
     if runs.empty:
         return what
+    if runs[["rounds", "eval_every"]].drop_duplicates().shape[0] > 1:  # rows in protocols
+        return what + ", each row at its own last evaluations (its protocol's rounds)"
     rounds, k, every = (int(runs[c].max()) for c in ("rounds", "last_k", "eval_every"))
     last = rounds - (rounds % every) if rounds % every else rounds
     if endpoint == "accuracy_last_k":
@@ -357,6 +359,9 @@ def family_markdown(outcomes: list[FamilyOutcome], secondary: list[FamilyOutcome
         col = ENDPOINTS[o.endpoint][0]
         head = (f"### {fam.paper}: `{fam.reference}` against its baselines ({dataset}, "
                 f"Dirichlet {alpha:g}; family `{fam.name}`)")
+        if fam.protocol:  # the paper protocol its rows run, and where its endpoint reads
+            head += (f"\n\nProtocol `{fam.protocol}`: {fam.protocol_note}. Endpoint: "
+                     + endpoint_text(runs[runs["row"].isin(fam.rows)], o.endpoint) + ".")
         status = ("" if o.complete else
                   f"\n\n*In progress: {o.looks_done} of {len(plan.looks)} looks have all "
                   "their seeds; rerun the sweep to continue.*")
