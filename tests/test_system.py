@@ -106,6 +106,19 @@ def test_late_clients_are_dropped_by_default():
     assert sum(column(history, "participation/late")) > 0
 
 
+def test_a_sampler_draws_only_available_clients_even_when_fewer_than_its_candidates():
+    s = sim("rounds=3", "clients_per_round=3", "method.sampler={sampler: power_of_choice, d: 6}",
+            "system.availability=probability", "system.available_p=0.3")
+    p = s.system.profile
+    assert p is not None
+    for r in (1, 2, 3):
+        ids = s.sample_clients(r)
+        available = np.flatnonzero(p.available(s.system.clock, r, 0))
+        assert set(ids.tolist()) <= set(available.tolist())
+        assert len(ids) == min(3, len(available))
+        s.play_round(r, ids)
+
+
 def test_periodic_availability_follows_each_clients_phase():
     s = sim("rounds=1", "clients_per_round=2", "system.availability=periodic",
             "system.period_s=10", "system.on_fraction=0.3")

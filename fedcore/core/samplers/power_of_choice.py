@@ -44,7 +44,8 @@ class PowerOfChoice(Sampler):
         return None
 
     def sample(self, pop: Population) -> np.ndarray:
-        d = self.candidates(pop.num_clients, pop.per_round)
+        # at most the population: under ``system`` availability it may be fewer than d clients
+        d = min(self.candidates(pop.num_clients, pop.per_round), pop.num_clients)
         rng = numpy_rng(pop.seed, "sample", "power_of_choice", pop.round)
         p = pop.sizes / pop.sizes.sum()
         cand = rng.choice(pop.num_clients, d, replace=False, p=p)
