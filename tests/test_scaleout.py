@@ -14,11 +14,11 @@ from tests.processes import prefect_home
 CELLS = ["fedavg", "fedprox"]
 
 
-def _sweep_file(tmp_path: Path) -> Path:
-    path = tmp_path / "scaleout.yaml"
+def _sweep_file(tmp_path: Path, cells: list[str] = CELLS) -> Path:
+    path = tmp_path / f"scaleout-{'-'.join(cells)}.yaml"
     path.write_text(yaml.safe_dump({
         "name": "scaleout",
-        "grid": {"method": CELLS},
+        "grid": {"method": cells},
         "set": {"rounds": 2, "model.name": "mlp", "dataset.num_clients": 6,
                 "clients_per_round": 2},
     }))
@@ -50,6 +50,8 @@ def _children(settings) -> dict[str, tuple[str, dict[str, float]]]:
 
 @pytest.mark.slow
 def test_dask_local_cluster_gives_the_thread_runner_metrics(prefect_harness, monkeypatch, tmp_path):
+    """The same cells, bit for bit, whatever runs them: one thread worker or two, the cells in
+    either order, in this process (threads) or in two Dask worker processes."""
     from fedcore.flows.sweep import sweep
 
     path = _sweep_file(tmp_path)
@@ -58,6 +60,9 @@ def test_dask_local_cluster_gives_the_thread_runner_metrics(prefect_harness, mon
     try:
         thread_store = _use_store(monkeypatch, tmp_path / "thread")
         thread_rows = sweep(str(path), max_workers=2, runner="thread")
+        one_store = _use_store(monkeypatch, tmp_path / "one-worker-reversed")
+        one_rows = sweep(str(_sweep_file(tmp_path, CELLS[::-1])), max_workers=1,
+                         runner="thread")
     finally:
         torch.set_num_threads(threads)
     dask_store = _use_store(monkeypatch, tmp_path / "dask")
@@ -65,11 +70,14 @@ def test_dask_local_cluster_gives_the_thread_runner_metrics(prefect_harness, mon
 
     assert [r["status"] for r in thread_rows] == ["finished"] * len(CELLS)
     assert [r["status"] for r in dask_rows] == ["finished"] * len(CELLS)
+    assert [r["status"] for r in one_rows] == ["finished"] * len(CELLS)
     on_threads, on_dask = _children(thread_store), _children(dask_store)
+    on_one = _children(one_store)
     assert sorted(on_dask) == sorted(CELLS)
     assert all(nested for nested, _ in on_dask.values())
     for method in CELLS:
         assert on_dask[method][1] == on_threads[method][1], method
+        assert on_one[method][1] == on_threads[method][1], method
     assert {r["final/accuracy"] for r in dask_rows} == {
         r["final/accuracy"] for r in thread_rows
     }
