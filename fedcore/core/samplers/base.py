@@ -27,13 +27,15 @@ DEFAULT = "uniform"
 @dataclass(frozen=True)
 class Population:
     """What a sampler may read in one round: the training population, numbered 0..n-1.
-    Clients held out of training (``dataset.holdout_clients``) are not in it; the simulation
-    maps the ids a sampler returns back to client ids, so no sampler can pick one."""
+    Clients held out of training (``dataset.holdout_clients``) are not in it, nor, under the
+    ``system`` block, clients not available this round (then ``num_clients`` and ``per_round``
+    change from round to round); the simulation maps the ids a sampler returns back to client
+    ids, so no sampler can pick one."""
 
     seed: int
     round: int
     num_clients: int
-    per_round: int  # m, clients_per_round
+    per_round: int  # m: clients_per_round, or fewer when fewer are available
     sizes: np.ndarray  # training samples of each client
     # the current global model's mean training loss on each of the given clients
     local_loss: Callable[[list[int]], np.ndarray]
