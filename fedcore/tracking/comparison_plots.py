@@ -68,7 +68,7 @@ def fitted(text: str, width_in: float, size: float = 12.0) -> str:
 
 def family_of(method: str, compressor: str) -> str:
     """The family of a method: "compressed uplinks" whenever the uplink is compressed, else the
-    method's entry in :data:`FAMILIES` ("other" for a method it does not know)."""
+    method's entry in ``FAMILIES`` ("other" for a method it does not know)."""
     if compressor != "none":
         return COMPRESSED
     return FAMILIES.get(method, OTHER)

@@ -2,10 +2,10 @@
 
 A fresh process pays about 0.7 s of CPU to import matplotlib and 0.3 s more to draw its first
 figures (fonts), at the run's end, after the last round: on a short run that is a large part of
-what tracking adds. :func:`start` launches a helper process that imports matplotlib at once, in
+what tracking adds. ``start`` launches a helper process that imports matplotlib at once, in
 parallel with the run (on another core), and then draws what it is sent with the same functions
-(:func:`fedcore.tracking.plots.curves_png` and ``fairness_png``), so the files are the same, byte
-for byte. The run's end asks :func:`draw` and writes its other records meanwhile; whenever the
+(``fedcore.tracking.plots.curves_png`` and ``fairness_png``), so the files are the same, byte
+for byte. The run's end asks ``draw`` and writes its other records meanwhile; whenever the
 helper cannot answer (it could not be started, it died, it reported an error) the figures are
 drawn in this process instead.
 
@@ -95,7 +95,7 @@ def launch() -> _Helper | None:
 
 
 class Drawing:
-    """Figures being drawn by the helper; :meth:`wait` returns once both files are written."""
+    """Figures being drawn by the helper; ``wait`` returns once both files are written."""
 
     def __init__(self, message: dict[str, Any]) -> None:
         self.message = message
@@ -125,7 +125,7 @@ class Drawing:
 def draw(history: list[dict[str, float]], accuracy: np.ndarray, round: int,
          out: Path) -> Drawing:
     """Start writing ``curves.png`` and ``fairness.png`` of a run into folder ``out``, by the
-    helper while the caller goes on; :meth:`Drawing.wait` before reading them."""
+    helper while the caller goes on; ``Drawing.wait`` before reading them."""
     start()
     return Drawing({"history": history, "accuracy": np.asarray(accuracy), "round": round,
                     "out": str(out)})

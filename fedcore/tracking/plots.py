@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def _pyplot() -> ModuleType:
-    """pyplot on the Agg backend (reports and studies; a run's figures use :func:`_figure`)."""
+    """pyplot on the Agg backend (reports and studies; a run's figures use ``_figure``)."""
     import matplotlib
 
     matplotlib.use("Agg")
