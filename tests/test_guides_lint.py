@@ -68,3 +68,11 @@ def test_docs_index_links_every_guide() -> None:
     index = (ROOT / "docs" / "index.md").read_text()
     for page in (*GUIDES, "how-to/plugins.md"):
         assert f"]({page})" in index, page
+
+
+def test_no_sphinx_role_in_the_package() -> None:
+    # the API reference renders Google-style docstrings: a role prints literally
+    role = re.compile(r":(?:meth|class|func|attr|mod|data|exc|obj):`")
+    hits = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((ROOT / "fedcore").rglob("*.py"))
+            for n, line in enumerate(p.read_text().splitlines(), 1) if role.search(line)]
+    assert not hits, f"Sphinx roles (write ``name`` instead): {hits}"
