@@ -271,7 +271,7 @@ def _group_keys(frame: pd.DataFrame) -> list[str]:
 
 
 SHOWN = ("accuracy_last_k", "accuracy", "worst10", "rounds_to_target")  # what a reader compares
-SHOWN_IF_ANY = ("personal_accuracy", "unseen_accuracy", "participation_gap")  # where a row has it
+SHOWN_IF_ANY = ("personal_accuracy", "unseen_accuracy")  # where a row has it
 
 
 def _formatted(table: pd.DataFrame, detectable: dict[tuple[Any, ...], str]) -> pd.DataFrame:
@@ -279,11 +279,14 @@ def _formatted(table: pd.DataFrame, detectable: dict[tuple[Any, ...], str]) -> p
     seeds (finished, failed), the primary endpoint with its 95 % interval, the training state,
     final and worst-10 % accuracy, rounds to target, the detectable difference to the reference
     row (personal and unseen-client accuracy where a row has them, GB sent where rows differ in
-    it); no verdicts. Every other column is in ``table.csv``."""
+    it, the dataset where there are several); no verdicts. Every other column is in
+    ``table.csv``."""
     out = table[["row", "hparams"]].rename(columns={"hparams": "regime"})
     if "epsilon_text" in table and (table["epsilon_text"] != "∞").any():  # a private row
         out[privacy_report.COLUMN] = list(table["epsilon_text"])
-    out["dataset"], out["alpha"] = list(table["dataset"]), list(table["alpha"])
+    if table["dataset"].nunique() > 1:  # one dataset: named by the ranking's headings
+        out["dataset"] = list(table["dataset"])
+    out["alpha"] = list(table["alpha"])
     out["seeds"] = [f"{n}" if not f else f"{n} of {n + f} finished; {f} failed: {why}"
                     for n, f, why in zip(table["seeds"], table["failed"], table["failures"],
                                          strict=True)]
@@ -593,9 +596,9 @@ def build_report(
     body += in_mlflow
     body += ("## Every row (exploratory: means and intervals, no verdicts)\n\n"
              + markdown_table(pretty) + "\n\nThe other columns (Jain's index, the mean "
-             "accuracy over evaluations, the clients' spread, the unseen-client counts, the "
-             "personal models' details, the tuning study) are in `table.csv`, a line per "
-             "row.\n\n"
+             "accuracy over evaluations, the clients' spread, the participation gap and the "
+             "unseen-client counts, the personal models' details, the tuning study) are in "
+             "`table.csv`, a line per row.\n\n"
              + explanation(reference, spec) + "\n")
     finished = runs[runs["status"] == "FINISHED"]
     with tempfile.TemporaryDirectory() as tmp:
