@@ -355,19 +355,10 @@ def _spec_text(spec: dict[str, Any], key: str) -> str:
 
 
 def _registries() -> list[tuple[str, str, Any]]:
-    from fedcore.core.aggregators.base import REGISTRY as RULES
-    from fedcore.core.clients.base import REGISTRY as CLIENTS
-    from fedcore.core.compression.base import REGISTRY as COMPRESSORS
-    from fedcore.core.samplers.base import REGISTRY as SAMPLERS
-    from fedcore.core.stages.base import REGISTRY as STAGES
-    from fedcore.core.stages.feedback.base import REGISTRY as FEEDBACK
+    """(heading, dotted key, registry) of every component kind (``fedcore.core.compose.axes``)."""
+    from fedcore.core.compose.axes import AXES
 
-    return [("Client objectives", "method.client.algorithm", CLIENTS),
-            ("Server rules", "method.aggregator.rule", RULES),
-            ("Compressors", "method.compression.compressor", COMPRESSORS),
-            ("Error feedback", "method.compression.error_feedback", FEEDBACK),
-            ("Client samplers", "method.sampler.sampler", SAMPLERS),
-            ("Stages", "method.stages[].stage", STAGES)]
+    return [(axis.title or axis.registry.kind, axis.key, axis.registry) for axis in AXES]
 
 
 def methods_page() -> str:

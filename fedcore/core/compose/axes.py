@@ -44,6 +44,7 @@ class Axis:
         default: the spec in force while the config leaves ``where`` unset.
         part: this kind's keys of a mapping it shares with another kind.
         check: called with each resolved component's class and its dotted key.
+        title: the kind's heading in the methods reference (empty: the registry's kind).
     """
 
     registry: Registry[Any]
@@ -53,6 +54,7 @@ class Axis:
     default: dict[str, Any] | None = None
     part: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     check: Callable[[Any, str], object] | None = None
+    title: str = ""
 
     def value(self, cfg: ExperimentConfig) -> Any:
         """What ``cfg`` holds at ``where``."""
@@ -77,14 +79,22 @@ class Axis:
         found = list(value or []) if self.many else ([] if value is None else [value])
         return [self.part(dict(s)) if self.part else dict(s) for s in found]
 
+    @property
+    def key(self) -> str:
+        """The dotted key naming a component (``method.stages[].stage``)."""
+        return f"{self.where}{'[]' if self.many else ''}.{self.registry.key}"
+
 
 AXES: tuple[Axis, ...] = (
-    Axis(CLIENTS, "method.client"),
-    Axis(AGG, "method.aggregator"),
-    Axis(COMP, "method.compression", resolve=resolving.compression, part=lambda s: split(s)[0]),
-    Axis(FEEDBACK, "method.compression", resolve=None, part=lambda s: split(s)[1]),
+    Axis(CLIENTS, "method.client", title="Client objectives"),
+    Axis(AGG, "method.aggregator", title="Server rules"),
+    Axis(COMP, "method.compression", resolve=resolving.compression, part=lambda s: split(s)[0],
+         title="Compressors"),
+    Axis(FEEDBACK, "method.compression", resolve=None, part=lambda s: split(s)[1],
+         title="Error feedback"),
     Axis(SAMPLERS, "method.sampler", resolve=resolving.sampler,
-         default={SAMPLERS.key: DEFAULT_SAMPLER}),
-    Axis(STAGES, "method.stages", many=True, resolve=resolving.many, check=side_rank),
-    Axis(CALLBACKS, "callbacks", many=True, resolve=resolving.many),
+         default={SAMPLERS.key: DEFAULT_SAMPLER}, title="Client samplers"),
+    Axis(STAGES, "method.stages", many=True, resolve=resolving.many, check=side_rank,
+         title="Stages"),
+    Axis(CALLBACKS, "callbacks", many=True, resolve=resolving.many, title="Callbacks"),
 )
