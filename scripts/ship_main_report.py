@@ -58,6 +58,19 @@ def _commit() -> str:
     return done.stdout.strip() or "none"
 
 
+def seeds_fact() -> str:
+    """Which seeds the screening and the confirmation run, and which were seen before."""
+    from fedcore.pipeline.sweep import load_sweep
+
+    sweeps = ROOT / "configs" / "sweeps"
+    main, confirm = (load_sweep(sweeps / name).seed_plan.seeds
+                     for name in ("main.yaml", "main-confirm.yaml"))
+    return (f"screening seeds {main[0]}-{main[-1]}, confirmation seeds {confirm[0]}-{confirm[-1]}; "
+            "the design (protocols, families, endpoint, margin, looks) was fixed before any of "
+            "its cells ran, and no earlier run used the confirmation's seeds; earlier designs "
+            f"of the job ran seeds {main[0]}-{main[-1]} of rows in fedcore's default recipe")
+
+
 def facts(seconds: int, summary: str) -> dict[str, str]:
     """What the README may quote of this run, each one line."""
     import torch
@@ -73,6 +86,7 @@ def facts(seconds: int, summary: str) -> dict[str, str]:
         "time after set-up": minutes(seconds),
         "cells": counts,
         "comparisons": f"{len(decided)} of {len(answers)} decided",
+        "seeds": seeds_fact(),
     }
 
 
@@ -167,7 +181,8 @@ def readme_block(values: dict[str, str]) -> str:
         f"took {values['time after set-up']} after set-up. {values['cells']} Of its family "
         f"comparisons, {values['comparisons']}"
         + (f"; {values['confirmation']}" if "confirmation" in values else "")
-        + ": [the answers](docs/benchmarks/main-report.md).\n"
+        + ": [the answers](docs/benchmarks/main-report.md)."
+        + (f" Seeds: {values['seeds']}." if "seeds" in values else "") + "\n"
         f"{END}"
     )
 

@@ -134,6 +134,9 @@ def test_zero_mass_gives_no_step():
 
 
 def test_warning_when_the_lambda_step_is_too_large(caplog):
+    from fedcore.core.compose.configure import _warn_once
+
+    _warn_once.cache_clear()  # said once per process: this process may have said it already
     with caplog.at_level(logging.WARNING, logger="fedcore"):
         load_config(None, ["method=afl", "dataset.num_clients=20", "clients_per_round=5",
                            "method.aggregator.lambda_lr=0.05"])
@@ -141,6 +144,11 @@ def test_warning_when_the_lambda_step_is_too_large(caplog):
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="fedcore"):
         load_config(None, ["method=afl", "dataset.num_clients=20", "clients_per_round=5"])
+    assert not any("lambda_lr" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fedcore"):  # once per process, not per build
+        load_config(None, ["method=afl", "dataset.num_clients=20", "clients_per_round=5",
+                           "method.aggregator.lambda_lr=0.05"])
     assert not any("lambda_lr" in r.getMessage() for r in caplog.records)
 
 

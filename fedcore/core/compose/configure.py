@@ -11,6 +11,7 @@ one-line [`ConfigError`][fedcore.core.config.ConfigError] s raised before any co
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,12 @@ def _value(tree: dict[str, Any], key: str, cfg: ExperimentConfig) -> Any:
     return obj
 
 
+@functools.lru_cache(maxsize=256)
+def _warn_once(message: str) -> None:
+    """A requirement's warning, once per process (a sweep builds its configs many times)."""
+    log.warning("%s", message)
+
+
 def _check(need: Need, tree: dict[str, Any], cfg: ExperimentConfig) -> None:
     if isinstance(need, SendsUpdate):
         reason = _sends_update(need, cfg)
@@ -181,7 +188,7 @@ def _check(need: Need, tree: dict[str, Any], cfg: ExperimentConfig) -> None:
     if need.holds(*values):
         return
     if need.warn_only:
-        log.warning("%s", need.refusal(*values))
+        _warn_once(need.refusal(*values))
         return
     raise ConfigError(need.refusal(*values))
 
