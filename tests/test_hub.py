@@ -14,6 +14,7 @@ import pytest
 
 from fedcore.core.compose.configure import build_config, load_config
 from fedcore.core.config import ConfigError
+from fedcore.core.data.federated import shared_federated_data
 from fedcore.core.data.own import content_digest, federate
 from fedcore.core.round.simulation import Simulation
 
@@ -107,8 +108,11 @@ def test_the_config_names_a_saved_folder_and_records_its_digest(saved: Path) -> 
     overrides = [f"dataset.name=hf:{saved}", "dataset.features=image", "dataset.label=label",
                  "dataset.by=writer", "dataset.partition=natural", "dataset.num_clients=4",
                  "clients_per_round=2", "rounds=1", "model.name=mlp", "local.steps=2"]
-    sim = Simulation(load_config(None, overrides))
+    cfg = load_config(None, overrides)
+    sim = Simulation(cfg)
     assert sim.cfg.dataset.digest == content_digest(sim.data) and sim.data.num_clients == 4
+    # hashed by its settings, like a dataset on disk: a sweep finds the runs of its cells
+    assert sim.cfg.config_hash() == cfg.config_hash() and cfg.dataset.digest is None
     assert sim.cfg.dataset.name == f"hf:{saved}" and sim.cfg.dataset.by == "writer"
     assert "test/accuracy" in sim.run().history[-1]
     again = Simulation(build_config(sim.cfg.resolved()))  # the recorded config reruns
@@ -118,6 +122,26 @@ def test_the_config_names_a_saved_folder_and_records_its_digest(saved: Path) -> 
     moved["dataset"]["name"] = f"hf:{saved.parent / 'other'}"
     with pytest.raises(ConfigError, match=r"^dataset.digest: the data at .* has digest"):
         Simulation(build_config(moved))
+
+
+def test_the_command_line_and_a_sweeps_shared_data_build_a_saved_folder(
+        saved: Path, tracking: Any) -> None:
+    from fedcore.cli import main
+
+    overrides = [f"dataset.name=hf:{saved}", "dataset.features=image", "dataset.label=label",
+                 "dataset.by=writer", "dataset.partition=natural", "dataset.num_clients=3",
+                 "clients_per_round=2", "rounds=1", "model.name=mlp", "local.steps=2"]
+    cfg = load_config(None, overrides)
+    shared = shared_federated_data(cfg.dataset, cfg.seed)
+    assert shared.record is not None and shared.num_clients == 3
+    assert shared.record.digest == content_digest(shared)
+    assert main(["run", *overrides]) == 0
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking.tracking_uri)
+    exp = client.get_experiment_by_name(tracking.experiment).experiment_id
+    (run,) = client.search_runs([exp], f"tags.config_hash = '{cfg.config_hash()}'")
+    assert run.data.params["dataset.digest"] == shared.record.digest
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

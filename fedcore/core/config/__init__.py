@@ -40,6 +40,7 @@ DATASETS = (
 SYNTHETIC_DATASETS = ("synthetic_cifar10",)  # generated from the seed (fedcore.core.data.synthetic)
 NATURAL_DATASETS = ("femnist",)  # datasets with per-sample owner ids (partition=natural)
 HUB_PREFIX = "hf:"  # dataset.name: hf:<folder written by save_to_disk> (fedcore.core.data.hub)
+HUB_RECORDED = ("source", "digest", "partition_seed")  # recorded of such data, not hashed
 MODELS = ("mlp", "cnn", "smallcnn", "resnet20", "resnet56", "resnet110")
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # package.module:Name
 # A model factory passed from Python that no import path names (a lambda, a closure, a bound
@@ -426,8 +427,14 @@ class ExperimentConfig(_Recorded):
         return self.model_dump(mode="json")
 
     def config_hash(self) -> str:
-        """Hash of the keys that can change the numbers (``UNHASHED`` keys are left out)."""
+        """Hash of the keys that can change the numbers (``UNHASHED`` keys are left out). A
+        saved Hugging Face dataset (``dataset.name: hf:<folder>``) is hashed by its settings, as
+        a built-in dataset on disk is: what fedcore records of it once built (``HUB_RECORDED``)
+        is left out, so a sweep finds the runs of its cells."""
         keyed = {k: v for k, v in self.resolved().items() if k not in UNHASHED}
+        if self.dataset.name.startswith(HUB_PREFIX):
+            keyed["dataset"] = {k: v for k, v in keyed["dataset"].items()
+                                if k not in HUB_RECORDED}
         blob = json.dumps(keyed, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

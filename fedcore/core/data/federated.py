@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fedcore.core.config import ClientsConfig, ConfigError, DatasetConfig
+from fedcore.core.config import HUB_PREFIX, ClientsConfig, ConfigError, DatasetConfig
 from fedcore.core.config.seeding import numpy_rng
 from fedcore.core.data.adversaries import choose_clients, flip_labels
 from fedcore.core.data.client_data import ClientData, label_mix
@@ -156,8 +156,14 @@ def build_federated_data(
     train and test samples, and the global test set is the union of the chosen owners' test
     samples; otherwise each client's indices are split by ``cfg.test_fraction`` and the global
     test set is the dataset's test split (``test_fraction`` 0: every client trains on its whole
-    partition and keeps no local test split).
+    partition and keeps no local test split). A saved Hugging Face dataset
+    (``dataset.name: hf:<folder>``) is built like own data, with its record
+    (``fedcore.core.data.hub_config``).
     """
+    if cfg.name.startswith(HUB_PREFIX):
+        from fedcore.core.data.hub_config import from_config  # built by own data's path
+
+        return from_config(cfg, seed, device)
     arrays = load_dataset(
         cfg.name,
         root=cfg.root,
