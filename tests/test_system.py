@@ -230,3 +230,19 @@ def test_the_profile_is_drawn_from_the_seed_only():
     other = profile(load_config(None, [*TINY, "seed=1", "system.speed=lognormal",
                                        "system.speed_spread=1"]), s.data)
     assert not np.array_equal(other.step_s, again.step_s)
+
+
+def test_the_stragglers_sweep_holds_its_rows_and_families():
+    from fedcore.core.config import config_dir
+    from fedcore.pipeline.sweep import load_sweep
+
+    spec = load_sweep(config_dir() / "sweeps" / "stragglers.yaml")
+    assert len(spec.cells) == 18  # 6 rows x 3 seeds
+    rows = {c.row: c.config for c in spec.cells}
+    assert {r.split()[0] for r in rows} == {"fedavg", "fednova", "fedbuff"}
+    for row, cfg in rows.items():
+        assert cfg.system.speed == "lognormal" and cfg.system.available_p == 0.8
+        assert (cfg.system.deadline_s is None) == row.startswith("fedbuff")
+    assert {f.name for f in spec.families} == {"nova_mild", "nova_strong", "buff_mild",
+                                               "buff_strong"}
+    assert all(f.reference in rows and set(f.baselines) <= set(rows) for f in spec.families)
