@@ -193,6 +193,36 @@ def test_a_resumed_run_keeps_its_clock():
     assert second.run().history[-1]["time/simulated_s"] == whole[-1]["time/simulated_s"]
 
 
+class StopAt(Callback):
+    def __init__(self, r: int) -> None:
+        self.r = r
+
+    def on_round_end(self, record: RoundRecord) -> RoundVerdict:
+        return RoundVerdict(stop=record.round == self.r)
+
+
+def test_a_resumed_fedbuff_run_keeps_its_clients_in_flight(tmp_path):
+    args = [*TINY, "rounds=5", "clients_per_round=4", "method=fedbuff",
+            "method.aggregator.buffer_size=2", "method.aggregator.concurrency=4",
+            "system.speed=uniform", "system.speed_spread=2", "checkpoint_every=1",
+            f"checkpoint_dir={tmp_path}"]
+    cfg = load_config(None, args)
+    whole = Simulation(cfg)
+    expected = whole.run().history
+    first = Simulation(cfg, [StopAt(2)])
+    assert first.run().stopped is not None
+    assert len(first.state_dict()["system"]["in_flight"]) == 2
+    second = Simulation(cfg)
+    assert second.resume()
+    assert [f.client_id for f in second.system.flying] == [
+        f.client_id for f in first.system.flying]
+    history = second.run().history
+    assert torch.equal(second.params, whole.params)
+    assert column(history, "time/simulated_s") == column(expected, "time/simulated_s")
+    assert column(history, "participation/staleness_max") == column(
+        expected, "participation/staleness_max")
+
+
 def test_time_to_target_is_summarised_in_simulated_seconds():
     result = sim("rounds=2", "clients_per_round=3", "system.link_s=5",
                  "target_accuracy=0.01").run()
@@ -212,6 +242,8 @@ def test_time_to_target_is_summarised_in_simulated_seconds():
     (["method=fedbuff", "system.deadline_s=5"], "system.deadline_s: FedBuff (an asynchronous "
      "rule) has no round deadline"),
     (["method=fedbuff", "method.stages=[{stage: median_norm}]"], "method.stages: FedBuff"),
+    (["method=fedbuff", "method.client.algorithm=moon"], "method.client.algorithm: FedBuff (an "
+     "asynchronous rule) takes the client objectives fedavg and fedprox, got 'moon'"),
     (["method=fedbuff", "method.aggregator.buffer_size=11"], "buffer_size: 11 exceeds "
      "concurrency=10; allowed: 1..10"),
 ])

@@ -62,15 +62,15 @@ class FedBuff(Aggregator):
     def requirements(cls, hp: BaseHParams) -> list[Need]:
         return [
             setting("method.client.algorithm", ("fedavg", "fedprox"), WHO,
-                    "needs a client objective without per-client state (fedavg, fedprox)"),
+                    "takes the client objectives fedavg and fedprox",
+                    "others keep per-client state (committed out of order here) or are not "
+                    "checked asynchronously"),
             setting("method.stages", (None,), WHO, "takes no client stages",
                     "allowed: unset"),
             setting("method.sampler", (None,), WHO, "dispatches idle clients uniformly",
                     "allowed: unset (uniform)"),
             setting("privacy.mechanism", ("none",), WHO, "is not privacy-accounted",
                     "allowed: none"),
-            setting("checkpoint_every", (0,), WHO, "does not checkpoint clients in flight",
-                    "allowed: 0"),
             setting("system.deadline_s", (None,), WHO, "has no round deadline",
                     "allowed: unset"),
         ]

@@ -24,7 +24,7 @@ def build(cfg: ExperimentConfig, data: FederatedData, aggregator: Aggregator) ->
     else synchronous, inactive while ``cfg.system`` holds its defaults."""
     buffer = aggregator.buffer()
     if buffer is not None:
-        return Buffered(profile(cfg, data), *buffer)
+        return Buffered(profile(cfg, data), *buffer, device=data.x_test.device)
     return Synchronous(profile(cfg, data) if cfg.system.active else None)
 
 

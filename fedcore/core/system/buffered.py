@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
+from fedcore.core.records import ClientUpdate
 from fedcore.core.system.profile import Profile
 from fedcore.core.system.synchronous import Synchronous
 
 if TYPE_CHECKING:
-    from fedcore.core.records import ClientUpdate, StageContext
+    from fedcore.core.records import StageContext
 
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {
@@ -42,9 +44,11 @@ class Buffered(Synchronous):
     """The clock and the in-flight clients of an asynchronous rule; one run round is one
     server step."""
 
-    def __init__(self, profile: Profile, concurrency: int, buffer_size: int) -> None:
+    def __init__(self, profile: Profile, concurrency: int, buffer_size: int,
+                 device: torch.device | str = "cpu") -> None:
         super().__init__(profile)
         self.concurrency, self.buffer_size = concurrency, buffer_size
+        self.device = torch.device(device)  # where a resumed run's updates in flight go
         self.flying: list[InFlight] = []
 
     def pool(self, round: int, training: np.ndarray, per_round: int) -> tuple[np.ndarray, int]:
@@ -91,9 +95,26 @@ class Buffered(Synchronous):
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"clock": self.clock, "in_flight": len(self.flying)}
+        """The clock and every client in flight with the update it will send (plain
+        containers: a checkpoint holds them)."""
+        return {"clock": self.clock, "in_flight": [
+            {"arrives_s": f.arrives_s, "client_id": f.client_id, "round": f.round,
+             "update": None if f.update is None else dict(vars(f.update))}
+            for f in self.flying]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("in_flight"):  # the rule refuses checkpoint_every: nothing to resume
-            raise ValueError("an asynchronous run's clients in flight are not checkpointed")
         super().load_state_dict(state)
+        self.flying = [InFlight(float(f["arrives_s"]), int(f["client_id"]), int(f["round"]),
+                                None if f["update"] is None else self._update(f["update"]))
+                       for f in state.get("in_flight", [])]
+
+    def _update(self, fields: dict[str, Any]) -> ClientUpdate:
+        """A checkpointed update, its tensors on the run's device."""
+        def on(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                return value.to(self.device)
+            if isinstance(value, dict):
+                return {k: on(v) for k, v in value.items()}
+            return value
+
+        return ClientUpdate(**{k: on(v) for k, v in fields.items()})
