@@ -14,11 +14,12 @@ from typing import Any
 
 import pandas as pd
 
-from fedcore.pipeline.families import DEFAULT_ENDPOINT, ENDPOINTS, FamilyOutcome
+from fedcore.pipeline.families import DEFAULT_ENDPOINT, ENDPOINTS, Family, FamilyOutcome
 from fedcore.pipeline.latex import exploratory_latex, family_latex, label_key
 from fedcore.pipeline.papers import display_name
 
 INTERVAL = "95 % Student-t interval over seeds"
+VERDICTS = ("better", "worse", "equivalent", "undecided")  # else (no verdict, not run): ---
 TEST = ("two-sided paired t-test on per-seed differences (exact sign-flip test for equal "
         "differences), TOST for equivalence")
 
@@ -32,6 +33,14 @@ def short_header(endpoint: str, k: int) -> str:
 def endpoint_words(endpoint: str, k: int) -> str:
     """``mean test accuracy of the last 5 evaluations`` (the endpoint, without its metric)."""
     return ENDPOINTS[endpoint][2].split(" (")[0].replace("the last k", f"the last {k}")
+
+
+def shown(row: str, family: Family) -> str:
+    """A family's row as a paper prints it: the method's paper name, without the protocol mark
+    every row of the family shares (``fedavg (tuned) @craft`` -> ``FedAvg (tuned)``)."""
+    if family.protocol:
+        row = row.removesuffix(f" @{family.protocol}")
+    return display_name(row)
 
 
 def setting_text(setting: tuple[Any, ...]) -> str:
@@ -55,17 +64,17 @@ def families_tex(outcomes: list[FamilyOutcome], table: pd.DataFrame, k: int,
             if r is None:
                 continue
             d = next((x for x in o.decisions if x.baseline == row), None)
-            verdict = "" if d is None else (
-                d.verdict if d.verdict in ("better", "worse", "equivalent") else "undecided")
-            lines.append({"row": display_name(row), "is_reference": d is None,
+            verdict = "" if d is None or d.verdict not in VERDICTS else d.verdict
+            lines.append({"row": shown(row, fam), "is_reference": d is None,
                           "mean": r[f"{col}_mean"], "low": r[f"{col}_low"],
                           "high": r[f"{col}_high"], "n": int(r[f"{col}_n"]),
                           "verdict": verdict})
-        reference = display_name(fam.reference)
+        reference = shown(fam.reference, fam)
+        protocol = " in the paper's protocol" if fam.protocol else ""
         parts.append(family_latex(
             pd.DataFrame(lines), reference=reference,
-            caption=f"{fam.paper}: {reference} against its baselines ({setting_text(o.setting)}); "
-            f"{endpoint_words(o.endpoint, k)}.",
+            caption=f"{fam.paper}: {reference} against its baselines{protocol} "
+            f"({setting_text(o.setting)}); {endpoint_words(o.endpoint, k)}.",
             label=f"tab:{label_key(fam.name)}-{label_key(o.setting[0])}-a{o.setting[1]:g}",
             header=short_header(o.endpoint, k), interval=INTERVAL, test=TEST,
             correction=correction))
