@@ -27,7 +27,7 @@ EMITTED_METRICS = {
         "time/simulated_s": "simulated seconds since the run started, at the round's end "
         "(system block set, or an asynchronous rule)",
         "participation/available": "training clients available when the round's clients were "
-        "drawn",
+        "drawn (an asynchronous rule: those not already training)",
         "participation/reported": "clients whose update reached the server this round",
         "participation/late": "sampled clients not done by the round's deadline (dropped, or "
         "sending partial work)",
