@@ -84,7 +84,9 @@ def test_a_row_interval_spanning_the_whole_range_has_no_resolution():
 
 def test_the_report_shows_the_unseen_clients_and_samples_and_the_gap_interval():
     from fedcore.pipeline.comparison import half_width
-    from fedcore.tracking.report import COLUMNS, _formatted, summary_table
+    from fedcore.report.exploratory import exploratory_table
+    from fedcore.report.summary import COLUMNS
+    from fedcore.tracking.report import summary_table
 
     recs = []
     for seed, (gap, clients, samples) in enumerate([(0.05, 4, 210), (0.07, 4, 190),
@@ -96,7 +98,7 @@ def test_the_report_shows_the_unseen_clients_and_samples_and_the_gap_interval():
                     rounds_to_target=5.0)
         recs.append(line)
     table = summary_table(pd.DataFrame(recs))
-    shown = _formatted(table, {}).iloc[0]
+    shown = exploratory_table(table, {}).iloc[0]
     assert "unseen clients" not in shown and "participation gap" not in shown  # in table.csv
     assert (table.loc[0, "unseen_clients_mean"], table.loc[0, "unseen_samples_mean"]) == (4, 200)
     low, high = table.loc[0, "participation_gap_low"], table.loc[0, "participation_gap_high"]
@@ -105,7 +107,7 @@ def test_the_report_shows_the_unseen_clients_and_samples_and_the_gap_interval():
 
 
 def test_a_detectable_difference_past_the_range_reads_no_resolution():
-    from fedcore.tracking.report import detectable_vs_reference
+    from fedcore.report.exploratory import detectable_vs_reference
 
     def runs(values):
         return pd.DataFrame([{"row": r, "method": r, "dataset": "digits", "alpha": 0.1,

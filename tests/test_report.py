@@ -13,8 +13,9 @@ from scipy import stats
 
 from fedcore.core.config import config_dir
 from fedcore.pipeline.sweep import load_sweep
+from fedcore.report.summary import target_text
 from fedcore.tracking import load_settings, mlflow_client
-from fedcore.tracking.report import build_report, sweep_parent_run, target_text
+from fedcore.tracking.report import build_report, sweep_parent_run
 from fedcore.tracking.runner import run_tracked
 
 pytestmark = pytest.mark.slow  # end to end (see docs/how-to/tests.md)
@@ -276,7 +277,7 @@ def test_a_sweep_over_mappings_without_fedavg_is_reported(tracking, tmp_path, ca
 
 
 def test_runs_stopped_early_on_a_validation_metric_are_named():
-    from fedcore.tracking.report import early_text
+    from fedcore.report.text import early_text
 
     runs = pd.DataFrame({"stopped_early": ["", "early_stopping: val/accuracy did not improve "
                                                "for 5 evaluations", ""]})

@@ -1,5 +1,8 @@
-"""What a sweep's report says, rendered without a store: the self-contained HTML page
-(`fedcore.report.html`) and the ranking per setting (`fedcore.report.ranking`).
+"""What a sweep's report says, rendered without a store: the summary over seeds, the ranking per
+setting, the exploratory table, the words around them and the self-contained HTML page.
 
-Gathering the runs from MLflow and writing the files is `fedcore.tracking.report`'s job.
+``summary`` (means and intervals per row and setting, training state), ``ranking`` (rows ordered
+by the primary endpoint per setting), ``exploratory`` (the table a reader compares), ``text``
+(header lines, description, figures section, how to read it), ``html`` (the page to send).
+Gathering the runs from MLflow and writing the files is ``fedcore.tracking.report``'s job.
 """

@@ -1,4 +1,8 @@
-"""Comparison report of a sweep: its finished runs from MLflow, as tables and plots."""
+"""Comparison report of a sweep: its finished runs from MLflow, as tables and plots.
+
+This module gathers the runs from the store, decides the families' comparisons and writes the
+files; the tables and words it writes are built by ``fedcore.report`` (summary, ranking,
+exploratory table, text, HTML page) from plain data frames, without a store."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import pandas as pd
 
 from fedcore.core.round import code_digest
 from fedcore.core.runtime import faults
-from fedcore.pipeline.comparison import canonical, half_width, reference_rows, with_intervals
+from fedcore.pipeline.comparison import canonical, half_width, reference_rows
 from fedcore.pipeline.families import (
     DEFAULT_ENDPOINT,
     ENDPOINTS,
@@ -24,23 +28,29 @@ from fedcore.pipeline.families import (
     FamilyOutcome,
     SeedPlan,
     family_outcomes,
-    rows_to_run,
     secondary_outcomes,
 )
 from fedcore.pipeline.hparams import row_regime
 from fedcore.pipeline.rows import TUNABLE, is_tuned
-from fedcore.pipeline.stats import (
-    DIFFERENCE_RANGE,
-    VALUE_RANGE,
-    detectable_difference,
-    no_resolution,
-    paired_seeds,
-    seeds_for,
-)
+from fedcore.pipeline.stats import seeds_for
 from fedcore.pipeline.sweep import SweepSpec
-from fedcore.pipeline.training_state import CLIMBING, MIN_CHANGE, NOISE_SE, training_state
+from fedcore.report.exploratory import (
+    detectable_vs_reference,
+    exploratory_table,
+    markdown_table,
+)
 from fedcore.report.html import report_page
-from fedcore.report.ranking import ranking_markdown, short_training
+from fedcore.report.ranking import ranking_markdown
+from fedcore.report.summary import COLUMNS, training_header, with_training_state
+from fedcore.report.summary import summary_table as _summary_table
+from fedcore.report.text import (
+    counts_line,
+    description,
+    early_text,
+    explanation,
+    figures_markdown,
+    plan_text,
+)
 from fedcore.tracking import privacy_report, time_report
 from fedcore.tracking.family_runs import mlflow_section
 from fedcore.tracking.mlflow_tracker import CONVERGED_TAG, get_experiment_id, mlflow_client
@@ -60,39 +70,7 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
     from mlflow.tracking import MlflowClient
 
-GROUP = ["row", "method", "hparams", "tuning", "dataset", "alpha"]
 DEFAULT_REFERENCE = "fedavg"
-COLUMNS = [
-    ("accuracy_last_k", "final/accuracy_last_k", "accuracy, mean of last k"),
-    ("accuracy", "final/accuracy", "final accuracy"),
-    ("worst10", "final/accuracy_worst10", "worst-10 %"),
-    ("client_std", "final/accuracy_std", "client accuracy std"),
-    ("jain", "clients/jain_index", "Jain"),
-    ("auc", "auc/accuracy", "mean accuracy over evaluations"),
-    ("rounds_to_target", "rounds_to_target", "rounds to target"),
-    ("gb_sent", "comm/bytes_up_total", "GB sent"),
-    # with dataset.holdout_clients: the global model on clients that never trained
-    ("unseen_accuracy", "final/unseen_accuracy", "unseen-client accuracy"),
-    ("participation_gap", "final/participation_gap", "participation gap"),
-    ("unseen_clients", "final/unseen_clients", "unseen clients"),
-    ("unseen_samples", "final/unseen_samples", "unseen test samples"),
-    # personalised methods (Ditto): their personal models; blank for every other method
-    ("personal_accuracy", "final/personal_accuracy_mean", "personal accuracy"),
-    ("personal_worst10", "final/personal_accuracy_worst10", "personal worst-10 %"),
-    ("personal_std", "final/personal_accuracy_std", "personal std"),
-    ("personal_jain", "final/personal_jain", "personal Jain"),
-]
-PERSONAL = {key for key, metric, _ in COLUMNS if metric.startswith("final/personal_")} | {
-    "unseen_accuracy", "participation_gap", "unseen_clients",
-    "unseen_samples"}  # blank where a run does not have them
-# the range of each bounded column: its intervals are cut to it (docs/explanation/statistics.md)
-BOUNDS = {**{key: VALUE_RANGE for key in (
-    "accuracy_last_k", "accuracy", "worst10", "jain", "auc", "unseen_accuracy",
-    "personal_accuracy", "personal_worst10", "personal_jain")},
-    "client_std": (0.0, 0.5), "personal_std": (0.0, 0.5), "participation_gap": DIFFERENCE_RANGE}
-DISCRETE = ("accuracy", "worst10", "rounds_to_target")  # steps of 1/|test set|, clients, rounds
-
-
 @dataclass
 class Report:
     """The runs of a sweep (one row per cell with a run), the per-row summary table, and the
@@ -182,146 +160,19 @@ def sweep_runs(
     return frame
 
 
+def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The report's summary (``fedcore.report.summary.summary_table``) with, where the runs
+    spent a privacy budget, each row's ``epsilon_text``."""
+    if "epsilon" not in runs:
+        return _summary_table(runs)
+    return _summary_table(runs, {"epsilon_text": lambda g: privacy_report.epsilon_text(
+        list(g["epsilon"]), list(g["delta"]))})
+
+
 def _failure_text(reason: str) -> str:
     """``diverged at round 7`` from a run's failure reason, else its first line."""
     found = re.search(r"diverged at round \d+", reason)
     return found.group(0) if found else reason.splitlines()[0][:120]
-
-
-def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per row x dataset x alpha (x varied keys): seeds finished and failed, and per column the
-    mean over finished seeds with its 95 % t-interval (``<key>_mean``, ``_low``, ``_high``,
-    ``_n``); ``reached_target``: the seeds that reached the target."""
-    keys = _group_keys(runs)
-    runs = runs.assign(**{k: runs[k].astype(object).where(runs[k].notna(), "")
-                          for k in keys if k.startswith("grid:")})  # NaN keys never match
-    table = with_intervals(runs, [key for key, _, _ in COLUMNS], keys,  # NaN: failed seeds
-                           BOUNDS)
-    if table.empty:
-        return table
-    groups = runs.groupby(keys, sort=False, dropna=False)
-    done = {k: int((g["status"] == "FINISHED").sum()) for k, g in groups}
-    failed = {k: list(g.loc[g["status"] != "FINISHED", "failure"]) for k, g in groups}
-    reached = {k: list(g.loc[g["status"] == "FINISHED", "rounds_to_target"]) for k, g in groups}
-    index = [tuple(r) if len(keys) > 1 else r[0] for r in table[keys].itertuples(index=False)]
-    table["seeds"] = [done.get(i, 0) for i in index]  # finished seeds
-    table["failed"] = [len(failed.get(i, [])) for i in index]
-    table["failures"] = ["; ".join(failed.get(i, [])) for i in index]
-    table["reached_target"] = [int(np.isfinite(np.asarray(reached.get(i, []), float)).sum())
-                               for i in index]
-    horizon = {k: int(g["rounds"].max()) for k, g in groups}
-    table["target_text"] = [target_text(reached.get(i, []), horizon.get(i, 0)) for i in index]
-    if "epsilon" in runs:
-        spent = {k: (list(g["epsilon"]), list(g["delta"])) for k, g in groups}
-        table["epsilon_text"] = [privacy_report.epsilon_text(*spent.get(i, ([], [])))
-                                 for i in index]
-    return table
-
-
-def with_training_state(table: pd.DataFrame, runs: pd.DataFrame,
-                        acc: dict[str, pd.Series]) -> pd.DataFrame:
-    """``table`` with each row's training state at its endpoint (``training``: its text,
-    ``climbing``: whether it was still climbing), from the finished seeds' test-accuracy
-    histories ``acc`` (run id -> accuracy by round) and the endpoint's window ``last_k``."""
-    if table.empty:
-        return table
-    keys = _group_keys(runs)
-    runs = runs.assign(**{k: runs[k].astype(object).where(runs[k].notna(), "")
-                          for k in keys if k.startswith("grid:")})
-    states = {}
-    for key, g in runs.groupby(keys, sort=False, dropna=False):
-        ok = g[g["status"] == "FINISHED"]
-        curves = [list(acc[r].to_numpy(dtype=float)) for r in ok["run_id"] if r in acc]
-        states[key] = training_state(curves, int(g["last_k"].max()))
-    index = [tuple(r) if len(keys) > 1 else r[0] for r in table[keys].itertuples(index=False)]
-    found = [states.get(i) for i in index]
-    return table.assign(training=["" if st is None else st.text() for st in found],
-                        climbing=[st is not None and st.state == CLIMBING for st in found])
-
-
-def training_header(table: pd.DataFrame) -> str:
-    """The header's count of rows still climbing at their endpoint, with the rule."""
-    if "climbing" not in table or table.empty:
-        return ""
-    climbing = int(table["climbing"].sum())
-    return (f"**Training state at the endpoint**: {climbing} of {len(table)} rows still "
-            f"climbing (mean change of test accuracy between the last two windows of k "
-            f"evaluations at least {MIN_CHANGE:g} and above {NOISE_SE:g} standard errors of its "
-            "seed-to-seed spread; column `training`)"
-            + ("; their endpoint is not the method's plateau." if climbing else ".") + "\n\n")
-
-
-def target_text(rounds: list[float], horizon: int) -> str:
-    """Rounds to target with its censoring: ``median 14 (3/3 reached)``, ``> 20 (1/3 reached)``
-    (a seed that never reached the target is censored at the horizon, never left out)."""
-    values = np.asarray(rounds, dtype=float)
-    n = len(values)
-    if n == 0:
-        return "—"
-    hit = np.sort(values[np.isfinite(values)])
-    need = n // 2 + 1 if n % 2 == 0 else (n + 1) // 2  # the seed whose value is the median
-    median = f"median {hit[need - 1]:.0f}" if len(hit) >= need else f"> {horizon}"
-    return f"{median} ({len(hit)}/{n} reached)"
-
-
-def _group_keys(frame: pd.DataFrame) -> list[str]:
-    """row, method, regime, dataset, alpha and any other key the sweep varies (seeds are the
-    repetitions within a group)."""
-    return [c for c in frame.columns if c in GROUP or c.startswith("grid:")]
-
-
-SHOWN = ("accuracy_last_k", "accuracy", "worst10", "rounds_to_target")  # what a reader compares
-SHOWN_IF_ANY = ("personal_accuracy", "unseen_accuracy")  # where a row has it
-
-
-def _formatted(table: pd.DataFrame, detectable: dict[tuple[Any, ...], str]) -> pd.DataFrame:
-    """The exploratory table, narrowed to what a reader compares: per row its setting, regime,
-    seeds (finished, failed), the primary endpoint with its 95 % interval, the training state,
-    final and worst-10 % accuracy, rounds to target, the detectable difference to the reference
-    row (personal and unseen-client accuracy where a row has them, GB sent where rows differ in
-    it, the dataset where there are several); no verdicts. Every other column is in
-    ``table.csv``."""
-    out = table[["row", "hparams"]].rename(columns={"hparams": "regime"})
-    if "epsilon_text" in table and (table["epsilon_text"] != "∞").any():  # a private row
-        out[privacy_report.COLUMN] = list(table["epsilon_text"])
-    if table["dataset"].nunique() > 1:  # one dataset: named by the ranking's headings
-        out["dataset"] = list(table["dataset"])
-    out["alpha"] = list(table["alpha"])
-    out["seeds"] = [f"{n}" if not f else f"{n} of {n + f} finished; {f} failed: {why}"
-                    for n, f, why in zip(table["seeds"], table["failed"], table["failures"],
-                                         strict=True)]
-    sent = table["gb_sent_mean"].dropna()
-    shown = [*SHOWN, *(k for k in SHOWN_IF_ANY if table[f"{k}_mean"].notna().any())]
-    if len(sent) > 1 and sent.max() > 1.01 * sent.min():  # compressed and uncompressed rows
-        shown.append("gb_sent")
-    fmt = {"gb_sent": ".4g"}
-    for key, _, label in COLUMNS:
-        if key not in shown:
-            continue
-        if key == "rounds_to_target":
-            out[label] = list(table["target_text"])
-            continue
-        f = fmt.get(key, ".4f")
-        out[label] = [
-            "" if key in PERSONAL and np.isnan(m) else half_width(m, lo, hi, n, f, ok)
-            for m, lo, hi, n, ok in zip(table[f"{key}_mean"], table[f"{key}_low"],
-                                        table[f"{key}_high"], table[f"{key}_n"],
-                                        table[f"{key}_resolved"], strict=True)
-        ]
-        if key == "accuracy_last_k" and "training" in table:
-            out["training at the endpoint"] = [short_training(str(s)) for s in table["training"]]
-    out["detectable Δ vs ref"] = [
-        detectable.get((d, a, r), "") for d, a, r in
-        zip(table["dataset"], table["alpha"], table["row"], strict=True)]
-    return out
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A GitHub Markdown table of ``frame`` (no index)."""
-    lines = ["| " + " | ".join(map(str, frame.columns)) + " |",
-             "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(map(str, row)) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join(lines)
 
 
 def _histories(client: MlflowClient, run_ids: list[str], metric: str) -> dict[str, pd.Series]:
@@ -459,35 +310,6 @@ def best_marks(outcome: FamilyOutcome) -> dict[str, str]:
     return {}
 
 
-def detectable_vs_reference(runs: pd.DataFrame, reference: str) -> dict[tuple[Any, ...], str]:
-    """Per row: the smallest difference to the reference row of its setting that a paired t-test
-    at 5 % detects with 80 % power at the row's seeds (from the observed paired spread of the
-    primary endpoint); the exploratory table's resolution, not a test."""
-    out: dict[tuple[Any, ...], str] = {}
-    ok = runs[runs["status"] == "FINISHED"]
-    refs = reference_rows(ok, reference)
-    for (dataset, alpha), sub in ok.groupby(["dataset", "alpha"], sort=False):
-        ref = refs.get((dataset, alpha))
-        if ref is None:
-            continue
-        theirs = dict(zip(sub.loc[sub["row"] == ref, "seed"],
-                          sub.loc[sub["row"] == ref, "accuracy_last_k"], strict=True))
-        for row, g in sub.groupby("row", sort=False):
-            if row == ref:
-                out[(dataset, alpha, row)] = "reference"
-                continue
-            _, mine, ref_values = paired_seeds(dict(zip(g["seed"], g["accuracy_last_k"],
-                                                        strict=True)), theirs)
-            diffs = np.subtract(mine, ref_values)
-            if len(diffs) < 2:
-                continue
-            d = detectable_difference(float(np.std(diffs, ddof=1)), len(diffs), 0.05)
-            half = (DIFFERENCE_RANGE[1] - DIFFERENCE_RANGE[0]) / 2
-            out[(dataset, alpha, row)] = ("" if not np.isfinite(d) else f"±{d:.3f}" if d < half
-                                          else no_resolution(len(diffs)))
-    return out
-
-
 def forest_frame(outcomes: list[FamilyOutcome]) -> pd.DataFrame:
     """The forest plot's input: one line per comparison of every family (primary endpoint),
     with the interval a table shows (TOST's for an equivalent verdict, cut to [-1, 1]) and the
@@ -576,7 +398,8 @@ def build_report(
     plan = spec.seed_plan
     outcomes = family_outcomes(runs, spec.families, plan)
     secondary = secondary_outcomes(runs, spec.families, plan)
-    pretty = _formatted(table, detectable_vs_reference(runs, reference))
+    pretty = exploratory_table(table, detectable_vs_reference(runs, reference),
+                               epsilon_column=privacy_report.COLUMN)
     header = (f"# Sweep `{spec.name}`\n\n{counts_line(spec, runs, outcomes)}\n\n"
               + code_header(runs, any_code) + reference_note
               + "**Primary endpoint** (declared in the sweep file before it ran): "
@@ -750,84 +573,6 @@ def write_text_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-FIGURES = (  # file, what it shows (the report's "Figures" section, in this order)
-    ("convergence.png", "test accuracy per round, one panel per family and setting (mean over "
-     "seeds, band: 95 % interval, the reference dashed black)"),
-    ("forest.png", "each family's paired differences, reference − baseline, with their "
-     "Holm-adjusted intervals coloured by verdict"),
-    ("client_accuracy.png", "final local accuracy of every client, all seeds pooled, per row"),
-    ("accuracy_vs_gb.png", "test accuracy against cumulative uplink GB"),
-    ("accuracy_vs_epsilon.png", "accuracy against the privacy budget spent"),
-    ("accuracy_vs_time.png", "test accuracy against simulated seconds (runs with a simulated "
-     "clock: docs/how-to/stragglers.md)"),
-)
-
-
-def figures_markdown(folder: Path) -> str:
-    """The "Figures" section: each figure of ``FIGURES`` written to ``folder``, linked by its
-    file name (the HTML page embeds them) with what it shows."""
-    lines = ["", "## Figures", ""]
-    for name, words in FIGURES:
-        if (folder / name).is_file():
-            lines += [f"![{words}]({name})", "", f"`{name}`: {words}.", ""]
-    return "\n".join(lines) + "\n" if len(lines) > 3 else ""
-
-
-def counts_line(spec: SweepSpec, runs: pd.DataFrame, outcomes: list[FamilyOutcome]) -> str:
-    """``123 cells planned: 98 finished, 1 diverged or failed, 20 not needed (decided at an
-    earlier look), 4 not yet run``."""
-    done = set(runs["config_hash"])
-    finished = int((runs["status"] == "FINISHED").sum())
-    failed = int((runs["status"] != "FINISHED").sum())
-    open_rows = rows_to_run(outcomes)
-    first = set(spec.seed_plan.at(0))
-    planned = [c for c in spec.cells if spec.planned(c)]
-    pending = [c for c in planned if c.config.config_hash() not in done]
-    needed = [c for c in pending if c.config.seed in first or c.row in open_rows]
-    skipped = len(pending) - len(needed)
-    parts = [f"{finished} finished", f"{failed} diverged or failed (kept in their rows)"]
-    if skipped:
-        parts.append(f"{skipped} not needed (their comparisons were decided at an earlier look)")
-    if needed:
-        parts.append(f"{len(needed)} not yet run")
-    return f"{len(planned)} cells planned: " + ", ".join(parts) + "."
-
-
-def early_text(runs: pd.DataFrame) -> str:
-    """A line on the runs a callback stopped early (on a validation metric: early stopping
-    refuses test-set monitors; or a privacy budget), whose endpoint reads their own last
-    rounds; "" for none."""
-    early = runs[runs["stopped_early"].astype(bool)] if "stopped_early" in runs else runs[:0]
-    if early.empty:
-        return ""
-    why = "; ".join(dict.fromkeys(early["stopped_early"]))[:300]
-    return (f"**Stopped early**: {len(early)} run(s) ended before the horizon on a validation "
-            f"metric or a privacy budget ({why}); their endpoint reads their own last "
-            "evaluations.\n\n")
-
-
-def plan_text(plan: SeedPlan) -> str:
-    """The seed plan and the boundary in words."""
-    if len(plan.looks) == 1:
-        return (f"{plan.looks[0]} seeds ({', '.join(map(str, plan.seeds))}), one look; each "
-                "family's verdicts at 5 % family-wise (Holm)")
-    return (f"looks at {', '.join(map(str, plan.looks))} seeds (seeds {plan.seeds[0]}-"
-            f"{plan.seeds[-1]}); at each look Holm over the family at "
-            f"{plan.level_per_look:.3g} = 5 % / {len(plan.looks)} looks, so any false "
-            "better/worse has at most 5 % chance per family over all looks")
-
-
-def description(header: str, outcomes: list[FamilyOutcome]) -> str:
-    """The parent run's description: the counts and each family's answers in words."""
-    lines = [header.split("\n\n")[0], header.split("\n\n")[1]]
-    for o in outcomes:
-        lines.append(f"**{o.family.paper}** ({o.setting[0]}, Dirichlet {o.setting[1]:g}):")
-        lines.append("\n".join(f"- {d.words(o.family.reference)}" for d in o.decisions))
-    lines.append("Every row, the plots and how to read them: artifacts `report/table.md` and "
-                 "`report/*.png`.")
-    return "\n\n".join(lines) + "\n"
-
-
 def convergence_panels(runs: pd.DataFrame, families: tuple[Family, ...]
                        ) -> list[tuple[str, Any, str | None, list[str]]]:
     """(title, alpha, reference row or None, rows) per convergence panel: one per family and
@@ -856,48 +601,6 @@ def convergence_panels(runs: pd.DataFrame, families: tuple[Family, ...]
             for i in range(0, len(rows), 7):
                 panels.append((f"{title}, not in a family", alpha, None, rows[i:i + 7]))
     return panels
-
-
-def explanation(reference: str, spec: SweepSpec) -> str:
-    """How to read the report: families, verdicts, intervals, the exploratory table, regimes."""
-    studies = "; ".join(f"`{m}`: study `{t}`" for m, t in spec.tuning.items())
-    return (
-        "**How to read this report.** A *family* is one paper's method (the reference) against "
-        "that paper's own baselines, declared in the sweep file with its primary endpoint "
-        "before anything ran. Each comparison pairs the two rows on the same seeds (a seed fixes "
-        "partition, initial model, client sampling and batch order for every method) and tests "
-        "the per-seed differences, reference − row: `better`/`worse` when the two-sided paired "
-        "t-test rejects no difference, `equivalent` when two one-sided tests put the difference "
-        "inside ±margin, `undecided` otherwise (with the smallest difference it could detect). "
-        "Holm's step-down runs within a family only, at 5 % divided by the number of looks; the "
-        "Δ interval is at the level Holm gave that comparison, so it excludes 0 exactly when the "
-        "verdict is better or worse; an `equivalent` verdict shows its TOST (1 − 2α) interval, "
-        "inside ±margin. Every interval is cut to its metric's range (a difference of "
-        "accuracies to [-1, 1], an accuracy to [0, 1]); `no resolution at n = 3` where the "
-        "interval or the detectable difference spans it. A verdict is `fragile` when its "
-        "p-value lies within 10 % of its threshold. `training`: `climbing` when the mean change "
-        "of test accuracy between the last two windows of k evaluations is at least "
-        f"{MIN_CHANGE:g} and above {NOISE_SE:g} standard errors of its seed-to-seed spread, "
-        "else `plateaued`. Differences equal on every seed get the exact sign-flip "
-        "p-value (2/2^n), never 0. `best?`: only the reference, and only when its family's "
-        "tests say it beats (or ties within ±margin) every baseline. A failed or diverged seed "
-        "stays in its row and blocks the verdicts that need it. "
-        "The exploratory table: mean over finished seeds ± half the 95 % Student-t interval; "
-        "`detectable Δ vs ref`: the smallest difference to the "
-        f"`{reference}` row a paired t-test at 5 % would detect with 80 % power at this n (a "
-        "resolution, not a test); rounds to target: the median over seeds with seeds that "
-        "never reached the target censored at the horizon, and how many reached it. Accuracy, "
-        "worst-10 % and rounds to target are discrete (steps of one test sample, one client, "
-        "one round), so ties between seeds are real. "
-        "`regime`: `paper` only when the method's hyperparameters, local optimiser, data and "
-        "horizon (rounds, clients, participation, model) are all its paper's; otherwise each "
-        "part is named: `tuned` (a study chose it), `set` (by hand), `default` (fedcore's default "
-        "experiment), `(horizon other)` (paper hyperparameters at another horizon). A value "
-        "every row shares (the sweep's `set:`) labels no row."
-        + (f" Tuned rows: {studies}." if studies else "")
-        + " Personal columns: the personal models of personalised methods (blank for the "
-        "others)."
-    )
 
 
 def code_header(runs: pd.DataFrame, any_code: bool) -> str:
