@@ -151,3 +151,31 @@ def test_the_confirmation_asks_the_main_jobs_questions_on_fresh_seeds():
     assert {c.row for c in confirm.cells} == family_rows  # no exploratory rows
     assert not set(confirm.seed_plan.seeds) & set(main.seed_plan.seeds)
     assert confirm.seed_plan.looks == main.seed_plan.looks
+
+
+@pytest.mark.slow
+def test_the_report_names_each_familys_protocol_and_refuses_a_short_horizon(tracking, tmp_path):
+    from fedcore.flows.sweep import parent_run
+    from fedcore.tracking.report import build_report
+    from fedcore.tracking.runner import run_tracked
+
+    recipe = {**RECIPE, "rounds": 2}
+    path = _files(tmp_path, {**PROTO_SET, "rounds": 2})
+    (tmp_path / "paper.yaml").write_text(yaml.safe_dump(recipe))
+    spec = load_sweep(path)
+    parent = parent_run(spec)
+    for cell in spec.cells:
+        run_tracked(cell.config, parent_run_id=parent, tags={"sweep": spec.name})
+    build_report(spec, tmp_path / "out", parent_run_id=parent)
+    md = (tmp_path / "out" / "table.md").read_text()
+    assert ("Protocol `paper`: A paper's recipe `configs/experiments/paper.yaml` at its 2 "
+            "rounds; scaled: model: MLP. Endpoint: mean test accuracy of the last 5 "
+            "evaluations (final/accuracy_last_k), rounds 1-2 of 2.") in md
+    assert "no verdict (ran" not in md
+    short = load_sweep(path, {"rounds": 1})  # a quick look: no verdicts, said why
+    for cell in short.cells:
+        run_tracked(cell.config, parent_run_id=parent_run(short), tags={"sweep": short.name})
+    build_report(short, tmp_path / "short")
+    md = (tmp_path / "short" / "table.md").read_text()
+    assert ("fedavg @paper vs fedprox @paper: no verdict (ran 1 of the paper protocol's 2 "
+            "rounds; a family is judged only at its paper's horizon)") in md
