@@ -278,3 +278,13 @@ def test_the_stragglers_sweep_holds_its_rows_and_families():
     assert {f.name for f in spec.families} == {"nova_mild", "nova_strong", "buff_mild",
                                                "buff_strong"}
     assert all(f.reference in rows and set(f.baselines) <= set(rows) for f in spec.families)
+
+
+def test_a_round_where_every_client_is_late_leaves_the_model_and_moves_the_clock():
+    s = sim("rounds=2", "clients_per_round=3", "system.deadline_s=0.5")  # a step takes 1 s
+    start = s.params.clone()
+    history = s.run().history
+    assert torch.equal(s.params, start)
+    assert column(history, "participation/reported") == [0.0, 0.0]
+    assert column(history, "participation/late") == [3.0, 3.0]
+    assert column(history, "time/simulated_s") == [0.5, 1.0]
