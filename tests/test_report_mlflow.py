@@ -87,7 +87,7 @@ def test_each_family_names_a_search_and_link_that_open_exactly_its_runs(tracking
     assert found == set(mine["run_id"]) and len(found) == 6
     url = line.split("[open in MLflow](", 1)[1].split(")", 1)[0]
     fragment = urlsplit(url.split("#", 1)[1])
-    assert fragment.path == f"/experiments/{store.experiment_id()}"
+    assert fragment.path == f"/experiments/{store.experiment_id()}/runs"
     assert parse_qs(fragment.query)["searchFilter"] == [query]
     # an older finished run of the family's tags (the same code): no tag search selects
     # exactly the report's runs any more; the run ids do
@@ -150,3 +150,61 @@ def test_latex_for_a_sweep_without_families_is_an_exploratory_table(tracking, tm
     stats = (tmp_path / "out" / "statistics.md").read_text()
     assert "Every row was run with 2 seeds." in stats
     assert {p.name for p in report.files} >= {"families.tex", "statistics.md"}
+
+
+def test_the_link_opens_exactly_the_familys_runs_in_the_mlflow_ui(tracking, tmp_path,
+                                                                   monkeypatch):
+    """The report's link, opened in headless Chromium against ``mlflow ui`` on the store,
+    lists the family's runs and not another run of the same sweep."""
+    import os
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from fedcore.core.compose.configure import load_config
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (scripts/setup_browser.sh installs it)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("FEDCORE_MLFLOW_UI_URL", f"http://127.0.0.1:{port}")
+    spec = _spec(tmp_path)
+    ids = _run(spec)
+    run_tracked(load_config(None, ["method=fedprox", "rounds=1", "model.name=mlp",
+                                   "dataset.num_clients=6", "clients_per_round=3"]),
+                tags={"sweep": spec.name}, run_name="outsider-of-the-family")
+    build_report(spec, tmp_path / "out")
+    md = (tmp_path / "out" / "table.md").read_text()
+    link = md.split("[open in MLflow](", 1)[1].split(")", 1)[0]
+    assert link.startswith(f"http://127.0.0.1:{port}/#/experiments/")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking.tracking_uri,
+         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                    break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline
+                time.sleep(0.5)
+        done = subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             f"--user-data-dir={tmp_path / 'chromium-profile'}", "--virtual-time-budget=30000",
+             "--dump-dom", link], capture_output=True, text=True, timeout=180, check=False)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    dom = done.stdout
+    client = mlflow_client(load_settings())
+    names = {client.get_run(i).info.run_name for i in ids}
+    assert len(names) == 6 and all(n in dom for n in names), done.stderr[-2000:]
+    assert "outsider-of-the-family" not in dom

@@ -62,9 +62,11 @@ def exact_search(runs: pd.DataFrame, sweep: str, family: str, store: MlflowRunSt
 
 
 def search_url(settings: TrackingSettings, experiment_id: str, query: str) -> str:
-    """The MLflow UI's address of the experiment's run table filtered by ``query``."""
-    return (f"{ui_base(settings)}/#/experiments/{experiment_id}?{TRAINING_VIEW}"
-            f"&searchFilter={quote(query, safe='')}")
+    """The MLflow UI's address of the experiment's run table filtered by ``query`` (MLflow
+    3.17 applies ``searchFilter`` on the ``/runs`` page; the experiment's bare address shows
+    every run)."""
+    return (f"{ui_base(settings)}/#/experiments/{experiment_id}/runs?{TRAINING_VIEW}"
+            f"&searchFilter={quote(query, safe='')}")  # the runs page reads searchFilter
 
 
 def family_runs(outcome: FamilyOutcome, runs: pd.DataFrame) -> pd.DataFrame:
