@@ -153,8 +153,8 @@ def test_a_rerun_adds_no_duplicate_metric_step_to_the_parent(tracking):
     run = client.create_run(exp_id).info.run_id
     rows = [{"cell": "a", "status": "finished", "final/accuracy": 0.5}]
     for again in (rows, rows, [{**rows[0], "status": "skipped"}]):
-        sweep_summary(client, run, "s", again)
-    for key in ("cells/finished", "cells/skipped", "best/final_accuracy"):
+        sweep_summary(client, run, "s", again, planned=1)
+    for key in ("cells/planned", "cells/finished", "cells/skipped", "best/final_accuracy"):
         steps = [m.step for m in client.get_metric_history(run, key)]
         assert len(steps) == len(set(steps)), (key, steps)
     assert client.get_run(run).data.metrics["cells/skipped"] == 1.0
