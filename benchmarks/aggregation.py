@@ -12,9 +12,9 @@ import torch
 
 from benchmarks._common import best_of, print_table
 from fedcore.core import aggregators
-from fedcore.core.aggregators import UpdateBatch
 from fedcore.core.models import build_model
 from fedcore.core.models.layout import ParamLayout
+from fedcore.core.records.aggregate import UpdateBatch
 
 SHAPES = {"cnn": (1, 28, 28), "resnet20": (3, 32, 32), "mlp": (1, 28, 28)}
 

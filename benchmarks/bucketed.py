@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 
 from benchmarks._common import print_figures
-from fedcore.core.clients import ClientUpdate
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import config_dir
 from fedcore.core.engines.vectorised import VectorisedEngine
+from fedcore.core.records import ClientUpdate
 from fedcore.core.round.simulation import Simulation
 
 RECIPE = config_dir() / "experiments" / "craft.yaml"

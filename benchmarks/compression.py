@@ -15,9 +15,9 @@ import torch
 
 from benchmarks._common import best_of, print_table
 from fedcore.core import compression
-from fedcore.core.clients import LocalSchedule
 from fedcore.core.models import build_model
 from fedcore.core.models.layout import ParamLayout
+from fedcore.core.records import LocalSchedule
 from fedcore.core.round.simulation import ClientStore
 from fedcore.core.stages.feedback import RESIDUAL, build_feedback
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from fedcore.core import aggregators
-from fedcore.core.aggregators import UpdateBatch
 from fedcore.core.aggregators.afl import project_simplex
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ConfigError
 from fedcore.core.models.layout import ParamLayout
+from fedcore.core.records.aggregate import UpdateBatch
 from fedcore.core.round.probes import run_round
 
 

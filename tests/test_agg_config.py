@@ -9,8 +9,9 @@ import pydantic
 import pytest
 import torch
 
-from fedcore.core.aggregators import UpdateBatch, build
+from fedcore.core.aggregators import build
 from fedcore.core.models.layout import ParamLayout
+from fedcore.core.records.aggregate import UpdateBatch
 
 
 def batch(pseudo_grads: torch.Tensor, n=None, layout=None) -> UpdateBatch:

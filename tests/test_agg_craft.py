@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from fedcore.core.aggregators import UpdateBatch, build
+from fedcore.core.aggregators import build
 from fedcore.core.aggregators.craft import min_norm_solve
 from fedcore.core.models.layout import ParamLayout
+from fedcore.core.records.aggregate import UpdateBatch
 
 
 def layout_of(*sizes: int) -> ParamLayout:

@@ -10,8 +10,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from fedcore.core.aggregators import UpdateBatch, build
+from fedcore.core.aggregators import build
 from fedcore.core.aggregators.crf import crf_inference, pairwise_messages
+from fedcore.core.records.aggregate import UpdateBatch
 
 EPS = 1e-12
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from fedcore.core import aggregators
-from fedcore.core.aggregators import UpdateBatch
 from fedcore.core.aggregators.fedfv import project_internal
+from fedcore.core.records.aggregate import UpdateBatch
 
 
 def _batch(g, losses, ids=None, round=1):

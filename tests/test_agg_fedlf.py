@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from fedcore.core import aggregators
-from fedcore.core.aggregators import UpdateBatch, fedlf
+from fedcore.core.aggregators import fedlf
 from fedcore.core.aggregators._min_norm import min_norm_weights
 from fedcore.core.aggregators.fedlf import fairness_vector
 from fedcore.core.models.layout import ParamLayout
+from fedcore.core.records.aggregate import UpdateBatch
 
 
 def _batch(g, losses, ids=None, round=1, groups=None):

@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from fedcore.core import aggregators, clients
-from fedcore.core.aggregators import UpdateBatch
-from fedcore.core.clients import ClientData, LocalContext, LocalSchedule
 from fedcore.core.clients.extras import accumulation_norm
+from fedcore.core.data.client_data import ClientData
 from fedcore.core.models import build_model
 from fedcore.core.models.layout import ParamLayout, flat_params
+from fedcore.core.records import LocalContext, LocalSchedule
+from fedcore.core.records.aggregate import UpdateBatch
 
 
 def batch(deltas, n, **stats) -> UpdateBatch:

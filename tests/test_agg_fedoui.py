@@ -11,13 +11,14 @@ import torch
 from scipy import stats
 
 from fedcore.core import aggregators
-from fedcore.core.aggregators import UpdateBatch
-from fedcore.core.clients import ClientData, LocalContext, LocalSchedule
 from fedcore.core.clients.extras import AFTER_TRAINING
 from fedcore.core.compose.configure import load_config
+from fedcore.core.data.client_data import ClientData
 from fedcore.core.models import build_model
 from fedcore.core.models.layout import ParamLayout, flat_params
 from fedcore.core.numerics import oui as oui_lib
+from fedcore.core.records import LocalContext, LocalSchedule
+from fedcore.core.records.aggregate import UpdateBatch
 from fedcore.core.round.probes import run_round
 from fedcore.core.round.simulation import Simulation
 

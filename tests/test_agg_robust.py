@@ -9,9 +9,10 @@ import torch
 from pydantic import ValidationError
 from scipy.optimize import minimize
 
-from fedcore.core.aggregators import UpdateBatch, build
+from fedcore.core.aggregators import build
 from fedcore.core.aggregators.krum import effective_byzantine, krum_scores
 from fedcore.core.aggregators.rfa import smoothed_weiszfeld
+from fedcore.core.records.aggregate import UpdateBatch
 
 
 def step(rule: str, deltas: torch.Tensor, n=None, **hp) -> tuple[torch.Tensor, dict]:

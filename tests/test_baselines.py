@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from fedcore.core import aggregators
-from fedcore.core.aggregators import UpdateBatch
 from fedcore.core.compose.configure import load_config
+from fedcore.core.records.aggregate import UpdateBatch
 from fedcore.core.round.simulation import Simulation
 
 from .conftest import TINY
@@ -85,8 +85,9 @@ def test_fedprox_local_steps_by_hand():
     # mu > 0: w <- w - lr (grad CE(w) + mu (w - theta_t)) with momentum 0.5, three full-batch
     # steps on a 4-sample linear problem, written out without the client code.
     from fedcore.core import clients
-    from fedcore.core.clients import ClientData, LocalContext, LocalSchedule
+    from fedcore.core.data.client_data import ClientData
     from fedcore.core.models.layout import ParamLayout, flat_params, load_flat_params
+    from fedcore.core.records import LocalContext, LocalSchedule
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from fedcore.core import compression
-from fedcore.core.aggregators import UpdateBatch, build
-from fedcore.core.clients import ClientUpdate, LocalSchedule
+from fedcore.core.aggregators import build
 from fedcore.core.compose.assembly import stage_chain
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ConfigError
-from fedcore.core.records import Closing
+from fedcore.core.records import ClientUpdate, Closing, LocalSchedule
+from fedcore.core.records.aggregate import UpdateBatch
 from fedcore.core.round.round_phases import closing
 from fedcore.core.round.schedules import local_lr
 from fedcore.core.round.simulation import Simulation

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from fedcore.core import aggregators
-from fedcore.core.aggregators import UpdateBatch
 from fedcore.core.aggregators.cos_align import alignment_weights
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ConfigError
+from fedcore.core.records.aggregate import UpdateBatch
 
 
 def _t(*v):

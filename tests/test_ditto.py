@@ -42,8 +42,9 @@ def test_personal_models_persist_for_clients_not_sampled():
 
 def _personal_context(lam, momentum, steps=3):
     """A one-client LocalContext on a 4-sample linear problem, with theta_t != v_k."""
-    from fedcore.core.clients import ClientData, LocalContext, LocalSchedule
+    from fedcore.core.data.client_data import ClientData
     from fedcore.core.models.layout import ParamLayout, flat_params
+    from fedcore.core.records import LocalContext, LocalSchedule
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)

@@ -5,14 +5,16 @@ import torch
 from torch import nn
 
 from fedcore.core import aggregators, clients
-from fedcore.core.aggregators import UpdateBatch
-from fedcore.core.clients import ClientData, Commit, LocalContext, LocalSchedule
 from fedcore.core.clients.feddyn import GRADIENT, FedDynClient
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ConfigError
+from fedcore.core.data.client_data import ClientData
 from fedcore.core.engines import sequential
 from fedcore.core.engines.vectorised import VectorisedEngine
 from fedcore.core.models.layout import ParamLayout
+from fedcore.core.records import LocalContext, LocalSchedule
+from fedcore.core.records.aggregate import UpdateBatch
+from fedcore.core.records.plan import Commit
 from fedcore.core.round.probes import run_round
 from fedcore.core.round.simulation import Simulation
 

@@ -31,7 +31,7 @@ GENERIC = [
     "fedcore/core/callbacks/dispatch.py",
     "fedcore/core/clients/template.py",
     "fedcore/core/records/__init__.py",
-    "fedcore/core/clients/plan.py",
+    "fedcore/core/records/plan.py",
     "fedcore/core/round/round_phases.py",
     "fedcore/core/round/run_state.py",
     "fedcore/core/round/probes.py",

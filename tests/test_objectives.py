@@ -6,15 +6,17 @@ import pytest
 import torch
 
 from fedcore.core import clients
-from fedcore.core.clients import Batch, ClientData, LocalContext, LocalSchedule
 from fedcore.core.clients._tuplets import quadruplet_loss, sample_tuplets, triplet_loss
 from fedcore.core.clients.moon import moon_contrastive
 from fedcore.core.clients.supconfl import supcon_loss
 from fedcore.core.clients.template import frozen_copy
 from fedcore.core.compose.configure import load_config
+from fedcore.core.data.client_data import ClientData
 from fedcore.core.metrics import client_stat_metrics, representation_stats
 from fedcore.core.models import build_model
 from fedcore.core.models.layout import ParamLayout, flat_params, load_flat_params
+from fedcore.core.records import LocalContext, LocalSchedule
+from fedcore.core.records.plan import Batch
 from fedcore.core.round.probes import run_round, train_client
 from fedcore.core.round.simulation import Simulation
 

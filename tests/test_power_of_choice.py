@@ -70,7 +70,7 @@ def test_aggregate_shares_follow_the_data_shares():
     data share (up to Monte-Carlo error and the without-replacement candidate draw); weighting
     by n_k again gives the smallest tenth of the data about 0.28 of its share."""
     from fedcore.core.aggregators import REGISTRY as RULES
-    from fedcore.core.aggregators import UpdateBatch
+    from fedcore.core.records.aggregate import UpdateBatch
 
     sizes = np.linspace(10, 100, 100).round().astype(int)
     n, m, rounds = len(sizes), 5, 4000

@@ -12,12 +12,12 @@ from dp_accounting import pld, rdp
 from mlflow.tracking import MlflowClient
 from torch import nn
 
-from fedcore.core.aggregators.base import UpdateBatch
 from fedcore.core.callbacks import Callback
 from fedcore.core.compose.configure import load_config
 from fedcore.core.privacy import accountant
 from fedcore.core.privacy.accountant import Account
 from fedcore.core.privacy.ledger import Ledger
+from fedcore.core.records.aggregate import UpdateBatch
 from fedcore.core.round import checkpoint, code_digest
 from fedcore.core.round.simulation import Simulation
 from fedcore.tracking.runner import run_tracked

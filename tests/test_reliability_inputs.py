@@ -139,7 +139,8 @@ def test_method_file_given_as_a_yaml_path(tmp_path):
 
 
 def test_krum_notes_a_reduced_num_byzantine_once(caplog):
-    from fedcore.core.aggregators import UpdateBatch, build
+    from fedcore.core.aggregators import build
+    from fedcore.core.records.aggregate import UpdateBatch
 
     agg = build({"rule": "krum", "num_byzantine": 3})
     batch = UpdateBatch(deltas=KRUM_POINTS, num_samples=torch.ones(5))

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from fedcore.core import aggregators
-from fedcore.core.aggregators import UpdateBatch
 from fedcore.core.aggregators.crf import CRF, crf_inference
 from fedcore.core.aggregators.krum import krum_scores
 from fedcore.core.compose.configure import load_config
+from fedcore.core.records.aggregate import UpdateBatch
 from fedcore.core.round.probes import run_round
 from fedcore.core.round.simulation import Simulation
 

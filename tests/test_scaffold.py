@@ -5,13 +5,15 @@ import torch
 from torch import nn
 
 from fedcore.core import aggregators, clients, compression
-from fedcore.core.aggregators import UpdateBatch
-from fedcore.core.clients import ClientData, Commit, LocalContext, LocalSchedule
 from fedcore.core.clients.scafcom import MOMENTUM, ScafcomClient
 from fedcore.core.clients.scaffold import CONTROL, ScaffoldClient
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ConfigError
+from fedcore.core.data.client_data import ClientData
 from fedcore.core.models.layout import ParamLayout, load_flat_params
+from fedcore.core.records import LocalContext, LocalSchedule
+from fedcore.core.records.aggregate import UpdateBatch
+from fedcore.core.records.plan import Commit
 from fedcore.core.round.probes import run_round
 
 A = (1.0, 2.0, 4.0)

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.core.clients import ClientAlgorithm, LocalContext
+from fedcore.core.clients import ClientAlgorithm
 from fedcore.core.compose.configure import load_config
+from fedcore.core.records import LocalContext
 from fedcore.core.round.probes import evaluate
 from fedcore.core.round.simulation import Simulation
 

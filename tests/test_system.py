@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.core.aggregators.base import Aggregate, UpdateBatch
 from fedcore.core.callbacks import Callback
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ConfigError
 from fedcore.core.records import RoundRecord, RoundVerdict
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 from fedcore.core.round.simulation import Simulation
 from fedcore.core.system import profile
 

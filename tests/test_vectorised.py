@@ -300,8 +300,9 @@ def test_in_float64_the_engines_agree_to_rounding(over):
 def test_a_new_objective_runs_vectorised_from_its_one_definition():
     """An objective written once (loss + mask helpers) is vmapped with no engine edits and
     equals the sequential engine in float64 (here: CE with label smoothing and a prox term)."""
-    from fedcore.core.clients.base import Batch, batch_mean
+    from fedcore.core.clients.base import batch_mean
     from fedcore.core.clients.fedprox import FedProxClient
+    from fedcore.core.records.plan import Batch
 
     class Smoothed(FedProxClient):
         vectorisable = True
@@ -334,9 +335,9 @@ def test_a_plan_with_a_shift_and_a_follow_up_vectorises_with_no_engine_edits():
     stats and follow-up models from both engines in float64."""
     from dataclasses import replace
 
-    from fedcore.core.clients import FollowUp
     from fedcore.core.clients.base import minibatches
     from fedcore.core.clients.fedavg import FedAvgClient
+    from fedcore.core.records.plan import FollowUp
 
     def keep(state, params, buffers):
         state["second"] = params

@@ -6,9 +6,7 @@ from typing import Any
 
 from fedcore.core.aggregators.base import (
     REGISTRY,
-    Aggregate,
     Aggregator,
-    UpdateBatch,
     weighted_mean,
 )
 
@@ -22,4 +20,4 @@ def names() -> list[str]:
     return REGISTRY.names()
 
 
-__all__ = ["Aggregate", "Aggregator", "UpdateBatch", "build", "names", "weighted_mean"]
+__all__ = ["Aggregator", "build", "names", "weighted_mean"]

@@ -13,10 +13,11 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from fedcore.core.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
+from fedcore.core.aggregators.base import Aggregator, register
 from fedcore.core.config.registry import HParams as BaseHParams
 from fedcore.core.config.requirements import Need, Requirement
 from fedcore.core.models.layout import ParamLayout
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 
 def project_simplex(y: torch.Tensor, total: float = 1.0) -> torch.Tensor:

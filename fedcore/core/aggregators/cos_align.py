@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from fedcore.core.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
+from fedcore.core.aggregators.base import Aggregator, register
 from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 TINY = 1e-12  # below this a sum of weights counts as zero (the reference code's guard)
 

@@ -17,8 +17,9 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from fedcore.core.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
+from fedcore.core.aggregators.base import Aggregator, register
 from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 _GRAM_CHUNK_ELEMS = 1 << 23  # float64 elements per column chunk of the Gram product (64 MiB)
 _EPS64 = torch.finfo(torch.float64).eps

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from fedcore.core.aggregators.base import (
-    Aggregate,
-    Aggregator,
-    UpdateBatch,
-    register,
-    weighted_mean,
-)
+from fedcore.core.aggregators.base import Aggregator, register, weighted_mean
 from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 
 @register("fedavg")

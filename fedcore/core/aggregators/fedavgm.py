@@ -7,14 +7,9 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from fedcore.core.aggregators.base import (
-    Aggregate,
-    Aggregator,
-    UpdateBatch,
-    register,
-    weighted_mean,
-)
+from fedcore.core.aggregators.base import Aggregator, register, weighted_mean
 from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 
 @register("fedavgm")

@@ -11,15 +11,11 @@ from typing import Any
 
 import torch
 
-from fedcore.core.aggregators.base import (
-    Aggregate,
-    Aggregator,
-    UpdateBatch,
-    register,
-)
+from fedcore.core.aggregators.base import Aggregator, register
 from fedcore.core.config.registry import HParams as BaseHParams
 from fedcore.core.config.requirements import Need, SendsUpdate
 from fedcore.core.models.layout import ParamLayout
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 ALPHA = "feddyn_alpha"  # as fedcore.core.clients.feddyn sends it
 

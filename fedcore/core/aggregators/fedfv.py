@@ -9,8 +9,9 @@ import torch
 from pydantic import Field
 
 from fedcore.core.aggregators._client_history import ClientHistory
-from fedcore.core.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
+from fedcore.core.aggregators.base import Aggregator, register
 from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 
 def project_internal(

@@ -9,8 +9,9 @@ from pydantic import Field
 
 from fedcore.core.aggregators._client_history import ClientHistory
 from fedcore.core.aggregators._min_norm import min_norm_weights
-from fedcore.core.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
+from fedcore.core.aggregators.base import Aggregator, register
 from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 # ||h|| * ||l|| below this is float64 rounding of an exactly zero h (all losses equal)
 _H_REL_TOL = 1e-12

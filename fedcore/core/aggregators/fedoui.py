@@ -8,9 +8,10 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from fedcore.core.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
+from fedcore.core.aggregators.base import Aggregator, register
 from fedcore.core.config.registry import HParams as BaseHParams
 from fedcore.core.numerics.oui import fedoui_weights, oui_scores
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 WINDOW_ROUNDS = 5  # window "last5": this round's OUIs plus those of the previous 4 rounds
 

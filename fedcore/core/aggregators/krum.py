@@ -7,8 +7,9 @@ import logging
 import torch
 from pydantic import Field
 
-from fedcore.core.aggregators.base import Aggregate, Aggregator, UpdateBatch, register
+from fedcore.core.aggregators.base import Aggregator, register
 from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 log = logging.getLogger(__name__)
 

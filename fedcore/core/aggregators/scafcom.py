@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from fedcore.core.aggregators.base import Aggregate, UpdateBatch, register
+from fedcore.core.aggregators.base import register
 from fedcore.core.aggregators.scaffold import ControlVariateServer
 from fedcore.core.config.registry import HParams as BaseHParams
 from fedcore.core.config.requirements import Need, SendsUpdate
 from fedcore.core.metrics import conflict_fraction
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
 EMITTED_METRICS = {

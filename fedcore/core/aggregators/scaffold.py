@@ -11,17 +11,12 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from fedcore.core.aggregators.base import (
-    Aggregate,
-    Aggregator,
-    UpdateBatch,
-    register,
-    weighted_mean,
-)
+from fedcore.core.aggregators.base import Aggregator, register, weighted_mean
 from fedcore.core.config.registry import HParams as BaseHParams
 from fedcore.core.config.requirements import Need, SendsUpdate
 from fedcore.core.models.layout import ParamLayout
 from fedcore.core.numerics.control_variates import reconstructed_delta_c
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 
 class ControlVariateServer(Aggregator):

@@ -5,14 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from fedcore.core.clients.base import REGISTRY, ClientAlgorithm
-from fedcore.core.clients.plan import Batch, Commit, Finished, FollowUp, LocalPlan
-from fedcore.core.data.client_data import ClientData
-from fedcore.core.records import (
-    BatchMask,
-    ClientUpdate,
-    LocalContext,
-    LocalSchedule,
-)
 
 
 def build(spec: dict[str, Any]) -> ClientAlgorithm:
@@ -23,18 +15,4 @@ def names() -> list[str]:
     return REGISTRY.names()
 
 
-__all__ = [
-    "Batch",
-    "BatchMask",
-    "ClientAlgorithm",
-    "ClientData",
-    "ClientUpdate",
-    "Commit",
-    "Finished",
-    "FollowUp",
-    "LocalContext",
-    "LocalPlan",
-    "LocalSchedule",
-    "build",
-    "names",
-]
+__all__ = ["ClientAlgorithm", "REGISTRY", "build", "names"]

@@ -14,17 +14,10 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from fedcore.core.clients.base import (
-    Batch,
-    ClientAlgorithm,
-    Finished,
-    LocalContext,
-    LocalPlan,
-    LocalSchedule,
-    batch_mean,
-    cross_entropy,
-)
+from fedcore.core.clients.base import ClientAlgorithm, batch_mean, cross_entropy
 from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.records import LocalContext, LocalSchedule
+from fedcore.core.records.plan import Batch, Finished, LocalPlan
 
 
 def sample_tuplets(y: torch.Tensor, arity: int, generator: torch.Generator) -> torch.Tensor:

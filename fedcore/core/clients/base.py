@@ -1,6 +1,6 @@
 """The client interface: a client objective describes its local work as a plan.
 
-``ClientAlgorithm.plan(ctx)`` returns the round's [`LocalPlan`][fedcore.core.clients.plan.LocalPlan]
+``ClientAlgorithm.plan(ctx)`` returns the round's [`LocalPlan`][fedcore.core.records.plan.LocalPlan]
 (batches, loss, tuplet size, frozen models, gradient shift, proximal term, follow-up pass);
 ``finish`` completes the update after training; ``commit`` updates client state once the
 server has judged it. The template both engines share is ``fedcore.core.clients.template``.
@@ -14,18 +14,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
-from fedcore.core.clients.plan import Batch, Commit, Finished, FollowUp, LocalPlan
 from fedcore.core.config.component import Component
 from fedcore.core.config.registry import HParams as BaseHParams
 from fedcore.core.config.registry import Registry
-from fedcore.core.data.client_data import ClientData
 from fedcore.core.records import (
     BatchMask,
     ClientUpdate,
-    FrozenParams,
     LocalContext,
     LocalSchedule,
 )
+from fedcore.core.records.plan import Batch, Commit, Finished, LocalPlan
 
 if TYPE_CHECKING:
     from fedcore.core.callbacks import Callback
@@ -37,25 +35,7 @@ REGISTRY: Registry[ClientAlgorithm] = Registry(
 )
 register = REGISTRY.register
 
-__all__ = [
-    "REGISTRY",
-    "Batch",
-    "BatchMask",
-    "ClientAlgorithm",
-    "ClientData",
-    "ClientUpdate",
-    "Commit",
-    "Finished",
-    "FollowUp",
-    "FrozenParams",
-    "LocalContext",
-    "LocalPlan",
-    "LocalSchedule",
-    "batch_mean",
-    "cross_entropy",
-    "minibatches",
-    "register",
-]
+__all__ = ["REGISTRY", "ClientAlgorithm", "batch_mean", "cross_entropy", "minibatches", "register"]
 
 
 def batch_mean(values: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:

@@ -10,19 +10,15 @@ from pydantic import Field, field_validator
 
 from fedcore.core.clients.base import (
     REGISTRY,
-    Batch,
     ClientAlgorithm,
-    Commit,
-    Finished,
-    FollowUp,
-    LocalContext,
-    LocalPlan,
     cross_entropy,
     minibatches,
     register,
 )
 from fedcore.core.config.registry import HParams as BaseHParams
 from fedcore.core.config.requirements import Need, Requirement
+from fedcore.core.records import LocalContext
+from fedcore.core.records.plan import Batch, Commit, Finished, FollowUp, LocalPlan
 
 if TYPE_CHECKING:
     from fedcore.core.callbacks import Callback

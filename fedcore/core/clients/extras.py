@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from fedcore.core.clients.plan import LocalPlan
 from fedcore.core.numerics.oui import oui_from_preactivations, probe_indices
 from fedcore.core.records import LocalContext
+from fedcore.core.records.plan import LocalPlan
 
 if TYPE_CHECKING:
     from fedcore.core.models import FedModel

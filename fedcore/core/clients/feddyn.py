@@ -16,15 +16,10 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from fedcore.core.clients.base import (
-    ClientAlgorithm,
-    Commit,
-    Finished,
-    LocalContext,
-    LocalPlan,
-    register,
-)
+from fedcore.core.clients.base import ClientAlgorithm, register
 from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.records import LocalContext
+from fedcore.core.records.plan import Commit, Finished, LocalPlan
 
 GRADIENT = "feddyn_grad"  # grad_k in the client store (absent: 0)
 ALPHA = "feddyn_alpha"  # the stat that tells the rule the shared alpha

@@ -6,8 +6,10 @@ from dataclasses import replace
 
 from pydantic import Field
 
-from fedcore.core.clients.base import ClientAlgorithm, LocalContext, LocalPlan, register
+from fedcore.core.clients.base import ClientAlgorithm, register
 from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.records import LocalContext
+from fedcore.core.records.plan import LocalPlan
 
 
 @register("fedprox")

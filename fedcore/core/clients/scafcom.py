@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from fedcore.core.clients.base import Commit, Finished, register
+from fedcore.core.clients.base import register
 from fedcore.core.clients.scaffold import (
     CONTROL,
     ControlledClient,
@@ -20,6 +20,7 @@ from fedcore.core.clients.scaffold import (
 )
 from fedcore.core.config.registry import HParams as BaseHParams
 from fedcore.core.config.requirements import Need
+from fedcore.core.records.plan import Commit, Finished
 
 MOMENTUM = "scafcom_v"  # v_i in the client store (absent: 0)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from fedcore.core.clients.base import LocalSchedule
+    from fedcore.core.records import LocalSchedule
 
 
 @torch.no_grad()

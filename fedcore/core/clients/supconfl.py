@@ -6,8 +6,9 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from fedcore.core.clients.base import Batch, ClientAlgorithm, cross_entropy, register
+from fedcore.core.clients.base import ClientAlgorithm, cross_entropy, register
 from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.records.plan import Batch
 
 
 def supcon_loss(

@@ -16,10 +16,10 @@ from fedcore.core.config import ConfigError, ExperimentConfig
 if TYPE_CHECKING:
     import torch
 
-    from fedcore.core.clients import ClientUpdate
     from fedcore.core.engines.round_context import RoundContext
     from fedcore.core.models import FedModel
     from fedcore.core.models.layout import ParamLayout
+    from fedcore.core.records import ClientUpdate
 
 log = logging.getLogger("fedcore")
 BACKENDS = ("auto", "sequential", "vectorised")

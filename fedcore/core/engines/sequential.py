@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fedcore.core.clients import ClientUpdate
 from fedcore.core.clients.template import client_seed, local_context
 from fedcore.core.config.seeding import GLOBAL_RNG_LOCK
 from fedcore.core.engines.round_context import RoundContext
+from fedcore.core.records import ClientUpdate
 
 NAME = "sequential"
 __all__ = ["NAME", "RANDOM_LAYERS", "client_seed", "draws_global_rng", "local_context",

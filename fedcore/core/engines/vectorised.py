@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from fedcore.core.clients import Batch, BatchMask, ClientAlgorithm, ClientUpdate, LocalContext
+from fedcore.core.clients import ClientAlgorithm
 from fedcore.core.clients import template as tpl
 from fedcore.core.clients.sgd import sgd_step
 from fedcore.core.clients.template import Pass, Prepared, client_seed, local_context
@@ -39,6 +39,8 @@ from fedcore.core.engines.round_context import RoundContext
 from fedcore.core.engines.sequential import rng_devices, seed_global_rng
 from fedcore.core.models import FedModel
 from fedcore.core.models.layout import ParamLayout, load_flat_params, to_device
+from fedcore.core.records import BatchMask, ClientUpdate, LocalContext
+from fedcore.core.records.plan import Batch
 
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle

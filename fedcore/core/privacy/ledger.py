@@ -21,8 +21,8 @@ from fedcore.core.privacy.mechanism import noised_mean, noised_unclipped_share, 
 from fedcore.core.privacy.sampling import PoissonSampler
 
 if TYPE_CHECKING:
-    from fedcore.core.aggregators.base import UpdateBatch
     from fedcore.core.config import ExperimentConfig
+    from fedcore.core.records.aggregate import UpdateBatch
     from fedcore.core.samplers.base import Sampler
 
 log = logging.getLogger("fedcore")

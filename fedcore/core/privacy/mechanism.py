@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from fedcore.core.aggregators.base import UpdateBatch
+from fedcore.core.records.aggregate import UpdateBatch
 
 
 def clipped_sum(deltas: torch.Tensor, clip: float) -> torch.Tensor:

@@ -4,7 +4,11 @@ records callbacks receive (a played round, a callback's verdict, the read-only r
 result).
 
 A leaf at run time (no torch, no component): every layer names these types, and importing
-them loads nothing heavy (the CLI imports the callback records at start-up).
+them loads nothing heavy (the CLI imports the callback records at start-up). Its modules hold
+the records that need torch: a client objective's plan and the records its hooks receive
+(``plan``), what the server receives and a rule returns (``aggregate``), the per-client table
+(``client_table``) and the client store (``store``). Each record is imported from its module
+here only.
 """
 
 from __future__ import annotations

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from fedcore.core.aggregators import Aggregate, UpdateBatch
 from fedcore.core.metrics import client_stat_metrics, conflict_fraction, per_sample_eval
 from fedcore.core.models.layout import load_flat_params
 from fedcore.core.numerics.bn_statistics import average_bn_statistics
 from fedcore.core.records import Closing, LocalSchedule
+from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 from fedcore.core.round.schedules import local_lr
 from fedcore.core.samplers import Population
 from fedcore.core.stages.base import rejections

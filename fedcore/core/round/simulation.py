@@ -15,7 +15,6 @@ from fedcore.core import system
 from fedcore.core.callbacks import Callback
 from fedcore.core.callbacks import dispatch as callback_dispatch
 from fedcore.core.callbacks.signals import SignalStop
-from fedcore.core.clients import Commit, LocalSchedule
 from fedcore.core.compose import assembly as compose
 from fedcore.core.compose.assembly import resolve_device
 from fedcore.core.config import ExperimentConfig
@@ -27,8 +26,9 @@ from fedcore.core.engines.select import engine_metrics, note_fallback
 from fedcore.core.models.external import ModelArg, is_opaque, with_initial_weights
 from fedcore.core.models.layout import flat_params
 from fedcore.core.models.protocol import REPR_METRICS, has_embedding
-from fedcore.core.records import Result, RoundRecord, RunView
+from fedcore.core.records import LocalSchedule, Result, RoundRecord, RunView
 from fedcore.core.records.client_table import ClientTable
+from fedcore.core.records.plan import Commit
 from fedcore.core.records.store import ClientStore
 from fedcore.core.round import checkpoint, code_digest, round_phases, run_state
 from fedcore.core.round.round_phases import RoundOutcome

@@ -1,8 +1,8 @@
 """A client objective's local work as data, and the records its hooks receive.
 
-``ClientAlgorithm.plan(ctx)`` returns a [`LocalPlan`][fedcore.core.clients.plan.LocalPlan]: the
+``ClientAlgorithm.plan(ctx)`` returns a [`LocalPlan`][fedcore.core.records.plan.LocalPlan]: the
 index batches, the loss, the tuplet size, the frozen models the loss evaluates, a constant gradient
-shift, a proximal coefficient and an optional [`FollowUp`][fedcore.core.clients.plan.FollowUp] pass
+shift, a proximal coefficient and an optional [`FollowUp`][fedcore.core.records.plan.FollowUp] pass
 (a second model trained after the update is formed). Both engines execute the same plan
 (``fedcore.core.clients.template``): the sequential one with autograd per client, the vectorised one
 on stacked clients with ``vmap``.
@@ -68,7 +68,7 @@ class LocalPlan:
     """What one client does in one round, for both engines.
 
     ``batches``: index tensors into the client's train split, one per SGD step (drawn from
-    ``ctx.generator``). ``loss``: the objective of one [`Batch`][fedcore.core.clients.plan.Batch].
+    ``ctx.generator``). ``loss``: the objective of one [`Batch`][fedcore.core.records.plan.Batch].
     ``arity``: the tuplet size of the batches (0: plain minibatches). ``frozen``: named (flat
     params, buffers) the loss reads as ``ctx.frozen[name]``, gradient-free and in eval mode; params
     that are the round's ``ctx.global_params`` are shared by a vectorised chunk, others stacked per
