@@ -27,6 +27,8 @@ EMITTED_METRICS = {
         "final/participation_gap": "unseen/participation_gap at the last evaluation",
         "final/unseen_clients": "unseen/clients at the last evaluation",
         "final/unseen_samples": "unseen/samples at the last evaluation",
+        "final/val_accuracy": "val/accuracy at the last evaluation (dataset.val_fraction > 0)",
+        "final/val_loss": "val/loss at the last evaluation (dataset.val_fraction > 0)",
         "final/accuracy_last_k": (
             "mean test accuracy of the last last_k evaluations (fewer if fewer were made): the "
             "default primary endpoint of a comparison family"
@@ -58,6 +60,8 @@ FINAL = {
     "final/participation_gap": "unseen/participation_gap",
     "final/unseen_clients": "unseen/clients",
     "final/unseen_samples": "unseen/samples",
+    "final/val_accuracy": "val/accuracy",
+    "final/val_loss": "val/loss",
 }
 
 
