@@ -173,7 +173,7 @@ def test_family_forest_intervals_and_colours_follow_the_verdicts(tmp_path):
 
 
 def test_forest_without_families_says_so(tmp_path):
-    from fedcore.tracking.report import forest_frame
+    from fedcore.report.families import forest_frame
 
     fig = family_forest_png(forest_frame([]), tmp_path / "f.png")
     assert [t.get_text() for t in fig.texts] == ["no comparison family in this sweep"]

@@ -109,7 +109,7 @@ def test_family_outcomes_read_failed_runs_from_the_runs_table():
 
 
 def test_a_baseline_undecided_means_no_best_mark():
-    from fedcore.tracking.report import best_marks
+    from fedcore.report.families import best_marks
 
     plan = SeedPlan((0, 1, 2), (3,))
     fam = Family("f", "p", "ref", ("a", "b"))
@@ -222,7 +222,7 @@ def test_a_killed_sweep_with_looks_resumes_without_rerunning_finished_seeds(
 
 
 def test_a_comparison_where_only_one_side_was_tuned_says_so():
-    from fedcore.tracking.report import _tuning_note
+    from fedcore.report.families import _tuning_note
 
     assert _tuning_note("craft (tuned)", "fedavg (tuned)") == ""
     assert "only the reference was tuned" in _tuning_note("craft (tuned)", "fedavg")

@@ -1,8 +1,10 @@
-"""What a sweep's report says, rendered without a store: the summary over seeds, the ranking per
-setting, the exploratory table, the words around them and the self-contained HTML page.
+"""What a sweep's report says, rendered without a store: the families' answers, the summary over
+seeds, the ranking per setting, the exploratory table, the words around them and the
+self-contained HTML page.
 
-``summary`` (means and intervals per row and setting, training state), ``ranking`` (rows ordered
-by the primary endpoint per setting), ``exploratory`` (the table a reader compares), ``text``
-(header lines, description, figures section, how to read it), ``html`` (the page to send).
-Gathering the runs from MLflow and writing the files is ``fedcore.tracking.report``'s job.
+``families`` (each paper's question in words and tables, the forest plot's input), ``summary``
+(means and intervals per row and setting, training state), ``ranking`` (rows ordered by the
+primary endpoint per setting), ``exploratory`` (the table a reader compares), ``text`` (header
+lines, description, figures section, how to read it), ``html`` (the page to send). Gathering
+the runs from MLflow and writing the files is ``fedcore.tracking.report``'s job.
 """
