@@ -102,7 +102,8 @@ def test_the_shipped_tuned_family_studies_search_alike_on_validation():
 def test_a_best_value_at_a_bound_is_said():
     lr = Param("local.lr", "float", 0.001, 0.3, log=True)
     assert at_bound(lr, 0.295) == ("local.lr = 0.295 is at the upper bound 0.3 of its range; "
-                                   "widen it")
+                                   "widen it unless that bound is the parameter's own limit")
+    assert at_bound(Param("a", "float", 0.0, 1.0), 0.96).startswith("a = 0.96 is at the upper")
     assert at_bound(lr, 0.00105).startswith("local.lr = 0.00105 is at the lower bound 0.001")
     assert at_bound(lr, 0.02) == ""
     assert at_bound(Param("g", "categorical", choices=("a", "b")), "a") == ""

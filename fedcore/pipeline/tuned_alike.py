@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from fedcore.pipeline.study_spec import Param, StudySpec
 
 SHARED = "local."  # the shared recipe: the local optimiser every row runs
-BOUND_SHARE = 0.02  # a best value this close to a bound (share of the range, log if searched so)
+BOUND_SHARE = 0.05  # a best value this close to a bound (share of the range, log if searched so)
 
 
 def _method_key(key: str) -> bool:
@@ -103,7 +103,8 @@ def check_families(families: Sequence[Family], row_methods: Mapping[str, str],
 
 
 def at_bound(param: Param, value: Any) -> str:
-    """``local.lr = 0.49 is at the upper bound 0.5 of its range; widen it`` (``""`` inside)."""
+    """``local.lr = 0.49 is at the upper bound 0.5 of its range; widen it ...`` (``""``
+    inside the range, more than ``BOUND_SHARE`` of it from either bound)."""
     if param.type == "categorical" or param.low is None or param.high is None:
         return ""
     low, high, v = float(param.low), float(param.high), float(value)
@@ -116,4 +117,5 @@ def at_bound(param: Param, value: Any) -> str:
         side, bound = "upper", param.high
     else:
         return ""
-    return f"{param.key} = {value:.4g} is at the {side} bound {bound:g} of its range; widen it"
+    return (f"{param.key} = {value:.4g} is at the {side} bound {bound:g} of its range; widen it "
+            "unless that bound is the parameter's own limit")
