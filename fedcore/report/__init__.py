@@ -5,6 +5,7 @@ self-contained HTML page.
 ``families`` (each paper's question in words and tables, the forest plot's input), ``summary``
 (means and intervals per row and setting, training state), ``ranking`` (rows ordered by the
 primary endpoint per setting), ``exploratory`` (the table a reader compares), ``text`` (header
-lines, description, figures section, how to read it), ``html`` (the page to send). Gathering
-the runs from MLflow and writing the files is ``fedcore.tracking.report``'s job.
+lines, description, figures section, how to read it), ``html`` (the page to send), ``files``
+(all of a report's files or none). Gathering the runs from MLflow and deciding the comparisons
+is ``fedcore.tracking.report``'s job.
 """

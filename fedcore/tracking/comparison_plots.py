@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from fedcore.pipeline.families import Family
 from fedcore.pipeline.stats import VERDICTS, mean_interval
 from fedcore.tracking.plots import _pyplot, integer_ticks
 
@@ -76,6 +77,34 @@ def family_of(method: str, compressor: str) -> str:
 
 def _alpha_text(alpha: float) -> str:
     return f"{alpha:g}"
+
+
+def convergence_panels(runs: pd.DataFrame, families: tuple[Family, ...]
+                       ) -> list[tuple[str, Any, str | None, list[str]]]:
+    """(title, alpha, reference row or None, rows) per convergence panel: one per family and
+    setting with runs, then the rows in no family by method group, only where there are runs."""
+    panels: list[tuple[str, Any, str | None, list[str]]] = []
+    in_family: set[tuple[Any, str]] = set()
+    for fam in families:
+        for alpha, sub in runs.groupby("alpha", sort=True):
+            if fam.alpha is not None and not np.isclose(float(alpha), fam.alpha):
+                continue
+            rows = [r for r in fam.baselines if r in set(sub["row"])]
+            if fam.reference in set(sub["row"]) and rows:
+                panels.append((f"{fam.paper} ({fam.name})", alpha, fam.reference, rows))
+                in_family.update((alpha, r) for r in fam.rows)
+    for alpha, sub in runs.groupby("alpha", sort=True):
+        groups: dict[str, list[str]] = {}
+        for row, g in sub.groupby("row", sort=False):
+            if (alpha, row) in in_family:
+                continue
+            first = g.iloc[0]
+            groups.setdefault(family_of(str(first["method"]), str(first["compressor"])),
+                              []).append(str(row))
+        for title, rows in groups.items():
+            for i in range(0, len(rows), 7):
+                panels.append((f"{title}, not in a family", alpha, None, rows[i:i + 7]))
+    return panels
 
 
 def _mean_band(curves: Sequence[pd.Series]) -> tuple[pd.Index, np.ndarray, np.ndarray,

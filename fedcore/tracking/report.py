@@ -6,11 +6,8 @@ exploratory table, text, HTML page) from plain data frames, without a store."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,12 +16,10 @@ import numpy as np
 import pandas as pd
 
 from fedcore.core.round import code_digest
-from fedcore.core.runtime import faults
 from fedcore.pipeline.comparison import canonical, reference_rows
 from fedcore.pipeline.families import (
     DEFAULT_ENDPOINT,
     ENDPOINTS,
-    Family,
     FamilyOutcome,
     SeedPlan,
     family_outcomes,
@@ -39,6 +34,7 @@ from fedcore.report.exploratory import (
     markdown_table,
 )
 from fedcore.report.families import endpoint_text, family_markdown, forest_frame
+from fedcore.report.files import write_all, write_text_atomic
 from fedcore.report.html import report_page
 from fedcore.report.ranking import ranking_markdown
 from fedcore.report.summary import COLUMNS, training_header, with_training_state
@@ -224,6 +220,7 @@ def build_report(
     from fedcore.tracking.comparison_plots import (
         accuracy_vs_gb_png,
         client_accuracy_png,
+        convergence_panels,
         convergence_png,
         family_forest_png,
     )
@@ -340,32 +337,6 @@ def resolve_reference(finished: pd.DataFrame, reference: str | None,
                      f"`{DEFAULT_REFERENCE}` row; `--reference ROW` picks another).\n\n")
 
 
-def write_all(out: Path, write: Callable[[Path], Any]) -> list[Path]:
-    """Write every file of a report (``write(folder)``) into a temporary folder next to
-    ``out``, then move each into ``out``: a failure (a full disk) leaves the previous report as
-    it was, no half one, and its error names the file (``no space left on device writing
-    report file <path>``). Returns the files, in ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    before: set[str] = set()
-    try:
-        try:
-            write(stage)
-        except BaseException as exc:
-            if faults.is_disk_full(exc):
-                written = sorted(stage.iterdir(), key=lambda p: p.stat().st_mtime)
-                name = written[-1].name if written else "table.md"
-                raise faults.no_space(f"report file {out / name}") from None
-            raise
-        names = sorted(p.name for p in stage.iterdir() if p.is_file())
-        before.update(names)
-        for name in names:
-            os.replace(stage / name, out / name)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    return [out / name for name in sorted(before)]
-
-
 def across_settings(runs: pd.DataFrame, reference: str, out: Path) -> str:
     """The "Across settings" section (``fedcore.tracking.aggregate_plots.aggregate_section``) over
     the rows that ran in two or more settings and the settings they all share (none: ""); its
@@ -415,43 +386,6 @@ def write_latex(outcomes: list[FamilyOutcome], table: pd.DataFrame, runs: pd.Dat
         families=[o.family.name for o in outcomes] or ["none (exploratory)"],
         equivalence_margin=max(margins)) + "\n")
     return [tex, stats_md]
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (no half file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
-def convergence_panels(runs: pd.DataFrame, families: tuple[Family, ...]
-                       ) -> list[tuple[str, Any, str | None, list[str]]]:
-    """(title, alpha, reference row or None, rows) per convergence panel: one per family and
-    setting with runs, then the rows in no family by method group, only where there are runs."""
-    from fedcore.tracking.comparison_plots import family_of
-
-    panels: list[tuple[str, Any, str | None, list[str]]] = []
-    in_family: set[tuple[Any, str]] = set()
-    for fam in families:
-        for alpha, sub in runs.groupby("alpha", sort=True):
-            if fam.alpha is not None and not np.isclose(float(alpha), fam.alpha):
-                continue
-            rows = [r for r in fam.baselines if r in set(sub["row"])]
-            if fam.reference in set(sub["row"]) and rows:
-                panels.append((f"{fam.paper} ({fam.name})", alpha, fam.reference, rows))
-                in_family.update((alpha, r) for r in fam.rows)
-    for alpha, sub in runs.groupby("alpha", sort=True):
-        groups: dict[str, list[str]] = {}
-        for row, g in sub.groupby("row", sort=False):
-            if (alpha, row) in in_family:
-                continue
-            first = g.iloc[0]
-            groups.setdefault(family_of(str(first["method"]), str(first["compressor"])),
-                              []).append(str(row))
-        for title, rows in groups.items():
-            for i in range(0, len(rows), 7):
-                panels.append((f"{title}, not in a family", alpha, None, rows[i:i + 7]))
-    return panels
 
 
 def code_header(runs: pd.DataFrame, any_code: bool) -> str:
