@@ -179,3 +179,18 @@ def test_the_report_names_each_familys_protocol_and_refuses_a_short_horizon(trac
     md = (tmp_path / "short" / "table.md").read_text()
     assert ("fedavg @paper vs fedprox @paper: no verdict (ran 1 of the paper protocol's 2 "
             "rounds; a family is judged only at its paper's horizon)") in md
+
+
+@pytest.mark.parametrize(("rounds", "every", "reads"), [
+    (500, 10, "rounds 460-500 of 500"), (20, 1, "rounds 16-20 of 20"), (3, 10, "round 3 of 3"),
+    (25, 10, "rounds 10-25 of 25")])
+def test_the_endpoint_names_the_rounds_it_reads(rounds, every, reads):
+    from fedcore.report.families import endpoint_text
+
+    runs = pd.DataFrame({"rounds": [rounds], "last_k": [5], "eval_every": [every]})
+    assert endpoint_text(runs, "accuracy_last_k") == (
+        "mean test accuracy of the last 5 evaluations (final/accuracy_last_k), " + reads)
+    mixed = pd.DataFrame({"rounds": [500, 20], "last_k": [5, 5], "eval_every": [10, 1]})
+    assert endpoint_text(mixed, "accuracy_last_k").endswith(
+        "the last 5 evaluations (final/accuracy_last_k), each row at its own last evaluations "
+        "(its protocol's rounds)")

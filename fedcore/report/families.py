@@ -19,14 +19,19 @@ def endpoint_text(runs: pd.DataFrame, endpoint: str) -> str:
     what = ENDPOINTS[endpoint][2]
     if runs.empty:
         return what
+    k = int(runs["last_k"].max())
+    what = what.replace("the last k", f"the last {k}")
     if runs[["rounds", "eval_every"]].drop_duplicates().shape[0] > 1:  # rows in protocols
         return what + ", each row at its own last evaluations (its protocol's rounds)"
-    rounds, k, every = (int(runs[c].max()) for c in ("rounds", "last_k", "eval_every"))
-    last = rounds - (rounds % every) if rounds % every else rounds
+    rounds, every = (int(runs[c].max()) for c in ("rounds", "eval_every"))
+    # evaluated: every `every` rounds and the last one (fedcore.core.callbacks.evaluation)
+    evaluated = sorted({r for r in range(every, rounds + 1, every)} | {rounds})
     if endpoint == "accuracy_last_k":
-        first = max(every, last - (k - 1) * every)
-        return what.replace("the last k", f"the last {k}") + f", rounds {first}-{last} of {rounds}"
-    return f"{what}, round {last} of {rounds}"
+        window = evaluated[-k:]
+        span = (f"rounds {window[0]}-{window[-1]}" if len(window) > 1
+                else f"round {window[0]}")
+        return f"{what}, {span} of {rounds}"
+    return f"{what}, round {rounds} of {rounds}"
 
 
 def family_markdown(outcomes: list[FamilyOutcome], secondary: list[FamilyOutcome],

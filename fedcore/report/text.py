@@ -35,8 +35,8 @@ def figures_markdown(folder: Path) -> str:
 
 
 def counts_line(spec: SweepSpec, runs: pd.DataFrame, outcomes: list[FamilyOutcome]) -> str:
-    """``123 cells planned: 98 finished, 1 diverged or failed, 20 not needed (decided at an
-    earlier look), 4 not yet run``."""
+    """``123 cells planned: 98 finished, 1 diverged or failed, 20 not needed (no comparison of
+    theirs was open after an earlier look: decided, or without verdicts), 4 not yet run``."""
     done = set(runs["config_hash"])
     finished = int((runs["status"] == "FINISHED").sum())
     failed = int((runs["status"] != "FINISHED").sum())
@@ -48,7 +48,8 @@ def counts_line(spec: SweepSpec, runs: pd.DataFrame, outcomes: list[FamilyOutcom
     skipped = len(pending) - len(needed)
     parts = [f"{finished} finished", f"{failed} diverged or failed (kept in their rows)"]
     if skipped:
-        parts.append(f"{skipped} not needed (their comparisons were decided at an earlier look)")
+        parts.append(f"{skipped} not needed (no comparison of theirs was open after an earlier "
+                     "look)")
     if needed:
         parts.append(f"{len(needed)} not yet run")
     return f"{len(planned)} cells planned: " + ", ".join(parts) + "."
