@@ -15,15 +15,19 @@ def test_no_two_cells_of_the_main_job_share_a_run_name():
     spec = load_sweep(config_dir() / "sweeps" / "main.yaml")
     ids = cell_identities(spec.cells)
     names = [i["run_name"] for i in ids]
-    assert len(set(names)) == len(names) == len(spec.cells) == 41 * 5  # 41 rows, seeds 0-4
+    assert len(set(names)) == len(names) == len(spec.cells) == 50 * 5  # 50 rows, seeds 0-4
     assert len({i["cell"] for i in ids}) == len(ids)
-    # CRAFT at its paper step and tuned: two names, two variants of 5 seeds each
-    assert "craft-digits-a0.1-s0" in names and "craft-digits-a0.1-s0 server_lr=0.7459" in names
+    # FedAvg under three protocols and in the default recipe, CRAFT at its paper step and
+    # tuned: a name each, a variant of 5 seeds each
+    assert {"fedavg-digits-a0.1-s0", "fedavg-digits-a0.1-s0 protocol=craft",
+            "fedavg-digits-a0.1-s0 protocol=crf", "fedavg-digits-a0.1-s0 protocol=fedoui",
+            "craft-digits-a0.1-s0 protocol=craft",
+            "craft-digits-a0.1-s0 protocol=craft server_lr=0.1329 lr=0.06991"} <= set(names)
     variants = Counter(i["variant"] for i in ids)
-    assert variants["craft-digits-a0.1"] == variants["craft-digits-a0.1 server_lr=0.7459"] == 5
-    assert variants["fedavg-digits-a0.1 server_lr=0.9485 lr=0.2778"] == 5
+    assert variants["craft-digits-a0.1 protocol=craft"] == 5
+    assert variants["fedavg-digits-a0.1 protocol=craft server_lr=0.9497 lr=0.216"] == 5
     assert set(variants.values()) == {5}  # a variant is one row over the plan's 5 seeds
-    assert len(spec.cells_for_look(0)) == 123  # the first look: every row at seeds 0-2
+    assert len(spec.cells_for_look(0)) == 150  # the first look: every row at seeds 0-2
 
 
 def test_names_take_more_digits_when_four_do_not_tell_cells_apart():
