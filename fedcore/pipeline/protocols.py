@@ -9,7 +9,8 @@ block's own keys replace them, and name the row). Every row of the block is labe
 
 Before any cell is built each protocol row is checked against its recipe: the local optimiser
 (``local``), the horizon (``rounds``), the evaluation cadence (``eval_every``), the misbehaving
-clients (``clients``), the partition (``dataset.partition``, ``dataset.alpha``) and the
+clients (``clients``), the partition (``dataset.partition``, ``dataset.alpha``), each client's
+local test split (``dataset.test_fraction``) and the
 participation (``clients_per_round`` as a share of ``dataset.num_clients``) must be the
 recipe's, except what the row's grid block sets itself (a tuned row's local lr) and the keys
 its ``scaled:`` names with what runs instead (``local.steps``). A command-line
@@ -30,7 +31,8 @@ PROTOCOL_KEYS = ("recipe", "paper", "scaled", "set")
 GRID_KEY = "protocol"
 LABEL_MARK = " @"
 # the parts of a recipe a protocol row must run as the paper does (besides participation)
-CHECKED = ("rounds", "eval_every", "local", "clients", "dataset.partition", "dataset.alpha")
+CHECKED = ("rounds", "eval_every", "local", "clients", "dataset.partition", "dataset.alpha",
+           "dataset.test_fraction")
 
 
 @dataclass(frozen=True)
