@@ -33,7 +33,7 @@ def bare(cfg: object, rounds: int) -> None:
     clients' test splits) per round."""
     from fedcore.core.callbacks.evaluation import client_tests
     from fedcore.core.clients.base import minibatches
-    from fedcore.core.config.seeding import derive_seed
+    from fedcore.core.component.seeding import derive_seed
     from fedcore.core.round.simulation import Simulation
 
     sim = Simulation(cfg)  # type: ignore[arg-type]

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._common import print_figures
+from fedcore.core.component.seeding import numpy_rng
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ConfigError, ExperimentConfig
-from fedcore.core.config.seeding import numpy_rng
 from fedcore.core.data.federated import partition_indices
 from fedcore.core.data.partition import split_local
 from fedcore.core.engines.buckets import Passes, planned_rows, round_passes

@@ -12,8 +12,8 @@ import torch
 
 from benchmarks._common import best_of, print_table, shared_mnist_root
 from fedcore.core.clients.base import minibatches
+from fedcore.core.component.seeding import derive_seed
 from fedcore.core.compose.configure import load_config
-from fedcore.core.config.seeding import derive_seed
 from fedcore.core.round.simulation import Simulation
 
 

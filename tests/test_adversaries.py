@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
+from fedcore.core.component.seeding import numpy_rng
 from fedcore.core.compose.configure import load_config
-from fedcore.core.config.seeding import numpy_rng
 from fedcore.core.data.adversaries import attack_update, choose_clients, flip_labels
 from fedcore.core.round.probes import train_client
 from fedcore.core.round.simulation import Simulation

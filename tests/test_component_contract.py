@@ -14,13 +14,13 @@ from pydantic.fields import FieldInfo
 from fedcore.core.aggregators.base import Aggregator
 from fedcore.core.callbacks import Callback
 from fedcore.core.clients.base import ClientAlgorithm
+from fedcore.core.component.base import Component
+from fedcore.core.component.registry import HParams, Registry
+from fedcore.core.component.requirements import setting
 from fedcore.core.compose import axes
 from fedcore.core.compose.configure import component_specs, load_config
 from fedcore.core.compression.base import Compressor
 from fedcore.core.config import ConfigError, ExperimentConfig, MethodConfig
-from fedcore.core.config.component import Component
-from fedcore.core.config.registry import HParams, Registry
-from fedcore.core.config.requirements import setting
 from fedcore.core.records import RoundRecord
 from fedcore.core.round.simulation import Simulation
 from fedcore.core.samplers import Population, Sampler

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
+from fedcore.core.component.seeding import numpy_rng
 from fedcore.core.config import DatasetConfig
-from fedcore.core.config.seeding import numpy_rng
 from fedcore.core.data.federated import partition_indices
 from fedcore.core.data.partition import (
     dirichlet_partition,

@@ -30,7 +30,7 @@ import torch
 from pydantic import Field
 
 from fedcore.core.aggregators.base import Aggregate, Aggregator, UpdateBatch, weighted_mean
-from fedcore.core.config.registry import HParams
+from fedcore.core.component.registry import HParams
 
 SCALE = 1.0
 
@@ -50,7 +50,7 @@ from pydantic import Field
 from torch.nn.functional import cross_entropy
 
 from fedcore.core.clients.base import ClientAlgorithm
-from fedcore.core.config.registry import HParams
+from fedcore.core.component.registry import HParams
 
 
 class SmoothCE(ClientAlgorithm):

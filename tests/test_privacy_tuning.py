@@ -7,7 +7,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from fedcore.core.config.seeding import TUNING_SEED_MIN
+from fedcore.core.component.seeding import TUNING_SEED_MIN
 from fedcore.pipeline.study_spec import load_study
 
 

@@ -11,10 +11,10 @@ import pytest
 
 import fedcore
 from fedcore.core.aggregators.fedavg import FedAvg
+from fedcore.core.component.registry import HParams
+from fedcore.core.component.requirements import Need, Requirement, setting
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config.errors import ConfigError
-from fedcore.core.config.registry import HParams
-from fedcore.core.config.requirements import Need, Requirement, setting
 
 
 class PlainSgdRule(FedAvg):

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
+from fedcore.core.component.base import Component
+from fedcore.core.component.requirements import setting
+from fedcore.core.component.seeding import numpy_rng
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ConfigError
-from fedcore.core.config.component import Component
-from fedcore.core.config.requirements import setting
-from fedcore.core.config.seeding import numpy_rng
 from fedcore.core.samplers import Population, build
 from fedcore.core.stages import Stage
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from fedcore.core.component.seeding import TUNING_SEED_MIN
 from fedcore.core.compose.configure import build_config
 from fedcore.core.config import ConfigError
-from fedcore.core.config.seeding import TUNING_SEED_MIN
 from fedcore.pipeline.objective import trial_value
 from fedcore.pipeline.study_spec import load_study, study_names
 

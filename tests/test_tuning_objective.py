@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
+from fedcore.core.component.seeding import TUNING_SEED_MIN
 from fedcore.core.config import ConfigError
-from fedcore.core.config.seeding import TUNING_SEED_MIN
 from fedcore.pipeline.objective import trial_value
 from fedcore.pipeline.study_spec import load_study, study_names
 

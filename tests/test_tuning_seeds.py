@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from fedcore.cli import main
+from fedcore.core.component.seeding import TUNING_SEED_MIN
 from fedcore.core.config import ConfigError, config_dir
-from fedcore.core.config.seeding import TUNING_SEED_MIN
 from fedcore.pipeline.study_spec import load_study, study_names
 
 SET = {"method": "fedavg", "model.name": "mlp", "rounds": 2, "dataset.num_clients": 6,

@@ -16,8 +16,8 @@ import pytest
 
 from fedcore.core.aggregators.base import REGISTRY as RULES
 from fedcore.core.clients.base import REGISTRY as CLIENTS
+from fedcore.core.component.registry import Registry
 from fedcore.core.compose.configure import load_config
-from fedcore.core.config.registry import Registry
 from fedcore.core.round.simulation import Simulation
 
 pytestmark = pytest.mark.slow  # trains two rounds (see docs/how-to/tests.md)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fedcore.core.config.seeding import numpy_rng
+from fedcore.core.component.seeding import numpy_rng
 
 CONFIDENCE = 0.95  # of every interval here
 REPS = 2000  # bootstrap replicates of every interval

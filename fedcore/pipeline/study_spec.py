@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from fedcore.core.component.seeding import TUNING_SEED_MIN
 from fedcore.core.compose.configure import build_config
 from fedcore.core.config import (
     ConfigError,
@@ -23,7 +24,6 @@ from fedcore.core.config import (
     project_root,
     read_yaml,
 )
-from fedcore.core.config.seeding import TUNING_SEED_MIN
 from fedcore.pipeline.objective import DEFAULT_AVERAGE_LAST, objective_label
 from fedcore.pipeline.sweep_file import read_base
 

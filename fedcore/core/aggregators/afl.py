@@ -14,8 +14,8 @@ import torch
 from pydantic import Field
 
 from fedcore.core.aggregators.base import Aggregator, register
-from fedcore.core.config.registry import HParams as BaseHParams
-from fedcore.core.config.requirements import Need, Requirement
+from fedcore.core.component.registry import HParams as BaseHParams
+from fedcore.core.component.requirements import Need, Requirement
 from fedcore.core.models.layout import ParamLayout
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 

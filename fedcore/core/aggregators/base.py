@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from fedcore.core.config.component import Component
-from fedcore.core.config.registry import HParams as BaseHParams
-from fedcore.core.config.registry import Registry
+from fedcore.core.component.base import Component
+from fedcore.core.component.registry import HParams as BaseHParams
+from fedcore.core.component.registry import Registry
 from fedcore.core.models.layout import ParamLayout
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from fedcore.core.aggregators.base import Aggregator, register
 from fedcore.core.aggregators.craft import min_norm_solve
-from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).

@@ -11,7 +11,7 @@ import torch
 from pydantic import Field
 
 from fedcore.core.aggregators.base import Aggregator, register
-from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 TINY = 1e-12  # below this a sum of weights counts as zero (the reference code's guard)

@@ -18,7 +18,7 @@ import torch
 from pydantic import Field
 
 from fedcore.core.aggregators.base import Aggregator, register
-from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 _GRAM_CHUNK_ELEMS = 1 << 23  # float64 elements per column chunk of the Gram product (64 MiB)

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 
 from fedcore.core.aggregators.base import Aggregator, register
 from fedcore.core.aggregators.coordinate import coordinate_median
-from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 EPS = 1e-12

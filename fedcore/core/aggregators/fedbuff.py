@@ -9,8 +9,8 @@ import torch
 from pydantic import Field, model_validator
 
 from fedcore.core.aggregators.base import Aggregator, register, weighted_mean
-from fedcore.core.config.registry import HParams as BaseHParams
-from fedcore.core.config.requirements import Need, setting
+from fedcore.core.component.registry import HParams as BaseHParams
+from fedcore.core.component.requirements import Need, setting
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from fedcore.core.aggregators.base import Aggregator, register
-from fedcore.core.config.registry import HParams as BaseHParams
-from fedcore.core.config.requirements import Need, SendsUpdate
+from fedcore.core.component.registry import HParams as BaseHParams
+from fedcore.core.component.requirements import Need, SendsUpdate
 from fedcore.core.models.layout import ParamLayout
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from fedcore.core.aggregators._client_history import ClientHistory
 from fedcore.core.aggregators.base import Aggregator, register
-from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 

@@ -10,7 +10,7 @@ from pydantic import Field
 from fedcore.core.aggregators._client_history import ClientHistory
 from fedcore.core.aggregators._min_norm import min_norm_weights
 from fedcore.core.aggregators.base import Aggregator, register
-from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 # ||h|| * ||l|| below this is float64 rounding of an exactly zero h (all losses equal)

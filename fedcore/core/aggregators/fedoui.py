@@ -9,7 +9,7 @@ import torch
 from pydantic import Field
 
 from fedcore.core.aggregators.base import Aggregator, register
-from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.numerics.oui import fedoui_weights, oui_scores
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from pydantic import Field, model_validator
 
 from fedcore.core.aggregators.base import Aggregator, register
-from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 LOSS_OFFSET = 1e-8  # added to F_k, as in easyFL's qfedavg.py

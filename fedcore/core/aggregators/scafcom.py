@@ -11,8 +11,8 @@ from pydantic import Field
 
 from fedcore.core.aggregators.base import register
 from fedcore.core.aggregators.scaffold import ControlVariateServer
-from fedcore.core.config.registry import HParams as BaseHParams
-from fedcore.core.config.requirements import Need, SendsUpdate
+from fedcore.core.component.registry import HParams as BaseHParams
+from fedcore.core.component.requirements import Need, SendsUpdate
 from fedcore.core.metrics import conflict_fraction
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 

@@ -12,8 +12,8 @@ import torch
 from pydantic import Field
 
 from fedcore.core.aggregators.base import Aggregator, register, weighted_mean
-from fedcore.core.config.registry import HParams as BaseHParams
-from fedcore.core.config.requirements import Need, SendsUpdate
+from fedcore.core.component.registry import HParams as BaseHParams
+from fedcore.core.component.requirements import Need, SendsUpdate
 from fedcore.core.models.layout import ParamLayout
 from fedcore.core.numerics.control_variates import reconstructed_delta_c
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch

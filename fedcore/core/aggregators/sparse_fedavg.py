@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from fedcore.core.aggregators.base import Aggregator, register, weighted_mean
-from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from fedcore.core.callbacks.base import Callback
-from fedcore.core.config.component import Component
-from fedcore.core.config.registry import Registry
+from fedcore.core.component.base import Component
+from fedcore.core.component.registry import Registry
 
 REGISTRY: Registry[ConfiguredCallback] = Registry(
     "callback", "callback", "fedcore.core.callbacks",

@@ -21,7 +21,7 @@ from fedcore.core.callbacks.signals import SignalStop
 from fedcore.core.callbacks.summary import Summary
 
 if TYPE_CHECKING:
-    from fedcore.core.config.component import Component
+    from fedcore.core.component.base import Component
     from fedcore.core.records import Result
     from fedcore.core.records.client_table import ClientTable
 

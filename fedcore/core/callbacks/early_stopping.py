@@ -15,9 +15,9 @@ from pydantic import Field, field_validator
 
 from fedcore.core.callbacks.base import RoundRecord, RoundVerdict
 from fedcore.core.callbacks.configured import ConfiguredCallback, register
-from fedcore.core.config.registry import HParams
-from fedcore.core.config.registry import HParams as AnyHParams
-from fedcore.core.config.requirements import Need, Requirement
+from fedcore.core.component.registry import HParams
+from fedcore.core.component.registry import HParams as AnyHParams
+from fedcore.core.component.requirements import Need, Requirement
 
 VALIDATION = ("val/accuracy", "val/loss")
 

@@ -16,7 +16,7 @@ from fedcore.core.callbacks.base import Callback
 def held(cb: Callback, builtin: Mapping[str, Callback | None]) -> bool:
     """Whether ``cb`` is held to the reserved names: its class is defined outside fedcore and
     it fills no built-in slot of ``builtin``."""
-    from fedcore.core.config.component_loading import in_tree
+    from fedcore.core.component.loading import in_tree
 
     return not in_tree(type(cb)) and not any(cb is b for b in builtin.values())
 

@@ -15,7 +15,7 @@ from pydantic import Field
 from torch import nn
 
 from fedcore.core.clients.base import ClientAlgorithm, batch_mean, cross_entropy
-from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.records import LocalContext, LocalSchedule
 from fedcore.core.records.plan import Batch, Finished, LocalPlan
 

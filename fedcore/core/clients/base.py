@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
-from fedcore.core.config.component import Component
-from fedcore.core.config.registry import HParams as BaseHParams
-from fedcore.core.config.registry import Registry
+from fedcore.core.component.base import Component
+from fedcore.core.component.registry import HParams as BaseHParams
+from fedcore.core.component.registry import Registry
 from fedcore.core.records import (
     BatchMask,
     ClientUpdate,

@@ -15,8 +15,8 @@ from fedcore.core.clients.base import (
     minibatches,
     register,
 )
-from fedcore.core.config.registry import HParams as BaseHParams
-from fedcore.core.config.requirements import Need, Requirement
+from fedcore.core.component.registry import HParams as BaseHParams
+from fedcore.core.component.requirements import Need, Requirement
 from fedcore.core.records import LocalContext
 from fedcore.core.records.plan import Batch, Commit, Finished, FollowUp, LocalPlan
 

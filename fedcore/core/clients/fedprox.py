@@ -7,7 +7,7 @@ from dataclasses import replace
 from pydantic import Field
 
 from fedcore.core.clients.base import ClientAlgorithm, register
-from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.records import LocalContext
 from fedcore.core.records.plan import LocalPlan
 

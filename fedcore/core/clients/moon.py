@@ -10,7 +10,7 @@ from torch import nn
 
 from fedcore.core.clients.base import ClientAlgorithm, batch_mean, cross_entropy, register
 from fedcore.core.clients.template import float_buffers
-from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.models.layout import flat_params
 from fedcore.core.records import LocalContext
 from fedcore.core.records.plan import Batch, Finished, LocalPlan

@@ -18,8 +18,8 @@ from fedcore.core.clients.scaffold import (
     control_of,
     control_variate_needs,
 )
-from fedcore.core.config.registry import HParams as BaseHParams
-from fedcore.core.config.requirements import Need
+from fedcore.core.component.registry import HParams as BaseHParams
+from fedcore.core.component.requirements import Need
 from fedcore.core.records.plan import Commit, Finished
 
 MOMENTUM = "scafcom_v"  # v_i in the client store (absent: 0)

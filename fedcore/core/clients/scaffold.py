@@ -18,9 +18,9 @@ from pydantic import ValidationInfo, field_validator
 from torch import nn
 
 from fedcore.core.clients.base import ClientAlgorithm, register
-from fedcore.core.config.registry import HParams as BaseHParams
-from fedcore.core.config.requirements import Need, setting
-from fedcore.core.config.seeding import GLOBAL_RNG_LOCK, derive_seed
+from fedcore.core.component.registry import HParams as BaseHParams
+from fedcore.core.component.requirements import Need, setting
+from fedcore.core.component.seeding import GLOBAL_RNG_LOCK, derive_seed
 from fedcore.core.models.layout import flat_params, load_flat_params
 from fedcore.core.numerics.control_variates import reconstructed_delta_c
 from fedcore.core.records import ClientUpdate, LocalContext

@@ -7,7 +7,7 @@ from pydantic import Field
 from torch import nn
 
 from fedcore.core.clients.base import ClientAlgorithm, cross_entropy, register
-from fedcore.core.config.registry import HParams as BaseHParams
+from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.records.plan import Batch
 
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from fedcore.core.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
 from fedcore.core.clients.sgd import sgd_step
-from fedcore.core.config.seeding import derive_seed
+from fedcore.core.component.seeding import derive_seed
 from fedcore.core.models.layout import flat_params, load_flat_params, to_device
 from fedcore.core.records import ClientUpdate, FrozenParams, LocalContext, LocalSchedule
 from fedcore.core.records.plan import Batch, Finished, FollowUp, LocalPlan, Loss

@@ -13,9 +13,9 @@ import torch
 from fedcore.core import aggregators, clients, compression, samplers
 from fedcore.core.aggregators.base import REGISTRY as RULES
 from fedcore.core.callbacks.configured import ConfiguredCallback, build_callbacks
+from fedcore.core.component.seeding import GLOBAL_RNG_LOCK, derive_seed
 from fedcore.core.compose.model_check import check_model, check_outputs
 from fedcore.core.config.errors import ConfigError
-from fedcore.core.config.seeding import GLOBAL_RNG_LOCK, derive_seed
 from fedcore.core.data import hub_config
 from fedcore.core.data.adversaries import choose_clients
 from fedcore.core.data.federated import FederatedData, build_federated_data

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from fedcore.core.aggregators.base import REGISTRY as AGG
 from fedcore.core.callbacks.configured import REGISTRY as CALLBACKS
 from fedcore.core.clients.base import REGISTRY as CLIENTS
+from fedcore.core.component.registry import Registry
 from fedcore.core.compose import resolve as resolving
 from fedcore.core.compression.base import REGISTRY as COMP
-from fedcore.core.config.registry import Registry
 from fedcore.core.samplers.base import DEFAULT as DEFAULT_SAMPLER
 from fedcore.core.samplers.base import REGISTRY as SAMPLERS
 from fedcore.core.stages.base import REGISTRY as STAGES

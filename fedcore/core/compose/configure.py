@@ -3,9 +3,10 @@
 [`fedcore.core.config`][fedcore.core.config] is the schema; this module adds what needs the
 components: each axis's name resolved in its registry and its hyper-parameters validated, every
 component's declared requirements
-([`fedcore.core.config.requirements`][fedcore.core.config.requirements]) checked against the whole
-config, the code record of a model given by import path, and the engine choice. All errors are
-one-line [`ConfigError`][fedcore.core.config.ConfigError] s raised before any compute.
+([`fedcore.core.component.requirements`][fedcore.core.component.requirements]) checked
+against the whole config, the code record of a model given by import path, and the engine
+choice. All errors are one-line [`ConfigError`][fedcore.core.config.ConfigError] s raised
+before any compute.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from fedcore.core.component.registry import Registry
+from fedcore.core.component.requirements import Need, Requirement, SendsUpdate
 from fedcore.core.compose.resolve import Inherited
 from fedcore.core.config import (
     ExperimentConfig,
@@ -29,8 +32,6 @@ from fedcore.core.config import (
     set_dotted,
 )
 from fedcore.core.config.errors import ConfigError
-from fedcore.core.config.registry import Registry
-from fedcore.core.config.requirements import Need, Requirement, SendsUpdate
 
 log = logging.getLogger("fedcore")
 # The registries (and torch, which the components import) load on the first component check,

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedcore.core.config.component_loading import GROUPS as GROUPS
-from fedcore.core.config.component_loading import ComponentError as ComponentError
-from fedcore.core.config.component_loading import entry_points as entry_points
-from fedcore.core.config.component_loading import files_digest as files_digest
-from fedcore.core.config.component_loading import import_object as import_object
-from fedcore.core.config.component_loading import in_tree as in_tree
-from fedcore.core.config.component_loading import load_entry_point as load_entry_point
-from fedcore.core.config.component_loading import load_import_path as load_import_path
-from fedcore.core.config.component_loading import package_files as package_files
+from fedcore.core.component.loading import GROUPS as GROUPS
+from fedcore.core.component.loading import ComponentError as ComponentError
+from fedcore.core.component.loading import entry_points as entry_points
+from fedcore.core.component.loading import files_digest as files_digest
+from fedcore.core.component.loading import import_object as import_object
+from fedcore.core.component.loading import in_tree as in_tree
+from fedcore.core.component.loading import load_entry_point as load_entry_point
+from fedcore.core.component.loading import load_import_path as load_import_path
+from fedcore.core.component.loading import package_files as package_files
 
 
 @dataclass(frozen=True)

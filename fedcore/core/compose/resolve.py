@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
+from fedcore.core.component.registry import Registry
+from fedcore.core.component.spec import resolve_one
 from fedcore.core.config import _one_line, limits
-from fedcore.core.config.component_spec import resolve_one
 from fedcore.core.config.errors import ConfigError
-from fedcore.core.config.registry import Registry
 
 if TYPE_CHECKING:
     from fedcore.core.config import ExperimentConfig

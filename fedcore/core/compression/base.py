@@ -12,8 +12,8 @@ from typing import ClassVar
 
 import torch
 
-from fedcore.core.config.component import Component
-from fedcore.core.config.registry import HParams, Registry
+from fedcore.core.component.base import Component
+from fedcore.core.component.registry import HParams, Registry
 
 REGISTRY: Registry[Compressor] = Registry(
     "compressor", "compressor", "fedcore.core.compression",

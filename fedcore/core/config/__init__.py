@@ -30,7 +30,7 @@ from pydantic import (
 
 from fedcore.core.config import limits, safe_yaml
 from fedcore.core.config.errors import ConfigError as ConfigError
-from fedcore.core.config.registry import StrictNumbers
+from fedcore.core.config.numbers import StrictNumbers
 from fedcore.core.config.system import SystemConfig
 
 DATASETS = (

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from fedcore.core.config.registry import StrictNumbers
+from fedcore.core.config.numbers import StrictNumbers
 
 
 class SystemConfig(StrictNumbers):

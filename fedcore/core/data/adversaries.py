@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from fedcore.core.config.seeding import numpy_rng
+from fedcore.core.component.seeding import numpy_rng
 
 
 def choose_clients(num_clients: int, fraction: float, seed: int, purpose: str) -> np.ndarray:

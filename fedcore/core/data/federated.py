@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from fedcore.core.component.seeding import numpy_rng
 from fedcore.core.config import HUB_PREFIX, ClientsConfig, ConfigError, DatasetConfig
-from fedcore.core.config.seeding import numpy_rng
 from fedcore.core.data.adversaries import choose_clients, flip_labels
 from fedcore.core.data.client_data import ClientData, label_mix
 from fedcore.core.data.datasets import DatasetArrays, load_dataset

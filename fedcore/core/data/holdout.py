@@ -19,8 +19,8 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
+from fedcore.core.component.seeding import numpy_rng
 from fedcore.core.config import ConfigError, DatasetConfig, ExperimentConfig
-from fedcore.core.config.seeding import numpy_rng
 from fedcore.core.data.federated import FederatedData, build_federated_data, built_key
 
 CANDIDATES = 256  # random draws of the held-out set the stratification chooses among

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from fedcore.core.component.seeding import numpy_rng
 from fedcore.core.config import HUB_PREFIX, ConfigError
 from fedcore.core.config.limits import shown
-from fedcore.core.config.seeding import numpy_rng
 from fedcore.core.data.partition import natural_partition
 
 PREFIX = HUB_PREFIX  # dataset.name: hf:<folder written by save_to_disk>

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedcore.core.config.seeding import numpy_rng
+from fedcore.core.component.seeding import numpy_rng
 from fedcore.core.data.arrays import DatasetArrays, DatasetUnavailableError
 from fedcore.core.data.partition import group_by_owner, split_local
 

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from pydantic import ValidationError
 
+from fedcore.core.component.seeding import numpy_rng
 from fedcore.core.config import ConfigError, DatasetConfig, ExperimentConfig, _one_line
-from fedcore.core.config.seeding import numpy_rng
 from fedcore.core.data import hub
 from fedcore.core.data.client_data import ClientData, label_mix
 from fedcore.core.data.federated import FederatedData, built_key, partition_indices

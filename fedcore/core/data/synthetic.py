@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from fedcore.core.config.seeding import derive_seed
+from fedcore.core.component.seeding import derive_seed
 
 
 class SyntheticSpec(NamedTuple):

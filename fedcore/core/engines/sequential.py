@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from fedcore.core.clients.template import client_seed, local_context
-from fedcore.core.config.seeding import GLOBAL_RNG_LOCK
+from fedcore.core.component.seeding import GLOBAL_RNG_LOCK
 from fedcore.core.engines.round_context import RoundContext
 from fedcore.core.records import ClientUpdate
 

@@ -32,7 +32,7 @@ from fedcore.core.clients import ClientAlgorithm
 from fedcore.core.clients import template as tpl
 from fedcore.core.clients.sgd import sgd_step
 from fedcore.core.clients.template import Pass, Prepared, client_seed, local_context
-from fedcore.core.config.seeding import GLOBAL_RNG_LOCK
+from fedcore.core.component.seeding import GLOBAL_RNG_LOCK
 from fedcore.core.engines import sequential
 from fedcore.core.engines.buckets import Passes, bucketed_passes, chunk_order, segments
 from fedcore.core.engines.round_context import RoundContext

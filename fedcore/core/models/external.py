@@ -57,7 +57,7 @@ def resolve(path: str, key: str = "model.name") -> Any:
     one before anything is called (``check_model_kind``); a one-line ``ConfigError``
     naming ``key``, the module and the cause when the import fails or the object is of
     another kind."""
-    from fedcore.core.config.component_loading import ComponentError, import_object
+    from fedcore.core.component.loading import ComponentError, import_object
 
     try:
         obj = import_object(path)

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from fedcore.core.callbacks.base import Callback, RoundRecord, RoundVerdict
+from fedcore.core.component.seeding import derive_seed
 from fedcore.core.config.errors import ConfigError
-from fedcore.core.config.seeding import derive_seed
 from fedcore.core.privacy import accountant
 from fedcore.core.privacy.accountant import Account, Sampling
 from fedcore.core.privacy.mechanism import noised_mean, noised_unclipped_share, private_batch

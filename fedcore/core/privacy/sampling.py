@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedcore.core.config.seeding import numpy_rng
+from fedcore.core.component.seeding import numpy_rng
 from fedcore.core.samplers.base import Population, Sampler
 
 

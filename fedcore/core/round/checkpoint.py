@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedcore.core.component.seeding import GLOBAL_RNG_LOCK
 from fedcore.core.config import ConfigError, ExperimentConfig, project_root
 from fedcore.core.config.limits import shown
-from fedcore.core.config.seeding import GLOBAL_RNG_LOCK
 from fedcore.core.round import code_digest
 from fedcore.core.runtime import faults
 

@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     from fedcore.core.aggregators.base import Aggregator
     from fedcore.core.callbacks.configured import ConfiguredCallback
     from fedcore.core.clients.base import ClientAlgorithm
+    from fedcore.core.component.base import Component
     from fedcore.core.compression.base import Compressor
     from fedcore.core.config import ExperimentConfig
-    from fedcore.core.config.component import Component
     from fedcore.core.privacy.ledger import Ledger
     from fedcore.core.records.store import ClientStore
     from fedcore.core.samplers.base import Sampler

@@ -15,10 +15,10 @@ from fedcore.core import system
 from fedcore.core.callbacks import Callback
 from fedcore.core.callbacks import dispatch as callback_dispatch
 from fedcore.core.callbacks.signals import SignalStop
+from fedcore.core.component.base import Component
 from fedcore.core.compose import assembly as compose
 from fedcore.core.compose.assembly import resolve_device
 from fedcore.core.config import ExperimentConfig
-from fedcore.core.config.component import Component
 from fedcore.core.data.federated import FederatedData
 from fedcore.core.data.holdout import of_data, training_clients
 from fedcore.core.engines.round_context import RoundContext

@@ -20,7 +20,7 @@ def resolve_sampler(
 ) -> dict[str, Any] | None:
     """The canonical ``method.sampler`` (defaults filled in); None for the default sampler, so
     that configs without one keep their hash."""
-    from fedcore.core.config.component_spec import resolve_one
+    from fedcore.core.component.spec import resolve_one
     from fedcore.core.config.errors import ConfigError
     from fedcore.core.config.limits import shown
 

@@ -13,9 +13,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedcore.core.config.component import Component
-from fedcore.core.config.registry import HParams, Registry
-from fedcore.core.config.registry import HParams as AnyHParams
+from fedcore.core.component.base import Component
+from fedcore.core.component.registry import HParams, Registry
+from fedcore.core.component.registry import HParams as AnyHParams
 
 REGISTRY: Registry[Sampler] = Registry(
     "sampler", "sampler", "fedcore.core.samplers", "fedcore.core.samplers.base:Sampler"

@@ -15,9 +15,9 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field
 
-from fedcore.core.config.registry import HParams
-from fedcore.core.config.registry import HParams as AnyHParams
-from fedcore.core.config.seeding import numpy_rng
+from fedcore.core.component.registry import HParams
+from fedcore.core.component.registry import HParams as AnyHParams
+from fedcore.core.component.seeding import numpy_rng
 from fedcore.core.samplers.base import Population, Sampler, register
 
 

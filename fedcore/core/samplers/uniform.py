@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedcore.core.config.seeding import numpy_rng
+from fedcore.core.component.seeding import numpy_rng
 from fedcore.core.samplers.base import Population, Sampler, register
 
 

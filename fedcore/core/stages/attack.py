@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from fedcore.core.config.seeding import derive_seed
+from fedcore.core.component.seeding import derive_seed
 from fedcore.core.data.adversaries import attack_update
 from fedcore.core.stages.base import Stage
 

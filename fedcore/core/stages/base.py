@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from fedcore.core.config.component import Component
+from fedcore.core.component.base import Component
+from fedcore.core.component.registry import HParams, Registry
+from fedcore.core.component.registry import HParams as AnyHParams
 from fedcore.core.config.errors import ConfigError
-from fedcore.core.config.registry import HParams, Registry
-from fedcore.core.config.registry import HParams as AnyHParams
 from fedcore.core.records import Closing, Message, StageContext
 
 if TYPE_CHECKING:

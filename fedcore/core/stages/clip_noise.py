@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from pydantic import Field
 
-from fedcore.core.config.registry import HParams
-from fedcore.core.config.registry import HParams as AnyHParams
-from fedcore.core.config.seeding import derive_seed
+from fedcore.core.component.registry import HParams
+from fedcore.core.component.registry import HParams as AnyHParams
+from fedcore.core.component.seeding import derive_seed
 from fedcore.core.stages.base import Stage, register
 
 if TYPE_CHECKING:

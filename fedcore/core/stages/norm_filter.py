@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field
 
-from fedcore.core.config.registry import HParams
-from fedcore.core.config.registry import HParams as AnyHParams
+from fedcore.core.component.registry import HParams
+from fedcore.core.component.registry import HParams as AnyHParams
 from fedcore.core.records import Message
 from fedcore.core.stages.base import Stage, register
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fedcore.core.component.seeding import derive_seed
 from fedcore.core.compression.base import Compressor, side_bytes
-from fedcore.core.config.seeding import derive_seed
 from fedcore.core.records import Closing, Message
 from fedcore.core.stages.base import Stage
 from fedcore.core.stages.feedback.base import ErrorFeedback

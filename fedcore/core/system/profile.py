@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedcore.core.component.seeding import numpy_rng
 from fedcore.core.config import ExperimentConfig
-from fedcore.core.config.seeding import numpy_rng
 from fedcore.core.config.system import SystemConfig
 from fedcore.core.data.federated import FederatedData
 

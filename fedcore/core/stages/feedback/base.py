@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from fedcore.core.config.component import Component
-from fedcore.core.config.registry import HParams, Registry
-from fedcore.core.config.registry import HParams as AnyHParams
+from fedcore.core.component.base import Component
+from fedcore.core.component.registry import HParams, Registry
+from fedcore.core.component.registry import HParams as AnyHParams
 
 if TYPE_CHECKING:
     from fedcore.core.records import Closing, LocalSchedule, StageContext

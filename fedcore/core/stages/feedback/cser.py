@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 import torch
 from pydantic import Field
 
+from fedcore.core.component.registry import HParams
 from fedcore.core.compression.topk import num_kept
-from fedcore.core.config.registry import HParams
 from fedcore.core.records import Closing
 from fedcore.core.records.store import ClientStore
 from fedcore.core.stages.feedback.base import register

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from pydantic import Field
 
-from fedcore.core.config.registry import HParams
-from fedcore.core.config.registry import HParams as AnyHParams
+from fedcore.core.component.registry import HParams
+from fedcore.core.component.registry import HParams as AnyHParams
 from fedcore.core.numerics.bn_statistics import average_bn_statistics
 from fedcore.core.stages.feedback.base import ErrorFeedback, Operator
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
-from fedcore.core.config.registry import HParams
+from fedcore.core.component.registry import HParams
 from fedcore.core.stages.feedback.base import register
 from fedcore.core.stages.feedback.residual import ResidualFeedback, ResidualHParams, alpha_star
 

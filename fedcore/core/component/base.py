@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from fedcore.core.config.registry import HParams
-from fedcore.core.config.registry import HParams as AnyHParams
+from fedcore.core.component.registry import HParams
+from fedcore.core.component.registry import HParams as AnyHParams
 
 if TYPE_CHECKING:
-    from fedcore.core.config.requirements import Need
+    from fedcore.core.component.requirements import Need
 
 
 class Component:
@@ -28,8 +28,8 @@ class Component:
     @classmethod
     def requirements(cls, hp: Any) -> list[Need]:
         """What this component needs from the rest of the config
-        (``fedcore.core.config.requirements``), checked when the config is loaded; it sees only its
-        own hyper-parameters."""
+        (``fedcore.core.component.requirements``), checked when the config is loaded;
+        it sees only its own hyper-parameters."""
         return []
 
     def callbacks(self) -> list[Any]:

@@ -5,54 +5,14 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import types
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, Union, get_args, get_origin
+from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
-from pydantic.fields import FieldInfo
+from pydantic import ConfigDict
 
-from fedcore.core.config import limits
+from fedcore.core.config.numbers import StrictNumbers
 
 T = TypeVar("T")
-
-
-def _is_number(annotation: Any) -> bool:
-    """Whether a field's type is int or float (or an optional/union of them), not bool."""
-    if annotation in (int, float):
-        return True
-    if get_origin(annotation) in (Union, types.UnionType):
-        return any(_is_number(a) for a in get_args(annotation))
-    return False
-
-
-class StrictNumbers(BaseModel):
-    """A number field refuses true/false (pydantic would read ``rounds: true`` as 1), and an
-    integer field without its own upper bound refuses values above ``limits.COUNT`` (a count
-    a file sets: rounds, steps, iterations, ...; a huge one hung or exhausted memory)."""
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        field = cls.model_fields.get(info.field_name or "")
-        if isinstance(value, bool) and field is not None and _is_number(field.annotation):
-            raise ValueError("expected a number, not true/false")
-        return value
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _bounded_counts(cls, value: Any, info: ValidationInfo) -> Any:
-        field = cls.model_fields.get(info.field_name or "")
-        if (isinstance(value, int) and not isinstance(value, bool) and value > limits.COUNT
-                and field is not None and not _bounded_above(field)):
-            raise ValueError(f"at most {limits.COUNT:,} allowed")
-        return value
-
-
-def _bounded_above(field: FieldInfo) -> bool:
-    """Whether ``field`` declares its own upper bound (``le``/``lt``)."""
-    return any(getattr(m, "le", None) is not None or getattr(m, "lt", None) is not None
-               for m in field.metadata)
 
 
 class HParams(StrictNumbers):
@@ -66,7 +26,7 @@ class Registry(Generic[T]):
     """Maps a name to a class whose ``HParams`` attribute validates its hyper-parameters.
 
     Names are fedcore's own (modules of ``package``), entry points of the group
-    ``fedcore.core.config.component_loading.GROUPS[kind]`` (loaded on first use), or import paths
+    ``fedcore.core.component.loading.GROUPS[kind]`` (loaded on first use), or import paths
     ``module:Class``; classes from outside fedcore must subclass ``base`` (``module:Class``).
     """
 
@@ -98,7 +58,7 @@ class Registry(Generic[T]):
     def _plugins(self) -> dict[str, Any]:
         """This kind's entry points by name (read once; `refresh` reads them again)."""
         if self._entry_points is None:
-            from fedcore.core.config.component_loading import GROUPS, entry_points
+            from fedcore.core.component.loading import GROUPS, entry_points
 
             group = GROUPS.get(self.kind)  # a kind without a group has no entry points
             self._entry_points = entry_points(group) if group is not None else {}
@@ -121,10 +81,10 @@ class Registry(Generic[T]):
     def get(self, name: str) -> type[T]:
         """The class of ``name``: built-in, entry point, or import path ``module:Class``.
 
-        Raises `fedcore.core.config.component_loading.ComponentError` (a KeyError) with a one-line
+        Raises `fedcore.core.component.loading.ComponentError` (a KeyError) with a one-line
         reason.
         """
-        from fedcore.core.config.component_loading import (
+        from fedcore.core.component.loading import (
             ComponentError,
             load_entry_point,
             load_import_path,
