@@ -104,8 +104,10 @@ def reading_notes(table: str) -> str:
     notes = "\n\n".join(lines)
     if refs:
         notes += ("\n\nEach family's reference, its regime and its training state at the "
-                  "endpoint (`horizon other`: the row runs at a horizon other than its paper's, "
-                  "so its answers hold at this horizon, not at the paper's):\n\n"
+                  "endpoint (`data scaled`: the family runs its paper's protocol, rounds, "
+                  "participation and local recipe, on digits and an MLP; `horizon other`: the "
+                  "row runs at a horizon other than its paper's, so its answers hold at this "
+                  "horizon, not at the paper's):\n\n"
                   + "\n".join(dict.fromkeys(refs)))
     return notes
 

@@ -135,32 +135,31 @@ def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(track
 
 
 def test_main_job_runs_every_method_at_paper_but_two_tuned_rows_from_equal_studies():
-    from fedcore.core.config import read_yaml
+    from fedcore.pipeline.hparams import row_regime
     from fedcore.pipeline.study_spec import load_study
     from fedcore.pipeline.sweep import load_sweep
+    from fedcore.pipeline.tuned_alike import unequal
 
     spec = load_sweep(config_dir() / "sweeps" / "main.yaml")
-    labels: dict[str, set] = {}
+    regimes: dict[str, set] = {}
     seeds: dict[str, set] = {}
     for cell in spec.cells:
-        method = cell.config.resolved()["method"]
-        regime_ = regime(cell.config.resolved())
-        labels.setdefault(method["name"], set()).add((regime_.method, regime_.local))
-        seeds.setdefault(method["name"], set()).add(cell.config.seed)
+        mode = row_regime(cell.config.resolved(), cell.row, cell.overrides)
+        regimes.setdefault(cell.row, set()).add((mode.method, mode.local, mode.data))
+        seeds.setdefault(cell.row, set()).add(cell.config.seed)
     tuned = {c.config.method.name for c in spec.cells if "(tuned)" in c.row}
     assert tuned == {"craft", "fedavg"} == set(spec.tuning)
-    assert ("paper", "default") in labels["craft"]  # the paper row stays beside the tuned one
-    assert all(seen == {("paper", "default")} for name, seen in labels.items()
-               if name not in tuned)
-    # a run alone cannot know a study chose its values: "set"; the sweep's row says "(tuned)"
-    assert labels["fedavg"] == {("paper", "default"), ("set", "set")}
+    assert regimes["craft @craft"] == {("paper", "paper", "scaled")}  # the paper row stays
+    assert regimes["craft (tuned) @craft"] == {("tuned", "tuned", "scaled")}
+    assert regimes["fedavg @craft"] == {("paper", "craft protocol", "scaled")}
+    for row, seen in regimes.items():  # every other row at its paper's hyperparameters
+        if "(tuned)" not in row:
+            ((method, local, data),) = seen
+            assert method == "paper", row
+            assert (local, data) == ("default", "default") or data == "scaled", row
     assert all(len(s) >= 3 for s in seeds.values())  # every row has an interval
-    # the tuned rows' studies have one budget and tune on seeds the job never evaluates on
-    names = read_yaml(config_dir() / "sweeps" / "main.yaml")["studies"]
-    assert set(names) == set(spec.tuning)
-    studies = [load_study(name) for name in names.values()]
-    assert {s.budget for s in studies} == {"30 trials"}
-    assert {len(s.params) for s in studies} == {2}
+    studies = [load_study(name) for name in ("craft_server_lr", "fedavg_lr")]
+    assert unequal(*studies) == ""  # one search: dimensions, budget, sampler, pruner
     evaluated = {c.config.seed for c in spec.cells}
     assert all(not set(s.seeds) & evaluated for s in studies)
 

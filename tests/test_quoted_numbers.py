@@ -150,4 +150,4 @@ def test_the_shipped_page_says_what_qualifies_the_answers():
     references = [line.split("|")[1].strip().strip("*").split("**")[0].strip()
                   for line in full.splitlines() if "(reference) |" in line]
     assert references and all(f"- `{r}`: " in shipped for r in references)
-    assert "horizon other" in shipped
+    assert "data scaled" in shipped and "horizon other" in shipped

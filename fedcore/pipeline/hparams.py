@@ -17,7 +17,9 @@ and the horizon.
 - horizon: rounds, clients, clients per round and model. ``paper`` when they equal a recipe of
   the method, ``other`` when the method has a recipe and they differ (its ``paper``
   hyperparameters were chosen for another horizon: the label says ``method paper (horizon
-  other)``), ``none`` when the method has no recipe.
+  other)``), ``none`` when the method has no recipe; ``protocol`` for a sweep row of a paper
+  protocol, which runs the paper's rounds and participation on scaled data and model
+  (``row_regime``: ``local <name> protocol · data scaled``).
 
 The regime's label is ``paper`` only when all four parts are; otherwise it names each part.
 """
@@ -203,8 +205,16 @@ def regime(resolved: dict[str, Any]) -> Regime:
 def row_regime(resolved: dict[str, Any], row: str, overrides: Mapping[str, Any]) -> Regime:
     """The regime of a sweep cell as its report row states it: a tuned row's (``craft
     (tuned)``) parts that the study chose (the cell's ``method.`` and ``local.`` values) are
-    ``tuned``, not ``set``."""
+    ``tuned``, not ``set``; a row of a paper protocol (``fedcore.pipeline.protocols``) runs the
+    protocol's local recipe (``local <name> protocol`` unless it is its own paper's) at the
+    paper's rounds and participation (horizon ``protocol``) with the data and model scaled
+    (``data scaled``)."""
     mode = regime(resolved)
+    protocol = overrides.get("protocol")
+    if protocol is not None:  # checked against its paper's recipe before it ran
+        own_local = any(k.startswith("local.") for k in overrides)
+        mode = replace(mode, horizon="protocol", data="scaled", local=mode.local
+                       if own_local or mode.local == "paper" else f"{protocol} protocol")
     if not is_tuned(row):
         return mode
     return replace(mode, **{part: "tuned" for part, prefix in zip(("method", "local"), TUNABLE,
