@@ -14,14 +14,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 BLOCK = re.compile(r'^```python title="([^"]+)"\n(.*?)^```', re.M | re.S)
-# the pages whose code a reader pastes (docs/how-to/plugins.md shows only TOML and commands)
+# a block whose first line names its file: ``# fedcore-normclip/fedcore_normclip/rules.py``
+NAMED = re.compile(r"^```python\n(# [\w.-]+/([\w./-]+\.py)\n.*?)^```", re.M | re.S)
+# the pages whose code a reader pastes
 GUIDES = ("tutorials/server-rule.md", "tutorials/client-objective.md", "how-to/add-a-stage.md",
-          "how-to/add-a-sampler.md", "how-to/add-a-callback.md")
+          "how-to/add-a-sampler.md", "how-to/add-a-callback.md", "how-to/plugins.md")
 
 
 def python_files(page: str) -> dict[str, str]:
-    """The titled Python blocks of a guide, by the path they say to create."""
-    return dict(BLOCK.findall((ROOT / "docs" / page).read_text()))
+    """The Python blocks of a guide that name their file (a title, or a first-line comment
+    ``# <package folder>/<path>``), by the path they say to create."""
+    text = (ROOT / "docs" / page).read_text()
+    return {**dict(BLOCK.findall(text)), **{path: body for body, path in NAMED.findall(text)}}
 
 
 def paste(page: str, where: Path) -> list[Path]:
@@ -66,7 +70,7 @@ def test_guide_code_passes_mypy_strict(page: str, tmp_path: Path) -> None:
 
 def test_docs_index_links_every_guide() -> None:
     index = (ROOT / "docs" / "index.md").read_text()
-    for page in (*GUIDES, "how-to/plugins.md"):
+    for page in GUIDES:
         assert f"]({page})" in index, page
 
 
