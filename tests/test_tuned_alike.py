@@ -60,7 +60,9 @@ def test_rows_from_equal_validation_studies_are_compared(tmp_path):
     ({"search": {"method.aggregator.server_lr": {"type": "float", "low": 0.1, "high": 2.0}}},
      "searched shared-recipe dimensions"),
 ])
-def test_unequally_tuned_rows_are_refused_in_one_line(tmp_path, change, what):
+def test_unequally_tuned_rows_are_refused_in_one_line(tmp_path, change, what, capsys):
+    from fedcore.cli import main
+
     studies = {"fedavgm": _study(tmp_path, "a", "fedavgm"),
                "fedavg": _study(tmp_path, "b", "fedavg", **change)}
     with pytest.raises(ConfigError) as err:
@@ -69,6 +71,8 @@ def test_unequally_tuned_rows_are_refused_in_one_line(tmp_path, change, what):
     assert "\n" not in text
     assert text.startswith("sweep.families[0] (t): rows 'fedavgm (tuned)' and 'fedavg (tuned)' "
                            f"were tuned unequally (studies 'a' and 'b' differ in {what})")
+    assert main(["sweep", str(_sweep(tmp_path, studies))]) == 2  # before any cell runs
+    assert text in capsys.readouterr().err
 
 
 def test_a_study_scored_on_the_test_split_feeds_no_family(tmp_path):
