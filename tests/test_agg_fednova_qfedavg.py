@@ -10,6 +10,7 @@ import torch
 
 from fedcore.core import aggregators, clients
 from fedcore.core.clients.extras import accumulation_norm
+from fedcore.core.clients.template import run_client
 from fedcore.core.data.client_data import ClientData
 from fedcore.core.models import build_model
 from fedcore.core.models.layout import ParamLayout, flat_params
@@ -99,7 +100,7 @@ def test_client_sends_accumulation_norm():
             round=1,
             needs=frozenset({"accumulation_norm"}),
         )
-        up = clients.build({"algorithm": "fedavg"}).local_update(ctx)
+        up = run_client(clients.build({"algorithm": "fedavg"}), ctx)
         assert up.num_steps == 5
         expected = 5.0 if momentum == 0 else sum((1 - 0.5**j) / 0.5 for j in range(1, 6))
         assert up.stats["accumulation_norm"] == pytest.approx(expected)

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from fedcore.core import aggregators
+from fedcore.core.clients.template import run_client
 from fedcore.core.compose.configure import load_config
 from fedcore.core.records.aggregate import UpdateBatch
 from fedcore.core.round.simulation import Simulation
@@ -97,7 +98,7 @@ def test_fedprox_local_steps_by_hand():
     ctx = LocalContext(model, theta, {}, ParamLayout.from_model(model),
                        ClientData(0, x, y, x[:0], y[:0]), sched, {}, torch.Generator(), 1)
     mu = 0.5
-    update = clients.build({"algorithm": "fedprox", "mu": mu}).local_update(ctx)
+    update = run_client(clients.build({"algorithm": "fedprox", "mu": mu}), ctx)
     w, buf = theta.clone(), torch.zeros_like(theta)
     for _ in range(3):
         load_flat_params(model, w)
@@ -109,4 +110,4 @@ def test_fedprox_local_steps_by_hand():
     torch.testing.assert_close(update.delta, w - theta, atol=1e-6, rtol=0)
     plain = clients.build({"algorithm": "fedprox", "mu": 0.0})
     load_flat_params(model, theta)
-    assert not torch.allclose(plain.local_update(ctx).delta, update.delta, atol=1e-4)
+    assert not torch.allclose(run_client(plain, ctx).delta, update.delta, atol=1e-4)

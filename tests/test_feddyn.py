@@ -6,6 +6,7 @@ from torch import nn
 
 from fedcore.core import aggregators, clients
 from fedcore.core.clients.feddyn import GRADIENT, FedDynClient
+from fedcore.core.clients.template import run_client
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ConfigError
 from fedcore.core.data.client_data import ClientData
@@ -48,7 +49,7 @@ def test_local_steps_and_stored_gradient_follow_the_update_rules():
     client = Quadratic(FedDynClient.HParams(alpha=ALPHA))
     ctx = LocalContext(model, x, {}, ParamLayout.from_model(model), data, sched, state,
                        torch.Generator().manual_seed(0), 1)
-    up = client.local_update(ctx)
+    up = run_client(client, ctx)
     y = x.clone()
     for _ in range(3):  # grad of L_k(y) - <g0, y> + alpha/2 ||y - x||^2
         y = y - 0.1 * (A * (y - B) - g0 + ALPHA * (y - x))

@@ -7,6 +7,7 @@ from fedcore.core.clients.scaffold import CONTROL
 from fedcore.core.compose.configure import load_config
 from fedcore.core.round.probes import run_round
 from fedcore.core.round.simulation import Simulation
+from fedcore.core.stages import Chain, Stage
 
 from .test_checkpoint import assert_resume_is_bit_identical
 
@@ -67,15 +68,15 @@ def test_a_non_finite_extra_vector_rejects_the_client_and_skips_its_commit():
     """Acceptance covers every sent vector (not only the delta); a rejected client's c_i stays."""
     sim = Simulation(load_config(None, [*SMALL, "rounds=1", "method=scaffold"]))
     bad = int(sim.sample_clients(1)[0])
-    honest = sim.client_algo.local_update
 
-    def local_update(ctx):
-        update = honest(ctx)
-        if ctx.data.client_id == bad:
-            update.extras["delta_c"] = torch.full_like(update.delta, float("nan"))
-        return update
+    class Spoil(Stage):  # a client-side stage: the bad client's control delta turns NaN
+        name, side = "spoil", "client"
 
-    sim.client_algo.local_update = local_update
+        def on_update(self, update, rc):
+            if update.client_id == bad:
+                update.extras["delta_c"] = torch.full_like(update.delta, float("nan"))
+
+    sim.chain = Chain([*sim.chain.stages, Spoil()])
     metrics = run_round(sim, 1)
     assert metrics["agg/rejected_clients"] == 1.0
     assert CONTROL not in sim.store[bad]

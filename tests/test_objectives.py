@@ -9,7 +9,7 @@ from fedcore.core import clients
 from fedcore.core.clients._tuplets import quadruplet_loss, sample_tuplets, triplet_loss
 from fedcore.core.clients.moon import moon_contrastive
 from fedcore.core.clients.supconfl import supcon_loss
-from fedcore.core.clients.template import frozen_copy
+from fedcore.core.clients.template import frozen_copy, run_client
 from fedcore.core.compose.configure import load_config
 from fedcore.core.data.client_data import ClientData
 from fedcore.core.metrics import client_stat_metrics, representation_stats
@@ -129,7 +129,7 @@ def test_fedquad_batches_and_fallback_stats(labels, arity, fallback, kind):
         assert all(len(b) == arity * 4 for b in batches[:-1])  # B = 4 tuplets of `arity` images
         first = y[batches[0]].view(arity, -1)
         assert (first[0] == first[1]).all() and (first[2] != first[0]).all()
-    up = algo.local_update(_ctx(y, _model()))
+    up = run_client(algo, _ctx(y, _model()))
     assert up.stats["fedquad/fallback_clients"] == fallback
     if kind:
         assert up.stats[f"fedquad/{kind}"] == 1.0

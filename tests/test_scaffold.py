@@ -7,6 +7,7 @@ from torch import nn
 from fedcore.core import aggregators, clients, compression
 from fedcore.core.clients.scafcom import MOMENTUM, ScafcomClient
 from fedcore.core.clients.scaffold import CONTROL, ScaffoldClient
+from fedcore.core.clients.template import run_client
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ConfigError
 from fedcore.core.data.client_data import ClientData
@@ -54,7 +55,7 @@ def play(client, agg, x, sampled, stores, comp=None, reject=()):
     for i in sampled:
         ctx = LocalContext(model, x, {}, layout, data(i), SCHED, stores[i],
                            torch.Generator().manual_seed(0), 1, server_payload=down)
-        up = client.local_update(ctx)
+        up = run_client(client, ctx)
         sent = {}
         for name in client.uplink:
             vec = up.delta if name == "delta" else up.extras[name]
@@ -149,7 +150,7 @@ def test_option2_control_is_the_mean_raw_gradient_along_the_path():
     ctx = LocalContext(model, torch.randn(4, dtype=torch.float64, generator=gen), {}, layout, cd,
                        sched, state, torch.Generator().manual_seed(1), 1,
                        server_payload={"c": c})
-    up = client.local_update(ctx)
+    up = run_client(client, ctx)
     assert up.num_steps == 5 == len(client.raw)
     c_new = state[CONTROL] + up.extras["delta_c"]
     torch.testing.assert_close(c_new, torch.stack(client.raw).mean(0), atol=1e-12, rtol=0)
@@ -233,7 +234,7 @@ def test_parameter_without_gradient_is_still_corrected():
     layout = ParamLayout.from_model(model)
     ctx = LocalContext(model, torch.zeros(2, dtype=torch.float64), {}, layout, data(0), SCHED, {},
                        torch.Generator().manual_seed(0), 1, server_payload={"c": _t(0.0, 0.5)})
-    up = Client().local_update(ctx)
+    up = run_client(Client(), ctx)
     assert float(up.delta[1]) == pytest.approx(-0.1 * 2 * 0.5)  # -lr K Gamma
     assert float(up.extras["delta_c"][1]) == pytest.approx(0.0, abs=1e-12)  # c_i+ = 0
 

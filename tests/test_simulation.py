@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.core.clients import ClientAlgorithm
 from fedcore.core.compose.configure import load_config
-from fedcore.core.records import LocalContext
+from fedcore.core.records import ClientUpdate, StageContext
 from fedcore.core.round.probes import evaluate
 from fedcore.core.round.simulation import Simulation
+from fedcore.core.stages import Chain, Stage
 
 from .conftest import TINY
 
@@ -72,40 +72,38 @@ def test_same_seed_is_bit_identical_whatever_the_training_order():
         c.history[-1]["train/loss"] != a.history[-1]["train/loss"])
 
 
-class _Poisoned(ClientAlgorithm):
-    def local_update(self, ctx: LocalContext):
-        update = super().local_update(ctx)
-        if ctx.data.client_id % 2 == 0:
-            update.delta[0] = float("nan")
-        return update
+class _Poison(Stage):
+    """A client-side stage: even clients report a non-finite ``stat`` (or, with ``stat=None``,
+    a NaN delta)."""
+
+    name = "poison"
+    side = "client"
+
+    def __init__(self, stat: str | None = None, value: float = float("nan")) -> None:
+        super().__init__()
+        self.stat, self.value = stat, value
+
+    def on_update(self, update: ClientUpdate, rc: StageContext) -> None:
+        if update.client_id % 2 == 0:
+            if self.stat is None:
+                update.delta[0] = float("nan")
+            else:
+                update.stats[self.stat] = self.value
+
+
+def poisoned(sim: Simulation, stage: _Poison) -> Simulation:
+    sim.chain = Chain([*sim.chain.stages, stage])
+    return sim
 
 
 def test_nan_updates_are_excluded_and_counted():
-    sim = Simulation(load_config(None, TINY))
-    sim.client_algo = _Poisoned()
+    sim = poisoned(Simulation(load_config(None, TINY)), _Poison())
     result = sim.run()
     assert torch.isfinite(sim.params).all()
     rejected = [h["agg/rejected_clients"] for h in result.history]
     expected = [float(sum(c % 2 == 0 for c in sim.sample_clients(r))) for r in (1, 2, 3)]
     assert rejected == expected and sum(rejected) > 0
 
-
-
-class _PoisonedScalar(ClientAlgorithm):
-    """Even clients report a non-finite ``stat`` (or, with ``stat=None``, a NaN delta)."""
-
-    def __init__(self, stat: str | None, value: float) -> None:
-        super().__init__()
-        self.stat, self.value = stat, value
-
-    def local_update(self, ctx: LocalContext):
-        update = super().local_update(ctx)
-        if ctx.data.client_id % 2 == 0:
-            if self.stat is None:
-                update.delta[0] = float("nan")
-            else:
-                update.stats[self.stat] = self.value
-        return update
 
 
 @pytest.mark.parametrize(
@@ -121,11 +119,10 @@ class _PoisonedScalar(ClientAlgorithm):
 def test_a_non_finite_client_scalar_rejects_the_client_like_a_nan_delta(method, stat, value):
     def run(poison):
         sim = Simulation(load_config(None, [*TINY, f"method={method}", "local.steps=2"]))
-        sim.client_algo = poison
-        return sim, sim.run()
+        return sim, poisoned(sim, poison).run()
 
-    sim, result = run(_PoisonedScalar(stat, value))
-    ref_sim, ref = run(_PoisonedScalar(None, 0.0))
+    sim, result = run(_Poison(stat, value))
+    ref_sim, ref = run(_Poison(None))
     assert torch.isfinite(sim.params).all()
     rejected = [h["agg/rejected_clients"] for h in result.history]
     expected = [float(sum(c % 2 == 0 for c in sim.sample_clients(r))) for r in (1, 2, 3)]

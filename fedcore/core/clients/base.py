@@ -19,7 +19,6 @@ from fedcore.core.component.registry import HParams as BaseHParams
 from fedcore.core.component.registry import Registry
 from fedcore.core.records import (
     BatchMask,
-    ClientUpdate,
     LocalContext,
     LocalSchedule,
 )
@@ -148,10 +147,3 @@ class ClientAlgorithm(Component):
         """Round-loop callbacks this objective contributes (e.g. evaluating its personal
         models); the run calls them after the built-in evaluation."""
         return []
-
-    def local_update(self, ctx: LocalContext) -> ClientUpdate:
-        """This client's round with autograd on ``ctx.model``: the shared template
-        (``fedcore.core.clients.template``), as the sequential engine runs it."""
-        from fedcore.core.clients.template import run_client
-
-        return run_client(self, ctx)

@@ -1,12 +1,12 @@
 """The sequential engine: each sampled client trains on its own, one after the other, with
-autograd (the shared template of ``fedcore.core.clients.template``, via ``local_update``)."""
+autograd (the shared template of ``fedcore.core.clients.template``, ``run_client``)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from fedcore.core.clients.template import client_seed, local_context
+from fedcore.core.clients.template import client_seed, local_context, run_client
 from fedcore.core.component.seeding import GLOBAL_RNG_LOCK
 from fedcore.core.engines.round_context import RoundContext
 from fedcore.core.records import ClientUpdate
@@ -57,10 +57,10 @@ def train_client(rc: RoundContext, client_id: int) -> ClientUpdate:
     changes the generator while another thread's section uses it."""
     ctx = local_context(rc, client_id, rc.client_algo)
     if not draws_global_rng(rc.model, rc.client_algo):
-        return rc.client_algo.local_update(ctx)
+        return run_client(rc.client_algo, ctx)
     with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=rng_devices(rc)):
         seed_global_rng(rc, client_seed(rc, client_id))
-        return rc.client_algo.local_update(ctx)
+        return run_client(rc.client_algo, ctx)
 
 
 def train_round(

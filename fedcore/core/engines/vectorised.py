@@ -114,19 +114,11 @@ class _MaskedDropout(nn.Module):
         return x * self.feed.masks[self.slot]
 
 
-# Hooks the template does not run in this engine: an instance override of one means the client
-# does something else than its plan, so it trains sequentially.
-_HOOKS = ("local_update",)
-
-
 def algo_blocker(algo: ClientAlgorithm) -> str | None:
     """Why ``algo`` (the object the loop holds) cannot be vectorised; None when it can."""
     reason = algo.not_vectorised_reason()
     if reason is not None:
         return f"client objective {type(algo).__name__} is not vectorised: {reason}"
-    patched = [h for h in _HOOKS if h in vars(algo)]
-    if patched:
-        return f"client objective has instance overrides of {', '.join(patched)}"
     return None
 
 
@@ -321,8 +313,8 @@ class VectorisedEngine:
     ) -> dict[int, ClientUpdate]:
         """Every sampled client's update (``order`` is irrelevant: clients are independent).
 
-        A client object the engine cannot express (e.g. a patched ``local_update``) is trained
-        by the sequential engine instead, with the reason logged once.
+        A client objective the engine cannot express (``not_vectorised_reason``) is trained by
+        the sequential engine instead, with the reason logged once.
         """
         blocker = algo_blocker(rc.client_algo)
         if blocker is not None:
