@@ -8,7 +8,11 @@ whole report into ``docs/report-example/`` and rewrites the README's block betwe
 from these generated files; ``tests/test_quoted_numbers.py`` fails when they disagree.
 
     .venv/bin/python scripts/ship_main_report.py --seconds 256 [--report reports/main]
+    .venv/bin/python scripts/ship_main_report.py --keep-facts --confirmation-seconds 300
     .venv/bin/python scripts/ship_main_report.py --readme   # only the README block
+
+``./run-main.sh --confirm`` runs the second form after the confirmation sweep: the same page
+with the confirmation's answers beside the main job's.
 """
 
 from __future__ import annotations
@@ -199,7 +203,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=int, help="the main job's wall time after set-up")
     parser.add_argument("--report", type=Path, default=ROOT / "reports" / "main")
     parser.add_argument("--confirmation", type=Path, default=CONFIRMATION,
-                        help="the confirmation sweep's report (skipped when it has none)")
+                        help="the confirmation sweep's report")
+    parser.add_argument("--confirmation-seconds", type=int,
+                        help="the confirmation's wall time after set-up: add its answers beside "
+                        "the main job's (./run-main.sh --confirm)")
     parser.add_argument("--readme", action="store_true", help="only rewrite the README block")
     parser.add_argument("--keep-facts", action="store_true",
                         help="rewrite the page from the same run's report, keeping its facts")
@@ -212,10 +219,12 @@ def main(argv: list[str]) -> int:
         values = (read_facts(MAIN_REPORT.read_text()) if args.keep_facts
                   else facts(args.seconds, summary))
         confirmed = ""
-        if (args.confirmation / "summary.md").is_file():
+        values.pop("confirmation", None)
+        if args.confirmation_seconds is not None:
             fact, confirmed = confirmation_section(
                 summary, (args.confirmation / "summary.md").read_text())
-            values["confirmation"] = fact
+            values["confirmation"] = (f"{fact} (its run took "
+                                      f"{minutes(args.confirmation_seconds)} after set-up)")
             EXAMPLE.mkdir(exist_ok=True)
             shutil.copyfile(args.confirmation / "table.md", EXAMPLE / "confirmation.md")
         MAIN_REPORT.write_text(main_report(values, summary, table, confirmed))
