@@ -194,3 +194,24 @@ def test_the_endpoint_names_the_rounds_it_reads(rounds, every, reads):
     assert endpoint_text(mixed, "accuracy_last_k").endswith(
         "the last 5 evaluations (final/accuracy_last_k), each row at its own last evaluations "
         "(its protocol's rounds)")
+
+
+def test_rows_outside_any_protocol_keep_their_settings_across_settings(tmp_path):
+    """The exploratory rows (no protocol: NaN in `grid:protocol`) at two alphas are two
+    settings of the across-settings section, not one setting `nan`."""
+    from fedcore.tracking.report import across_settings
+
+    rows = []
+    for alpha in (0.1, 1.0):
+        for seed in range(3):
+            for row, acc in (("fedavg", 0.8), ("fedprox", 0.7)):
+                rows.append({"row": row, "dataset": "digits", "alpha": alpha, "seed": seed,
+                             "status": "FINISHED", "grid:protocol": float("nan"),
+                             "accuracy_last_k": acc + 0.01 * seed, "accuracy": acc,
+                             "worst10": acc - 0.2})
+    rows.append({"row": "fedavg @craft", "dataset": "digits", "alpha": 0.1, "seed": 0,
+                 "status": "FINISHED", "grid:protocol": "craft", "accuracy_last_k": 0.9,
+                 "accuracy": 0.9, "worst10": 0.7})
+    text = across_settings(pd.DataFrame(rows), "fedavg", tmp_path)
+    assert "2 settings (dataset, alpha, protocol): `dataset=digits alpha=0.1 protocol=`; " \
+           "`dataset=digits alpha=1.0 protocol=`." in text

@@ -357,6 +357,8 @@ def across_settings(runs: pd.DataFrame, reference: str, out: Path) -> str:
     if len(shared) < 2:
         return ""
     chosen = settings[settings["row"].isin(multi.index) & settings["_s"].isin(shared)]
+    grid = [c for c in columns if c.startswith("grid:")]  # "" where a grid left the key unset
+    chosen = chosen.assign(**{c: keyed.loc[chosen.index, c] for c in grid})
     text, _ = aggregate_section(chosen.drop(columns="_s"), reference, out, columns=columns)
     return "\n" + text + "\n"
 
