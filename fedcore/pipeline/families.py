@@ -36,6 +36,7 @@ from fedcore.pipeline.stats import (
     Comparison,
     family_test,
 )
+from fedcore.pipeline.sweep_file import check_entry_keys
 
 # endpoint name -> (report column, whether higher is better, what it is)
 ENDPOINTS: dict[str, tuple[str, bool, str]] = {
@@ -133,12 +134,7 @@ def parse_families(raw: Any, where: str,
     out = []
     for i, f in enumerate(raw):
         at = f"{where}.families[{i}]"
-        if not isinstance(f, dict):
-            raise ConfigError(f"{at}: expected a mapping with keys {', '.join(FAMILY_KEYS)}")
-        unknown = sorted(set(f) - set(FAMILY_KEYS))
-        if unknown:
-            raise ConfigError(f"{at}: unknown key {unknown[0]!r}; allowed: "
-                              f"{', '.join(FAMILY_KEYS)}")
+        check_entry_keys(f, FAMILY_KEYS, at)
         for key in ("name", "reference", "baselines"):
             if key not in f:
                 raise ConfigError(f"{at}.{key}: missing")

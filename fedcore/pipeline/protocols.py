@@ -26,6 +26,7 @@ from typing import Any
 
 from fedcore.core.compose.configure import build_config
 from fedcore.core.config import ConfigError, ExperimentConfig, limits, read_yaml
+from fedcore.pipeline.sweep_file import check_entry_keys
 
 PROTOCOL_KEYS = ("recipe", "paper", "scaled", "set")
 GRID_KEY = "protocol"
@@ -76,12 +77,7 @@ def parse_protocols(raw: Any, owner: Path, where: str = "sweep") -> dict[str, Pr
     out = {}
     for name, spec in raw.items():
         at = f"{where}.protocols.{name}"
-        if not isinstance(spec, dict):
-            raise ConfigError(f"{at}: expected a mapping with keys {', '.join(PROTOCOL_KEYS)}")
-        unknown = sorted(set(spec) - set(PROTOCOL_KEYS))
-        if unknown:
-            raise ConfigError(f"{at}: unknown key {unknown[0]!r}; allowed: "
-                              f"{', '.join(PROTOCOL_KEYS)}")
+        check_entry_keys(spec, PROTOCOL_KEYS, at)
         recipe = spec.get("recipe")
         if not isinstance(recipe, str) or Path(recipe).suffix.lower() not in (".yaml", ".yml"):
             raise ConfigError(f"{at}.recipe: expected the paper recipe's .yaml file "

@@ -49,6 +49,17 @@ def check_shape(spec: dict[str, Any], path: Path) -> list[dict[str, list[Any]]]:
     return grids
 
 
+def check_entry_keys(entry: Any, allowed: tuple[str, ...], at: str) -> dict[str, Any]:
+    """One entry of a sweep file's list or mapping (a family, a protocol): a mapping whose keys
+    are all in ``allowed``; one-line errors naming ``at`` and the allowed keys."""
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{at}: expected a mapping with keys {', '.join(allowed)}")
+    unknown = sorted(set(entry) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{at}: unknown key {unknown[0]!r}; allowed: {', '.join(allowed)}")
+    return entry
+
+
 def _kind(value: Any) -> str:
     return f"a {type(value).__name__}: {str(value)[:40]!r}"
 
