@@ -38,7 +38,7 @@ ANSWER = re.compile(r"^- (?P<pair>.+? vs .+?): (?P<verdict>better|worse|equivale
 FACT = re.compile(r"^- \*\*(?P<key>[^*]+)\*\*: (?P<value>.+)$", re.M)
 COPIED = ("table.md", "table.csv", "aggregate.csv", "convergence.png", "forest.png",
           "client_accuracy.png", "accuracy_vs_gb.png", "profile_accuracy.png",
-          "profile_worst10.png")
+          "profile_worst10.png", "accuracy_vs_time.png")
 
 
 def cpu_model() -> str:
@@ -137,7 +137,9 @@ def confirmation_section(screening: str, confirmation: str) -> tuple[str, str]:
         mark = "confirmed" if same else ("not confirmed" if held else "—")
         rows.append(f"| {pair} | {verdict} | {again} | {mark} |")
     fact = f"{confirmed} of {decided} decided verdicts confirmed on fresh seeds"
-    body = "\n\n".join(confirmation.strip().split("\n\n")[1:])
+    body = "\n\n".join(confirmation.strip().split("\n\n")[1:]).replace(
+        "artifacts `report/table.md` and `report/*.png`",
+        "[its whole report](../report-example/confirmation/table.md)")
     text = ("## Confirmation on fresh seeds\n\n"
             "`configs/sweeps/main-confirm.yaml` asks every family's questions again, in the same "
             "protocols, rows and looks, on seeds 100-104, which no earlier run used (the sweep "
@@ -225,8 +227,10 @@ def main(argv: list[str]) -> int:
                 summary, (args.confirmation / "summary.md").read_text())
             values["confirmation"] = (f"{fact} (its run took "
                                       f"{minutes(args.confirmation_seconds)} after set-up)")
-            EXAMPLE.mkdir(exist_ok=True)
-            shutil.copyfile(args.confirmation / "table.md", EXAMPLE / "confirmation.md")
+            (EXAMPLE / "confirmation").mkdir(parents=True, exist_ok=True)
+            for name in COPIED:  # its own folder: its figures are not the main job's
+                if (args.confirmation / name).is_file():
+                    shutil.copyfile(args.confirmation / name, EXAMPLE / "confirmation" / name)
         MAIN_REPORT.write_text(main_report(values, summary, table, confirmed))
         EXAMPLE.mkdir(exist_ok=True)
         for name in COPIED:

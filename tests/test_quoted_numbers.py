@@ -76,7 +76,7 @@ def test_the_shipped_answers_are_the_whole_reports():
 def test_the_shipped_confirmation_is_its_whole_report():
     page = MAIN_REPORT.read_text()
     assert CONFIRMATION_HEAD in page, "the main job's report carries its confirmation"
-    full = (MAIN_REPORT.parent.parent / "report-example" / "confirmation.md").read_text()
+    full = (MAIN_REPORT.parent.parent / "report-example" / "confirmation" / "table.md").read_text()
     answers = [line for line in page.split(CONFIRMATION_HEAD)[1].splitlines()
                if line.startswith("- ") and " vs " in line]
     assert answers and all(line in full for line in answers)
