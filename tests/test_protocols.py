@@ -154,7 +154,7 @@ def test_the_confirmation_asks_the_main_jobs_questions_on_fresh_seeds():
 
 
 @pytest.mark.slow
-def test_the_report_names_each_familys_protocol_and_refuses_a_short_horizon(tracking, tmp_path):
+def test_the_report_names_each_familys_protocol_and_the_rounds_it_reads(tracking, tmp_path):
     from fedcore.flows.sweep import parent_run
     from fedcore.tracking.report import build_report
     from fedcore.tracking.runner import run_tracked
@@ -171,14 +171,7 @@ def test_the_report_names_each_familys_protocol_and_refuses_a_short_horizon(trac
     assert ("Protocol `paper`: A paper's recipe `configs/experiments/paper.yaml` at its 2 "
             "rounds; scaled: model: MLP. Endpoint: mean test accuracy of the last 5 "
             "evaluations (final/accuracy_last_k), rounds 1-2 of 2.") in md
-    assert "no verdict (ran" not in md
-    short = load_sweep(path, {"rounds": 1})  # a quick look: no verdicts, said why
-    for cell in short.cells:
-        run_tracked(cell.config, parent_run_id=parent_run(short), tags={"sweep": short.name})
-    build_report(short, tmp_path / "short")
-    md = (tmp_path / "short" / "table.md").read_text()
-    assert ("fedavg @paper vs fedprox @paper: no verdict (ran 1 of the paper protocol's 2 "
-            "rounds; a family is judged only at its paper's horizon)") in md
+    assert "no verdict (ran" not in md  # at the horizon: judged (the rule: unit test above)
 
 
 @pytest.mark.parametrize(("rounds", "every", "reads"), [

@@ -38,7 +38,7 @@ OTHER = "other"
 FAMILIES: dict[str, str] = {
     **dict.fromkeys(("fedavg", "fedavgm", "craft", "craft_model", "config", "crf_fedavg",
                      "crf_fedprox", "fedoui", "fednova", "qfedavg", "fedfv", "fedlf", "afl",
-                     "fedalign_fedoui"), SERVER),
+                     "fedalign_fedoui", "fedbuff"), SERVER),
     **dict.fromkeys(("krum", "multikrum", "trimmed_mean", "median", "rfa", "geometric_median"),
                     ROBUST),
     **dict.fromkeys(("fedavg_topk", "ef_topk", "saef_topk", "sapef_topk", "cser_topk",
