@@ -13,6 +13,7 @@ bash scripts/setup.sh
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
 # Debian's chromium for the HTML report's browser checks (installed once; never fails the run)
 bash scripts/setup_browser.sh
-# two workers (pytest-xdist): one core runs tests while the other's test waits on a subprocess
-# or server; `-n 0` in the arguments runs them in this process instead
-.venv/bin/python -m pytest -q -n 2 --dist loadgroup "$@"
+# three workers (pytest-xdist) on the 2 cores: many tests wait on a subprocess or a server
+# while another runs (2026-12-05: 11 min 38 s against 12 min 14 s with two); `-n 0` in the
+# arguments runs them in this process instead
+.venv/bin/python -m pytest -q -n 3 --dist loadgroup "$@"
