@@ -17,6 +17,7 @@ import torch
 from fedcore.core.metrics import client_stat_metrics, conflict_fraction, per_sample_eval
 from fedcore.core.models.layout import load_flat_params
 from fedcore.core.numerics.bn_statistics import average_bn_statistics
+from fedcore.core.numerics.finite import all_finite
 from fedcore.core.records import Closing, LocalSchedule
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
 from fedcore.core.round.schedules import local_lr
@@ -160,7 +161,7 @@ def aggregate(
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
-    if not torch.isfinite(result.step).all():
+    if not all_finite(result.step):
         raise FloatingPointError(f"round {batch.round}: the {aggregator.name} step is not finite")
     return result, seconds
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from fedcore.core.numerics.finite import all_finite
 from fedcore.core.records import Message
 from fedcore.core.stages.base import Stage
 
@@ -35,7 +36,7 @@ class NonFinite(Stage):
             update.delta = torch.full_like(update.delta, math.nan)
 
     def on_receive(self, msg: Message, rc: StageContext) -> None:
-        if not all(bool(torch.isfinite(v).all()) for v in msg.sent.values()):
+        if not all(all_finite(v) for v in msg.sent.values()):
             msg.reject(self.name)
             log.warning("round %d: NaN or Inf in the update of client %d; excluded",
                         rc.round, msg.update.client_id)

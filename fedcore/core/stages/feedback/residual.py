@@ -18,6 +18,7 @@ from pydantic import Field
 from fedcore.core.component.registry import HParams
 from fedcore.core.component.registry import HParams as AnyHParams
 from fedcore.core.numerics.bn_statistics import average_bn_statistics
+from fedcore.core.numerics.finite import all_finite
 from fedcore.core.stages.feedback.base import ErrorFeedback, Operator
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class ResidualFeedback(ErrorFeedback):
         residual, alpha = state.get(RESIDUAL), self.client_alpha(state)
         u = delta if residual is None else delta + (1.0 - alpha) * residual  # compression.md
         sent, nbytes = op(u, generator)  # step 6
-        if not torch.isfinite(u).all():
+        if not all_finite(u):
             return sent, nbytes  # dropped by the loop; the residual stays as it was
         new = u - sent  # step 7
         nbytes += self.after_residual(new, state)
