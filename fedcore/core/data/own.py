@@ -18,7 +18,8 @@ import torch
 from pydantic import ValidationError
 
 from fedcore.core.component.seeding import numpy_rng
-from fedcore.core.config import ConfigError, DatasetConfig, ExperimentConfig, _one_line
+from fedcore.core.config import ConfigError, DatasetConfig, ExperimentConfig
+from fedcore.core.config.messages import one_line
 from fedcore.core.data import hub
 from fedcore.core.data.client_data import ClientData, label_mix
 from fedcore.core.data.federated import FederatedData, built_key, partition_indices
@@ -207,7 +208,7 @@ def federate(
         settings = DatasetConfig(name=name, source=source or source_of(x, y), digest="-",
                                  partition_seed=seed, **partition)
     except ValidationError as exc:
-        raise ConfigError(_one_line(exc, "dataset", DatasetConfig)) from None
+        raise ConfigError(one_line(exc, "dataset", DatasetConfig)) from None
     if settings.partition == "natural":
         raise ConfigError("dataset.partition: 'natural' needs owner ids; allowed: iid, "
                           "dirichlet, shards, or client index lists (clients=...)")
@@ -299,7 +300,7 @@ def config_with_data(cfg: ExperimentConfig, data: FederatedData) -> ExperimentCo
     try:
         return ExperimentConfig.model_validate(tree)
     except ValidationError as exc:
-        raise ConfigError(_one_line(exc)) from None
+        raise ConfigError(one_line(exc)) from None
 
 
 __all__ = ["config_with_data", "content_digest", "federate"]
