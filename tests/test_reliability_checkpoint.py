@@ -135,7 +135,7 @@ def test_a_checkpoint_folder_removed_while_saving_is_made_again(tmp_path, monkey
             raise FileNotFoundError(2, "No such file or directory", str(fh.name))
         real_save(obj, fh)
 
-    monkeypatch.setattr(checkpoint.torch, "save", save_after_removal)
+    monkeypatch.setattr(torch, "save", save_after_removal)
     path = checkpoint.save(state, folder, 1)
     assert removed and path.is_file() and checkpoint.load(path)["round"] == 0
     shutil.rmtree(folder)

@@ -37,7 +37,6 @@ from fedcore.core.runtime import stopping
 
 __all__ = ["Callback", "ClientStore", "ClientTable", "Result", "Simulation", "resolve_device",
            "run"]
-
 log = logging.getLogger("fedcore")
 
 
