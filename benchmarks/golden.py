@@ -143,7 +143,7 @@ def main() -> int:
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
         os.environ["FEDCORE_ARTIFACT_LOCATION"] = f"{tmp}/artifacts"
         now = record(args.tracked, args.every_method)
-        from fedcore.tracking.mlflow_tracker import wait_for_runs
+        from fedcore.tracking.writers import wait_for_runs
 
         if args.tracked:
             wait_for_runs()

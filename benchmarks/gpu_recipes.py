@@ -39,7 +39,7 @@ from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ExperimentConfig, config_dir
 from fedcore.core.data.federated import FederatedData, build_federated_data
 from fedcore.core.engines.select import vectorised_blocker
-from fedcore.core.records import RunView
+from fedcore.core.records.run import RunView
 from fedcore.core.round.simulation import Simulation, resolve_device
 
 EXPERIMENTS = config_dir() / "experiments"

@@ -90,8 +90,8 @@ def process_seconds(
 def in_process(rounds: int, repeats: int, store: Path) -> dict[str, float]:
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{store / 'mlflow.db'}"
     os.environ["FEDCORE_ARTIFACT_LOCATION"] = str(store / "artifacts")
-    from fedcore.tracking.mlflow_tracker import wait_for_runs
     from fedcore.tracking.runner import run_tracked
+    from fedcore.tracking.writers import wait_for_runs
 
     cfg = load_config(None, [*TASK, f"rounds={rounds}"])
     data = Simulation(cfg).data

@@ -228,7 +228,7 @@ def config_page() -> str:
         rows.append(f"| `{key}.*` | mapping | see [methods](methods.md) | "
                     f"{_cell(KEY_MEANINGS[key])} |")
     return (
-        HEADER.format(src="fedcore/core/config/__init__.py")
+        HEADER.format(src="fedcore/core/config/")
         + "# Experiment config keys\n\n"
         "Every key of an experiment (`configs/experiment.yaml`, a recipe in "
         "`configs/experiments/`, or `KEY=VALUE` overrides with dotted keys). Unknown keys, "
@@ -264,7 +264,7 @@ def cli_page() -> str:
         for name, sub in subs.choices.items():
             sections.append(f"## `fedcore {name}`\n\n```text\n{sub.format_help().rstrip()}\n```\n")
     return (
-        HEADER.format(src="the parser of fedcore/cli/__init__.py")
+        HEADER.format(src="the parser of fedcore/cli/")
         + "# Command line\n\n"
         "`.venv/bin/fedcore` (or `python -m fedcore`). Bad input is one line on stderr and "
         "exit code 2, before any compute; a failure exits 1; a stop by SIGINT or SIGTERM "

@@ -10,7 +10,7 @@ from fedcore.core.data.adversaries import attack_update, choose_clients, flip_la
 from fedcore.core.round.probes import train_client
 from fedcore.core.round.simulation import Simulation
 from fedcore.core.stages.attack import attack
-from fedcore.tracking.mlflow_tracker import run_tags
+from fedcore.tracking.run_tags import run_tags
 
 from .conftest import TINY
 

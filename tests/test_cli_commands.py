@@ -27,7 +27,7 @@ def test_version_and_python_m_fedcore():
 
 
 def test_help_lists_every_command_and_run_lists_keys_and_methods():
-    from fedcore.cli import config_keys
+    from fedcore.cli.run import config_keys
     from fedcore.core.callbacks.configured import REGISTRY as CALLBACKS
     from fedcore.core.config import method_names
     from fedcore.core.samplers.base import REGISTRY as SAMPLERS

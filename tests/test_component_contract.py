@@ -21,7 +21,7 @@ from fedcore.core.compose import axes
 from fedcore.core.compose.configure import component_specs, load_config
 from fedcore.core.compression.base import Compressor
 from fedcore.core.config import ConfigError, ExperimentConfig, MethodConfig
-from fedcore.core.records import RoundRecord
+from fedcore.core.records.run import RoundRecord
 from fedcore.core.round.simulation import Simulation
 from fedcore.core.samplers import Population, Sampler
 from fedcore.core.samplers.uniform import Uniform

@@ -93,7 +93,8 @@ def test_a_sweep_rerun_skips_the_early_stopped_cell(tracking, tmp_path):
     from fedcore.flows.sweep import _simulate_cell
     from fedcore.pipeline.sweep import load_sweep
     from fedcore.tracking import get_experiment_id, mlflow_client
-    from fedcore.tracking.mlflow_tracker import CONVERGED_TAG, wait_for_runs
+    from fedcore.tracking.mlflow_tracker import CONVERGED_TAG
+    from fedcore.tracking.writers import wait_for_runs
 
     path = tmp_path / "early.yaml"
     fixed = dict(item.split("=", 1) for item in EARLY if not item.startswith("callbacks"))

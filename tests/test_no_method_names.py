@@ -32,6 +32,7 @@ GENERIC = [
     "fedcore/core/clients/template.py",
     "fedcore/core/records/__init__.py",
     "fedcore/core/records/plan.py",
+    "fedcore/core/records/run.py",
     "fedcore/core/round/round_phases.py",
     "fedcore/core/round/run_state.py",
     "fedcore/core/round/probes.py",

@@ -116,7 +116,7 @@ assert not loaded, loaded
 
 
 def test_configs_come_from_the_package_when_there_is_no_checkout(monkeypatch):
-    from fedcore.core import config
+    from fedcore.core.config import paths as config
 
     monkeypatch.delenv("FEDCORE_HOME", raising=False)
     assert config.config_dir() == ROOT / "configs"  # a checkout: its own configs/

@@ -12,6 +12,7 @@ import torch
 
 from fedcore.core.compose.configure import load_config
 from fedcore.core.round import checkpoint
+from fedcore.core.round.checkpoint import signing
 from fedcore.core.round.simulation import Simulation
 from tests.conftest import TINY
 
@@ -105,7 +106,7 @@ def test_a_forged_checkpoint_with_its_digest_recomputed_is_refused(tmp_path, mon
     del raw["hmac"]
     raw["history"] = [{"round": 1, "test/accuracy": 0.999}]
     for forged in (hashlib.sha256(), hmac.new(b"guessed key", digestmod=hashlib.sha256)):
-        checkpoint._feed(forged, raw)
+        signing._feed(forged, raw)
         torch.save({**raw, "hmac": forged.hexdigest(), "digest": forged.hexdigest()}, path)
         with pytest.raises(checkpoint.CheckpointError, match="its HMAC does not match"):
             checkpoint.load(path)
@@ -134,7 +135,7 @@ def test_a_checkpoint_folder_removed_while_saving_is_made_again(tmp_path, monkey
             raise FileNotFoundError(2, "No such file or directory", str(fh.name))
         real_save(obj, fh)
 
-    monkeypatch.setattr(checkpoint.torch, "save", save_after_removal)
+    monkeypatch.setattr(torch, "save", save_after_removal)
     path = checkpoint.save(state, folder, 1)
     assert removed and path.is_file() and checkpoint.load(path)["round"] == 0
     shutil.rmtree(folder)

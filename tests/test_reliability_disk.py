@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedcore.cli import ProgressBar, failure_line, main
+from fedcore.cli import main
+from fedcore.cli.failures import failure_line
+from fedcore.cli.run import ProgressBar
 from fedcore.core.round import checkpoint
 from tests.conftest import TINY
 

@@ -62,7 +62,7 @@ def test_a_local_store_is_not_probed():
 
 
 def test_no_password_in_mlflow_view_run_lines_or_failure_lines(monkeypatch, capsys):
-    from fedcore.cli import failure_line
+    from fedcore.cli.failures import failure_line
     from fedcore.tracking.run_store import mlflow_client
     from fedcore.tracking.settings import load_settings
 

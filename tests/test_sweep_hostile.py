@@ -96,7 +96,7 @@ def test_two_sweeps_running_one_cell_together_give_one_finished_run(tracking):
     from fedcore.core.compose.configure import load_config
     from fedcore.flows.sweep import _simulate_cell
     from fedcore.tracking import get_experiment_id, mlflow_client
-    from fedcore.tracking.mlflow_tracker import wait_for_runs
+    from fedcore.tracking.writers import wait_for_runs
 
     cfg = load_config(None, ["rounds=1", "model.name=mlp", "dataset.num_clients=6",
                              "clients_per_round=2"])

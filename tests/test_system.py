@@ -13,8 +13,8 @@ import torch
 from fedcore.core.callbacks import Callback
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import ConfigError
-from fedcore.core.records import RoundRecord, RoundVerdict
 from fedcore.core.records.aggregate import Aggregate, UpdateBatch
+from fedcore.core.records.run import RoundRecord, RoundVerdict
 from fedcore.core.round.simulation import Simulation
 from fedcore.core.system import profile
 

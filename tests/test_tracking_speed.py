@@ -16,8 +16,8 @@ from fedcore.core.compose.configure import load_config
 from fedcore.core.data.federated import build_federated_data, shared_federated_data
 from fedcore.core.round.simulation import Simulation
 from fedcore.tracking import mlflow_client
-from fedcore.tracking.mlflow_tracker import wait_for_runs
 from fedcore.tracking.runner import run_tracked
+from fedcore.tracking.writers import wait_for_runs
 
 from .conftest import TINY
 

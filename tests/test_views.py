@@ -8,7 +8,8 @@ import torch
 
 from fedcore.core.callbacks import Callback
 from fedcore.core.compose.configure import load_config
-from fedcore.core.records import RunView, StageContext
+from fedcore.core.records import StageContext
+from fedcore.core.records.run import RunView
 from fedcore.core.round.simulation import Simulation
 
 from .conftest import TINY

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedcore.core.config import ConfigError, ExperimentConfig, parse_overrides
-from fedcore.pipeline.invocation import fedcore_command
-from fedcore.pipeline.study_spec import StudySpec, find_study_file, load_study
 
 if TYPE_CHECKING:
+    from fedcore.pipeline.study_spec import StudySpec
     from fedcore.tuning.study import TrialOutcome
 
 
@@ -18,6 +18,9 @@ def tune_command(
     study_file: str, overrides: list[str], best: bool, out: str | None, workers: int
 ) -> int:
     """Validate everything first; then run trials (or, with ``best``, report the stored ones)."""
+    from fedcore.pipeline.invocation import fedcore_command
+    from fedcore.pipeline.study_spec import find_study_file, load_study
+
     if workers < 1:
         raise ConfigError(f"--workers: expected an int >= 1 (got {workers})")
     spec = load_study(study_file, parse_overrides(overrides))
@@ -60,6 +63,7 @@ def _bound_configs(spec: StudySpec) -> Iterator[ExperimentConfig]:
 
 
 def _best(spec: StudySpec, out: str | None) -> int:
+    from fedcore.pipeline.invocation import fedcore_command
     from fedcore.pipeline.tuned_alike import at_bound
     from fedcore.tuning.results import describe, state_counts, write_best
     from fedcore.tuning.study import load_existing
@@ -95,7 +99,32 @@ def _study_keys(overrides: list[str]) -> str:
 
 
 def _rel(path: Path) -> str:
+    """``path`` relative to the current folder where it lies inside it."""
     try:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Run the ``tune`` command."""
+    return tune_command(args.study, args.overrides, args.best, args.out, args.workers)
+
+
+def add_tune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``tune`` command's parser."""
+    p_tune = sub.add_parser(
+        "tune", help="run (or resume) an Optuna study; --best writes the tuned method YAML",
+        epilog="Overrides set study keys (n_trials, timeout, storage, study_name, average_last, "
+        "sampler.*, pruner.*, heartbeat.*) or any key of the base experiment, e.g. n_trials=10 "
+        "rounds=5.",
+    )
+    p_tune.add_argument("study", metavar="STUDY.yaml", help="a study file or a shipped study name")
+    p_tune.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    p_tune.add_argument("--best", action="store_true",
+                        help="print the best trial(s) and write their YAMLs; runs no trial")
+    p_tune.add_argument("--out", help="folder for --best's methods/ and experiments/ "
+                        "(default: configs/)")
+    p_tune.add_argument("--workers", type=int, default=1,
+                        help="trials in parallel (>1: through the Prefect flow tune)")
+    p_tune.set_defaults(func=cmd_tune)

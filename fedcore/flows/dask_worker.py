@@ -44,7 +44,7 @@ def dask_teardown(worker: Worker) -> None:
     import atexit
     import gc
 
-    from fedcore.tracking.mlflow_tracker import wait_for_runs
+    from fedcore.tracking.writers import wait_for_runs
 
     wait_for_runs()
     gc.freeze()  # if the process still finalises: no last collection over every object

@@ -36,10 +36,10 @@ from fedcore.pipeline.sweep import Cell, SweepSpec, load_sweep
 from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.cell_claim import claim_cell
 from fedcore.tracking.confirmation import check_screening_runs
-from fedcore.tracking.mlflow_tracker import wait_for_runs
 from fedcore.tracking.names import cell_identities, parent_name
 from fedcore.tracking.parents import log_source, sweep_summary
 from fedcore.tracking.runner import finished_run, finishing, other_code_note, run_tracked
+from fedcore.tracking.writers import wait_for_runs
 
 if TYPE_CHECKING:
     from prefect import Task

@@ -15,17 +15,13 @@ from fedcore.pipeline.env import configure_environment
 configure_environment()
 
 if TYPE_CHECKING:
-    from fedcore.tracking.mlflow_tracker import (
-        MLflowTracker,
-        flatten,
-        get_experiment_id,
-        mlflow_client,
-    )
+    from fedcore.tracking.mlflow_tracker import MLflowTracker, get_experiment_id, mlflow_client
     from fedcore.tracking.models import load_model
+    from fedcore.tracking.run_tags import flatten
     from fedcore.tracking.settings import TrackingSettings, load_settings
 
 _WHERE = {
-    "MLflowTracker": "mlflow_tracker", "flatten": "mlflow_tracker",
+    "MLflowTracker": "mlflow_tracker", "flatten": "run_tags",
     "get_experiment_id": "mlflow_tracker", "mlflow_client": "mlflow_tracker",
     "load_model": "models", "TrackingSettings": "settings", "load_settings": "settings",
 }

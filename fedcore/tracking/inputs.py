@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
     from fedcore.core.config import DatasetConfig
-    from fedcore.core.records import RunView
+    from fedcore.core.records.run import RunView
 
 
 def dataset_source(cfg: DatasetConfig) -> str:

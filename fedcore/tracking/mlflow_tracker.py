@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import tempfile
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,113 +15,26 @@ import yaml
 from fedcore.core.callbacks import Callback, RoundRecord, RoundVerdict
 from fedcore.core.round import checkpoint
 from fedcore.core.runtime import faults
-from fedcore.pipeline.hparams import regime_tags
 from fedcore.tracking import figure_helper
 from fedcore.tracking.machine import machine_tags
 from fedcore.tracking.provenance import device_tags, provenance_tags
 from fedcore.tracking.run_store import MlflowRunStore
 from fedcore.tracking.run_store import get_experiment_id as get_experiment_id
 from fedcore.tracking.run_store import mlflow_client as mlflow_client
+from fedcore.tracking.run_tags import flatten, owner_tags, run_tags
 from fedcore.tracking.settings import TrackingSettings, load_settings
 from fedcore.tracking.store_setup import store_lock as store_lock
+from fedcore.tracking.writers import WRITERS
 
 if TYPE_CHECKING:
-    from fedcore.core.records import Result, RunView
+    from fedcore.core.records.run import Result, RunView
 
 log = logging.getLogger("fedcore")
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """{"a": {"b": 1}} -> {"a.b": "1"}; lists become their YAML flow form."""
-    out: dict[str, str] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{name}."))
-        else:
-            out[name] = (
-                value
-                if isinstance(value, str)
-                else yaml.safe_dump(value, default_flow_style=True)
-                .strip()
-                .removesuffix("...")
-                .strip()
-            )
-    return out
 
 
 STOPPED_TAG = "fedcore.stopped"  # why a callback ended the run early (the run is KILLED)
 CONVERGED_TAG = "fedcore.converged"  # why a callback finished the run early (it is FINISHED)
 METRICS_EVERY_S = 2.0  # the longest a finished round's metrics wait before they are handed over
-class _Writers:
-    """The process's two background MLflow writers, started on first use.
-
-    ``metrics``: every tracker's metric batches, in order (one thread). ``finish``: the end of
-    a run (summary metrics, per-client table, figures, FINISHED) when the caller does not wait
-    for it. Both finish their queued work before the interpreter exits.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pools: dict[str, ThreadPoolExecutor] = {}
-        self._finishing: set[Future[None]] = set()
-
-    def submit(self, pool: str, fn: Callable[..., None], *args: Any) -> Future[None]:
-        with self._lock:
-            if pool not in self._pools:
-                self._pools[pool] = ThreadPoolExecutor(1, thread_name_prefix=f"fedcore-{pool}")
-            future = self._pools[pool].submit(fn, *args)
-            if pool == "finish":
-                self._finishing.add(future)
-                future.add_done_callback(self._finishing.discard)
-        return future
-
-    def wait_finishing(self) -> None:
-        """Block until every run handed to the ``finish`` writer is finished."""
-        with self._lock:
-            pending = list(self._finishing)
-        for future in pending:
-            future.exception()
-
-
-WRITERS = _Writers()
-
-
-def wait_for_runs() -> None:
-    """Wait until the runs whose end was left to the background (``finish_in_background``)
-    are FINISHED, with their artifacts."""
-    WRITERS.wait_finishing()
-
-
-def owner_tags() -> dict[str, str]:
-    """Which process is writing a run (to tell a live run from one whose process died)."""
-    return {"fedcore.host": socket.gethostname(), "fedcore.pid": str(os.getpid())}
-
-
-def run_tags(resolved: dict[str, Any], config_hash: str) -> dict[str, str]:
-    behaviour = resolved.get("clients", {})
-    misbehaving = {
-        f"clients.{k}": str(behaviour[k])
-        for k in ("noisy_fraction", "noise_rate")
-        if behaviour.get("noisy_fraction", 0) > 0
-    }
-    if behaviour.get("byzantine_fraction", 0) > 0:
-        misbehaving.update(
-            {
-                f"clients.{k}": str(behaviour[k])
-                for k in ("byzantine_fraction", "attack", "attack_strength")
-            }
-        )
-    return {
-        **misbehaving,
-        "method": str(resolved["method"]["name"]),
-        "dataset": str(resolved["dataset"]["name"]),
-        "alpha": str(resolved["dataset"]["alpha"]),
-        "partition": str(resolved["dataset"]["partition"]),
-        "seed": str(resolved["seed"]),
-        "config_hash": config_hash,
-        **regime_tags(resolved),
-    }
 
 
 class MLflowTracker(Callback):

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
     from fedcore.core.models import FedModel
-    from fedcore.core.records import RunView
+    from fedcore.core.records.run import RunView
 
 MODEL_NAME = "model"  # runs:/<run_id>/model
 PERSONAL_FILE = "personal.pt"  # in the MLflow Model's extra_files/

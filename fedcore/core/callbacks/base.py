@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedcore.core.records import Result, RoundRecord, RoundVerdict, RunView
+from fedcore.core.records.run import Result, RoundRecord, RoundVerdict, RunView
 
 __all__ = ["Callback", "RoundRecord", "RoundVerdict", "RunView"]
 

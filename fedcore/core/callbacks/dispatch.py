@@ -22,8 +22,8 @@ from fedcore.core.callbacks.summary import Summary
 
 if TYPE_CHECKING:
     from fedcore.core.component.base import Component
-    from fedcore.core.records import Result
     from fedcore.core.records.client_table import ClientTable
+    from fedcore.core.records.run import Result
 
 # the built-ins that may be replaced or turned off (Simulation(..., builtins={name: cb | None}))
 BUILTINS = ("evaluation", "summary", "divergence", "checkpoint")

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from fedcore.core.data.federated import FederatedData
     from fedcore.core.models import FedModel
-    from fedcore.core.records import Result, RunView
+    from fedcore.core.records.run import Result, RunView
 
 
 @dataclass(frozen=True)

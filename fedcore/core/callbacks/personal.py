@@ -17,7 +17,7 @@ from fedcore.core.models.layout import load_flat_params
 if TYPE_CHECKING:
     import torch
 
-    from fedcore.core.records import Result, RunView
+    from fedcore.core.records.run import Result, RunView
 
 
 class Personalised(Protocol):

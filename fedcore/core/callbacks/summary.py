@@ -11,7 +11,7 @@ import numpy as np
 from fedcore.core.callbacks.base import Callback
 
 if TYPE_CHECKING:
-    from fedcore.core.records import Result
+    from fedcore.core.records.run import Result
 
 
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).

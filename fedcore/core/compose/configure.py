@@ -24,7 +24,6 @@ from fedcore.core.component.requirements import Need, Requirement, SendsUpdate
 from fedcore.core.compose.resolve import Inherited
 from fedcore.core.config import (
     ExperimentConfig,
-    _one_line,
     limits,
     load_method,
     parse_overrides,
@@ -32,6 +31,7 @@ from fedcore.core.config import (
     set_dotted,
 )
 from fedcore.core.config.errors import ConfigError
+from fedcore.core.config.messages import one_line as _one_line
 
 log = logging.getLogger("fedcore")
 # The registries (and torch, which the components import) load on the first component check,

@@ -13,8 +13,9 @@ from pydantic import ValidationError
 
 from fedcore.core.component.registry import Registry
 from fedcore.core.component.spec import resolve_one
-from fedcore.core.config import _one_line, limits
+from fedcore.core.config import limits
 from fedcore.core.config.errors import ConfigError
+from fedcore.core.config.messages import one_line as _one_line
 
 if TYPE_CHECKING:
     from fedcore.core.config import ExperimentConfig

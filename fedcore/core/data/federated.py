@@ -174,29 +174,9 @@ def build_federated_data(
         device=device,
         synthetic_samples=cfg.synthetic_samples,
     )
-    # indexed where loaded (the CPU; a synthetic dataset: the device), then moved: samples of
-    # owners not chosen never reach the device
-    x, y, x_test, y_test = arrays.x_train, arrays.y_train, arrays.x_test, arrays.y_test
-    if cfg.partition == "natural" and arrays.owner_test is not None:
-        trains, tests = natural_split(arrays, cfg, seed)
-        x_local, y_local = x_test, y_test
-        keep = torch.as_tensor(np.concatenate(tests))
-        x_test, y_test = x_test[keep], y_test[keep]
-    else:
-        owners = None if arrays.owner_train is None else arrays.owner_train.numpy()
-        parts = partition_indices(arrays.y_train.numpy(), cfg, seed, owners)
-        splits = [
-            split_local(idx, cfg.test_fraction, numpy_rng(seed, "local_split", k))
-            for k, idx in enumerate(parts)
-        ]
-        trains, tests = [s[0] for s in splits], [s[1] for s in splits]
-        x_local, y_local = x, y
-    empty = [k for k, train in enumerate(trains) if len(train) == 0]
-    if empty:  # a client with nothing to train on failed mid-round (range() arg 3 is zero)
-        raise ConfigError(
-            f"dataset.num_clients={cfg.num_clients}: {len(empty)} client(s) (first: client "
-            f"{empty[0]}) get no training sample of the {len(y)} in {cfg.name!r}; allowed: "
-            "fewer clients, or dataset.min_samples >= 1 (num_clients x min_samples <= samples)")
+    trains, tests, x_local, y_local, x_test, y_test = _local_splits(arrays, cfg, seed)
+    _check_every_client_trains(trains, cfg, len(arrays.y_train))
+    x, y = arrays.x_train, arrays.y_train
     clients = []
     for k, (train, test) in enumerate(zip(trains, tests, strict=True)):
         tr, te = torch.as_tensor(train), torch.as_tensor(test)
@@ -206,17 +186,7 @@ def build_federated_data(
     if cfg.val_fraction > 0:
         x_val, y_val, x_test, y_test = validation_split(x_test, y_test, cfg.val_fraction, seed)
     mix = label_mix([c.y_train for c in clients], arrays.num_classes)  # before any label noise
-    noisy = np.empty(0, dtype=np.int64)
-    if behaviour is not None and behaviour.noisy_fraction > 0:
-        noisy = choose_clients(len(clients), behaviour.noisy_fraction, seed, "noisy")
-        for k in noisy.tolist():
-            c = clients[k]
-            c.y_train = flip_labels(
-                c.y_train,
-                behaviour.noise_rate,
-                arrays.num_classes,
-                numpy_rng(seed, "label_noise", k),
-            )
+    noisy = _add_label_noise(clients, behaviour, arrays.num_classes, seed)
     return FederatedData(
         clients,
         x_test.to(device),
@@ -230,6 +200,58 @@ def build_federated_data(
         x_val=None if x_val is None else x_val.to(device),
         y_val=None if y_val is None else y_val.to(device),
     )
+
+
+def _local_splits(
+    arrays: DatasetArrays, cfg: DatasetConfig, seed: int
+) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor, torch.Tensor, torch.Tensor,
+           torch.Tensor]:
+    """Each client's train and test indices, the samples and labels its test indices point
+    into, and the global test set (under ``natural`` with owners on both splits: the chosen
+    owners' test samples)."""
+    # indexed where loaded (the CPU; a synthetic dataset: the device), then moved: samples of
+    # owners not chosen never reach the device
+    x, y, x_test, y_test = arrays.x_train, arrays.y_train, arrays.x_test, arrays.y_test
+    if cfg.partition == "natural" and arrays.owner_test is not None:
+        trains, tests = natural_split(arrays, cfg, seed)
+        keep = torch.as_tensor(np.concatenate(tests))
+        return trains, tests, x_test, y_test, x_test[keep], y_test[keep]
+    owners = None if arrays.owner_train is None else arrays.owner_train.numpy()
+    parts = partition_indices(arrays.y_train.numpy(), cfg, seed, owners)
+    splits = [
+        split_local(idx, cfg.test_fraction, numpy_rng(seed, "local_split", k))
+        for k, idx in enumerate(parts)
+    ]
+    return [s[0] for s in splits], [s[1] for s in splits], x, y, x_test, y_test
+
+
+def _check_every_client_trains(trains: list[np.ndarray], cfg: DatasetConfig, n: int) -> None:
+    """Refuse a partition that leaves a client no training sample (of the ``n``)."""
+    empty = [k for k, train in enumerate(trains) if len(train) == 0]
+    if empty:  # a client with nothing to train on failed mid-round (range() arg 3 is zero)
+        raise ConfigError(
+            f"dataset.num_clients={cfg.num_clients}: {len(empty)} client(s) (first: client "
+            f"{empty[0]}) get no training sample of the {n} in {cfg.name!r}; allowed: "
+            "fewer clients, or dataset.min_samples >= 1 (num_clients x min_samples <= samples)")
+
+
+def _add_label_noise(
+    clients: list[ClientData], behaviour: ClientsConfig | None, num_classes: int, seed: int
+) -> np.ndarray:
+    """Flip the labels of the noisy clients (``clients.noisy_fraction``, drawn with the seed);
+    their ids."""
+    noisy = np.empty(0, dtype=np.int64)
+    if behaviour is not None and behaviour.noisy_fraction > 0:
+        noisy = choose_clients(len(clients), behaviour.noisy_fraction, seed, "noisy")
+        for k in noisy.tolist():
+            c = clients[k]
+            c.y_train = flip_labels(
+                c.y_train,
+                behaviour.noise_rate,
+                num_classes,
+                numpy_rng(seed, "label_noise", k),
+            )
+    return noisy
 
 
 def validation_split(

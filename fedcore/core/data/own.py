@@ -18,7 +18,8 @@ import torch
 from pydantic import ValidationError
 
 from fedcore.core.component.seeding import numpy_rng
-from fedcore.core.config import ConfigError, DatasetConfig, ExperimentConfig, _one_line
+from fedcore.core.config import ConfigError, DatasetConfig, ExperimentConfig
+from fedcore.core.config.messages import one_line
 from fedcore.core.data import hub
 from fedcore.core.data.client_data import ClientData, label_mix
 from fedcore.core.data.federated import FederatedData, built_key, partition_indices
@@ -177,25 +178,55 @@ def federate(
         The clients' local train and test tensors and the global test set, with their record
         (name, source, partition settings and content digest).
     """
+    _check_num_classes(num_classes)
+    x, y, x_test, y_test, clients, source = _unpack_hub(
+        x, y, x_test, y_test, clients, source, seed, partition,
+        features=features, label=label, by=by, partitioner=partitioner, split=split)
+    xs, ys = _tensors(x, y, "x", "y", num_classes)
+    settings = _settings(name, source or source_of(x, y), seed, clients, partition)
+    xt, yt, train_idx = _global_test(xs, ys, x_test, y_test, clients, settings, seed, num_classes)
+    if clients is not None:
+        parts = _given_parts(clients, len(ys))
+    else:
+        local = partition_indices(ys[train_idx].numpy(), settings, seed)
+        parts = [train_idx[p] for p in local]
+    return _assemble(xs, ys, xt, yt, parts, settings, seed, num_classes, device)
+
+
+def _check_num_classes(num_classes: int | None) -> None:
+    """Refuse a ``num_classes`` that is not an integer in 2..MAX_CLASSES."""
     if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(
             num_classes, int | np.integer) or not 2 <= num_classes <= MAX_CLASSES):
         raise ConfigError(f"num_classes: {num_classes!r}; allowed: an integer in "
                           f"2..{MAX_CLASSES}")
+
+
+def _unpack_hub(
+    x: Any, y: Any, x_test: Any, y_test: Any, clients: Any, source: str | None, seed: int,
+    partition: dict[str, Any], **hub_args: Any,
+) -> tuple[Any, Any, Any, Any, Any, str | None]:
+    """Hugging Face data as samples, labels, test set and client lists (``num_clients`` taken
+    out of ``partition`` for a natural split); other data unchanged, refusing the hub's
+    arguments."""
     if hub.is_hub(x):
         if y is not None or x_test is not None or clients is not None:
             raise ConfigError("y: Hugging Face data names its columns (features=, label=); "
                               "allowed: no y, x_test or clients with it")
-        natural = by is not None or partitioner is not None
-        got = hub.prepare(x, features=features, label=label, by=by, partitioner=partitioner,
-                          split=split, seed=seed,
+        natural = hub_args["by"] is not None or hub_args["partitioner"] is not None
+        got = hub.prepare(x, **hub_args, seed=seed,
                           num_clients=partition.pop("num_clients", None) if natural else None,
                           global_test_fraction=partition.get("global_test_fraction", 0.2))
-        x, y, x_test, y_test, clients = got.x, got.y, got.x_test, got.y_test, got.clients
-        source = source or got.source
-    elif any(v is not None for v in (features, label, by, partitioner, split)):
+        return got.x, got.y, got.x_test, got.y_test, got.clients, source or got.source
+    if any(v is not None for v in hub_args.values()):
         raise ConfigError("features: features, label, by, partitioner and split are for "
                           "Hugging Face data; allowed: unset with arrays or a torch Dataset")
-    xs, ys = _tensors(x, y, "x", "y", num_classes)
+    return x, y, x_test, y_test, clients, source
+
+
+def _settings(name: str, source: str, seed: int, clients: Any,
+              partition: dict[str, Any]) -> DatasetConfig:
+    """The data's ``dataset`` settings (its digest still unknown); given client lists set
+    partition ``given`` and the client count."""
     if clients is not None:
         if partition.get("num_clients", len(clients)) != len(clients):
             raise ConfigError(f"dataset.num_clients: {partition['num_clients']} given with "
@@ -204,43 +235,61 @@ def federate(
     elif partition.get("partition") == "given":
         raise ConfigError("dataset.partition: 'given' needs the client index lists (clients=...)")
     try:
-        settings = DatasetConfig(name=name, source=source or source_of(x, y), digest="-",
-                                 partition_seed=seed, **partition)
+        settings = DatasetConfig(name=name, source=source, digest="-", partition_seed=seed,
+                                 **partition)
     except ValidationError as exc:
-        raise ConfigError(_one_line(exc, "dataset", DatasetConfig)) from None
+        raise ConfigError(one_line(exc, "dataset", DatasetConfig)) from None
     if settings.partition == "natural":
         raise ConfigError("dataset.partition: 'natural' needs owner ids; allowed: iid, "
                           "dirichlet, shards, or client index lists (clients=...)")
+    return settings
+
+
+def _global_test(
+    xs: torch.Tensor, ys: torch.Tensor, x_test: Any, y_test: Any, clients: Any,
+    settings: DatasetConfig, seed: int, num_classes: int | None,
+) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """The global test samples and labels (given, or a ``global_test_fraction`` drawn with the
+    seed) and the indices of the samples left to train on."""
     if x_test is not None:
         xt, yt = _tensors(x_test, y_test, "x_test", "y_test", num_classes)
         if tuple(xt.shape[1:]) != tuple(xs.shape[1:]):
             raise ConfigError(f"x_test: samples of shape {tuple(xt.shape[1:])}, those of x are "
                               f"{tuple(xs.shape[1:])}; allowed: the same sample shape as x")
-        train_idx = np.arange(len(ys))
-    elif clients is not None:
-        raise ConfigError("dataset: with client index lists (clients=...), give x_test/y_test")
-    else:
-        perm = numpy_rng(seed, "global_test").permutation(len(ys))
-        n_test = max(1, int(round(settings.global_test_fraction * len(ys))))
-        xt, yt = xs[np.sort(perm[:n_test])], ys[np.sort(perm[:n_test])]
-        train_idx = np.sort(perm[n_test:])
+        return xt, yt, np.arange(len(ys))
     if clients is not None:
-        raw = [np.asarray(c) for c in clients]
-        floats = [k for k, p in enumerate(raw) if len(p) and p.dtype.kind not in "iu"]
-        if floats:  # 1.7 was truncated to 1
-            raise ConfigError(f"clients: client {floats[0]}'s indices are "
-                              f"{raw[floats[0]].dtype}; allowed: integer sample indices")
-        parts = [p.astype(np.int64) for p in raw]
-        bad = [k for k, p in enumerate(parts) if len(p) and (p.min() < 0 or p.max() >= len(ys))]
-        if bad:
-            raise ConfigError(f"clients: client {bad[0]} has indices outside 0..{len(ys) - 1}")
-        empty = [k for k, p in enumerate(parts) if not len(p)]
-        if empty:
-            raise ConfigError(f"clients: client {empty[0]} has no samples; allowed: at least "
-                              "1 index per client")
-    else:
-        local = partition_indices(ys[train_idx].numpy(), settings, seed)
-        parts = [train_idx[p] for p in local]
+        raise ConfigError("dataset: with client index lists (clients=...), give x_test/y_test")
+    perm = numpy_rng(seed, "global_test").permutation(len(ys))
+    n_test = max(1, int(round(settings.global_test_fraction * len(ys))))
+    xt, yt = xs[np.sort(perm[:n_test])], ys[np.sort(perm[:n_test])]
+    return xt, yt, np.sort(perm[n_test:])
+
+
+def _given_parts(clients: Sequence[ArrayLike], n: int) -> list[np.ndarray]:
+    """The given client index lists as int64 arrays: whole, within 0..n-1, none empty."""
+    raw = [np.asarray(c) for c in clients]
+    floats = [k for k, p in enumerate(raw) if len(p) and p.dtype.kind not in "iu"]
+    if floats:  # 1.7 was truncated to 1
+        raise ConfigError(f"clients: client {floats[0]}'s indices are "
+                          f"{raw[floats[0]].dtype}; allowed: integer sample indices")
+    parts = [p.astype(np.int64) for p in raw]
+    bad = [k for k, p in enumerate(parts) if len(p) and (p.min() < 0 or p.max() >= n)]
+    if bad:
+        raise ConfigError(f"clients: client {bad[0]} has indices outside 0..{n - 1}")
+    empty = [k for k, p in enumerate(parts) if not len(p)]
+    if empty:
+        raise ConfigError(f"clients: client {empty[0]} has no samples; allowed: at least "
+                          "1 index per client")
+    return parts
+
+
+def _assemble(
+    xs: torch.Tensor, ys: torch.Tensor, xt: torch.Tensor, yt: torch.Tensor,
+    parts: list[np.ndarray], settings: DatasetConfig, seed: int, num_classes: int | None,
+    device: torch.device | str,
+) -> FederatedData:
+    """Each client's local train/test split of its samples, the global test set, and the
+    record with the content digest."""
     splits = [split_local(p, settings.test_fraction, numpy_rng(seed, "local_split", k))
               for k, p in enumerate(parts)]
     classes = int(num_classes or int(max(int(ys.max()), int(yt.max()))) + 1)
@@ -299,7 +348,7 @@ def config_with_data(cfg: ExperimentConfig, data: FederatedData) -> ExperimentCo
     try:
         return ExperimentConfig.model_validate(tree)
     except ValidationError as exc:
-        raise ConfigError(_one_line(exc)) from None
+        raise ConfigError(one_line(exc)) from None
 
 
 __all__ = ["config_with_data", "content_digest", "federate"]

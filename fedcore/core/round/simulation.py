@@ -26,9 +26,10 @@ from fedcore.core.engines.select import engine_metrics, note_fallback
 from fedcore.core.models.external import ModelArg, is_opaque, with_initial_weights
 from fedcore.core.models.layout import flat_params
 from fedcore.core.models.protocol import REPR_METRICS, has_embedding
-from fedcore.core.records import LocalSchedule, Result, RoundRecord, RunView
+from fedcore.core.records import LocalSchedule
 from fedcore.core.records.client_table import ClientTable
 from fedcore.core.records.plan import Commit
+from fedcore.core.records.run import Result, RoundRecord, RunView
 from fedcore.core.records.store import ClientStore
 from fedcore.core.round import checkpoint, code_digest, round_phases, run_state
 from fedcore.core.round.round_phases import RoundOutcome
@@ -36,7 +37,6 @@ from fedcore.core.runtime import stopping
 
 __all__ = ["Callback", "ClientStore", "ClientTable", "Result", "Simulation", "resolve_device",
            "run"]
-
 log = logging.getLogger("fedcore")
 
 

@@ -1,33 +1,11 @@
-"""Checkpoint files: plain containers of tensors written atomically, read with weights_only=True.
-
-A checkpoint is a ``torch.save`` of dicts, lists, tuples, str/int/float/bool/None and tensors
-only; numpy arrays and scalars are stored as tensors tagged ``{"__numpy__": tensor}`` (or plain
-Python numbers) and turned back on load. Loading uses ``torch.load(weights_only=True)``, which
-executes no code from the file.
-
-Every file records the code digest of the process that wrote it (``code_digest``,
-``fedcore.core.round.code_digest``); ``latest`` resumes only a checkpoint of this code and
-deletes those of other code, so one run never mixes two versions of the code.
-
-Every file also carries ``hmac``, an HMAC-SHA256 over everything else in it (``digest``)
-under a key the user controls (``key_for``: ``FEDCORE_CHECKPOINT_KEY``, else a random key
-file ``checkpoint.key``, mode 0600, in ``checkpoint_dir``; ``check_key`` refuses a key file
-that is not a regular 0600 file of this user holding a key of the right length), checked on
-load whatever code wrote the file: a file unsigned, edited, corrupted or forged (its digest
-recomputed) by someone without the key is refused, naming the file. Anyone who can read the key
-can forge a checkpoint.
-``check_state`` refuses a state inconsistent with the run it would resume (a round beyond
-its ``rounds``, a history or per-client tables that do not match the round, parameters or
-buffers of another shape).
-"""
+"""Checkpoint files of a run's folder: written atomically and signed, pruned, loaded, checked
+against the run they would resume, removed."""
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import os
-import random
 import re
 import shutil
 import stat
@@ -35,197 +13,20 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from fedcore.core.component.seeding import GLOBAL_RNG_LOCK
-from fedcore.core.config import ConfigError, ExperimentConfig, project_root
+from fedcore.core.config import ExperimentConfig, project_root
 from fedcore.core.config.limits import shown
 from fedcore.core.round import code_digest
+from fedcore.core.round.checkpoint.codec import decode, encode
+from fedcore.core.round.checkpoint.errors import ORIGIN, unusable
+from fedcore.core.round.checkpoint.signing import KEY_ENV, KEY_FILE, MAC, digest, key_for
 from fedcore.core.runtime import faults
 
 log = logging.getLogger("fedcore")
-
 FORMAT = 1
 KEEP = 2  # newest files kept per run folder
 _NAME = re.compile(r"^round-(\d+)\.pt$")
-_NUMPY = "__numpy__"
-KEY_ENV = "FEDCORE_CHECKPOINT_KEY"
-KEY_FILE = "checkpoint.key"  # in checkpoint_dir, next to the run folders
-KEY_BYTES = 32  # random bytes of a new key file
-KEY_HEX = 2 * KEY_BYTES  # the hexadecimal digits it holds
-MAC = "hmac"
-ORIGIN = "__origin__"  # added on load: where the state came from and how to start afresh
-
-
-class CheckpointError(ConfigError):
-    """A checkpoint that cannot be resumed: one line naming the file, what it lacks and what
-    to do (bad input, exit code 2; raised before any round is played)."""
-
-
-def unusable(state: dict[str, Any], problem: str) -> CheckpointError:
-    """The error for ``state`` (as ``load`` returned it) with ``problem``, e.g. what it
-    lacks, naming its file and the way to start afresh."""
-    origin = state.get(ORIGIN, {"file": "the checkpoint", "remedy": "delete it and rerun"})
-    return CheckpointError(
-        f"checkpoint {origin['file']} cannot be resumed: {problem}; {origin['remedy']}"
-    )
-
-
-def encode(obj: Any) -> Any:
-    """Numpy arrays/scalars -> tensors/Python numbers, recursively; fails on anything else."""
-    if isinstance(obj, torch.Tensor) or obj is None or isinstance(obj, str | bool | int | float):
-        return obj
-    if isinstance(obj, np.ndarray):
-        return {_NUMPY: torch.from_numpy(np.ascontiguousarray(obj)).clone()}
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, dict):
-        keys = [k for k in obj if not isinstance(k, str | int)]
-        if keys:
-            raise TypeError(f"checkpoint: dict key {keys[0]!r} is not a str or int")
-        return {k: encode(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return type(obj)(encode(v) for v in obj)
-    raise TypeError(f"checkpoint: cannot store a {type(obj).__name__}")
-
-
-def decode(obj: Any) -> Any:
-    """Inverse of ``encode``."""
-    if isinstance(obj, dict):
-        if set(obj) == {_NUMPY}:
-            return obj[_NUMPY].numpy()
-        return {k: decode(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return type(obj)(decode(v) for v in obj)
-    return obj
-
-
-def digest(obj: Any, key: bytes) -> str:
-    """HMAC-SHA256 under ``key`` over an encoded state: its structure, every key, number and
-    string, and every tensor's dtype, shape and bytes."""
-    h = hmac.new(key, digestmod=hashlib.sha256)
-    _feed(h, obj)
-    return h.hexdigest()
-
-
-def key_for(base: Path) -> bytes:
-    """The checkpoint key: ``FEDCORE_CHECKPOINT_KEY`` when set (give every machine that resumes
-    another's uploaded checkpoint the same one), else the file ``<base>/checkpoint.key``, created
-    once with 32 random bytes and mode 0600 (atomically: concurrent runs agree on one key).
-
-    An existing key file is used only when ``check_key`` accepts it."""
-    env = os.environ.get(KEY_ENV)
-    if env:
-        return env.encode()
-    path = base / KEY_FILE
-    if not os.path.lexists(path):
-        base.mkdir(parents=True, exist_ok=True)
-        tmp = base / f".{KEY_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.fchmod(fd, 0o600)  # whatever the umask
-            with os.fdopen(fd, "w") as fh:
-                fh.write(os.urandom(KEY_BYTES).hex())
-                fh.flush()
-                os.fsync(fh.fileno())
-            try:
-                os.link(tmp, path)  # fails if another process made it first: use that one
-            except FileExistsError:
-                pass
-        finally:
-            tmp.unlink(missing_ok=True)
-    return _read_key(path)
-
-
-def check_key(base: Path) -> None:
-    """Refuse, in one line, a key file ``<base>/checkpoint.key`` that is not a regular file of
-    mode 0600 owned by this user holding a key of the length fedcore writes (a planted, public,
-    linked or empty file would let whoever made it forge checkpoints); nothing when
-    ``FEDCORE_CHECKPOINT_KEY`` is set or no key file exists yet."""
-    path = base / KEY_FILE
-    if not os.environ.get(KEY_ENV) and os.path.lexists(path):
-        _read_key(path)
-
-
-def _read_key(path: Path) -> bytes:
-    """The key in ``path``, read only after ``check_key``'s conditions hold on the opened
-    file itself (no symbolic link followed, a FIFO not waited on); its content is never shown."""
-    def refused(problem: str) -> CheckpointError:
-        return CheckpointError(
-            f"checkpoint key file {path} {problem}: it is not trusted; delete it to have a new "
-            f"key made (checkpoints signed with the old one then start afresh) or set {KEY_ENV}")
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        if os.path.islink(path):
-            raise refused("is a symbolic link") from None
-        raise refused(f"cannot be read ({exc.strerror})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise refused("is not a regular file")
-        if st.st_uid != os.getuid():
-            raise refused(f"is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})")
-        if stat.S_IMODE(st.st_mode) != 0o600:
-            raise refused(f"has mode {stat.S_IMODE(st.st_mode):04o}, not 0600")
-        raw = os.read(fd, 2 * KEY_HEX)
-    finally:
-        os.close(fd)
-    key = raw.strip()
-    if len(key) != KEY_HEX or not all(c in b"0123456789abcdefABCDEF" for c in key):
-        raise refused(f"does not hold a key of {KEY_HEX} hexadecimal digits "
-                      f"({len(raw)} bytes read)")
-    return key
-
-
-def _feed(h: Any, obj: Any) -> None:
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu().contiguous().reshape(-1)
-        h.update(f"T{t.dtype}{tuple(obj.shape)}:".encode())
-        h.update(t.view(torch.uint8).numpy().data)
-    elif isinstance(obj, dict):
-        h.update(f"D{len(obj)}:".encode())
-        for key, value in obj.items():
-            _feed(h, key)
-            _feed(h, value)
-    elif isinstance(obj, list | tuple):
-        h.update(f"{type(obj).__name__}{len(obj)}:".encode())
-        for value in obj:
-            _feed(h, value)
-    elif obj is None or isinstance(obj, str | bool | int | float):
-        text = repr(obj)
-        h.update(f"{type(obj).__name__}{len(text)}:{text}".encode("utf-8", "surrogatepass"))
-    else:
-        raise TypeError(f"checkpoint: cannot digest a {type(obj).__name__}")
-
-
-def rng_state() -> dict[str, Any]:
-    """Every global generator: torch CPU and CUDA, numpy's legacy global, Python's ``random``."""
-    with GLOBAL_RNG_LOCK:
-        state = np.random.get_state(legacy=True)
-        assert isinstance(state, tuple)  # the legacy form: (kind, keys, pos, has_gauss, gauss)
-        kind, keys, pos, has_gauss, gauss = state
-        return {
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
-            "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
-            "python": random.getstate(),
-        }
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore ``rng_state`` (CUDA only onto as many devices as were saved)."""
-    kind, keys, pos, has_gauss, gauss = state["numpy"]
-    version, internal, gauss_next = state["python"]
-    with GLOBAL_RNG_LOCK:
-        torch.set_rng_state(state["torch"].cpu())
-        cuda = state["cuda"]
-        if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
-        np.random.set_state((kind, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, gauss))
-        random.setstate((version, tuple(internal), gauss_next))
 
 
 def run_folder(cfg: ExperimentConfig) -> Path:
