@@ -408,6 +408,7 @@ def _float64_sims(over: list[str], engines=("sequential", "vectorised")) -> dict
         assert sim.engine_name == name
         for c in sim.data.clients:
             c.x_train, c.x_test = c.x_train.double(), c.x_test.double()
+        sim.data.x_test = sim.data.x_test.double()  # SA-PEF's mismatch probe reads it
         sims[name] = sim
     return sims
 
@@ -482,3 +483,39 @@ def test_ditto_vectorises_exactly_with_its_personal_models(model, inner, caplog)
         assert not torch.allclose(want, seq.params, atol=1e-3)
         assert torch.allclose(vec.store[k]["ditto_personal"], want, rtol=0, atol=1e-12), k
     assert np.array_equal(personal["vectorised"], personal["sequential"], equal_nan=True)
+
+
+# SA-PEF's paper protocol (configs/sweeps/main.yaml, protocol sapef) at unit scale: fixed local
+# steps, warm-up then cosine lr across rounds, momentum, weight decay, Top-k with error feedback
+# and the step-ahead start w - alpha e from round 2 on.
+SAPEF_PROTOCOL = ["model.name=mlp", "method=sapef_topk", "dataset.num_clients=6",
+                  "clients_per_round=3", "dataset.alpha=0.1", "rounds=5", "local.steps=5",
+                  "local.batch_size=64", "local.lr=0.1", "local.lr_schedule=warmup_cosine",
+                  "local.lr_min=0.003", "local.warmup_rounds=2", "local.momentum=0.9",
+                  "local.weight_decay=0.0005"]
+
+
+def test_sapef_protocol_rounds_agree_between_engines_in_float64():
+    """Five rounds of the SA-PEF protocol: global model, every client's error-feedback residual
+    and the lr of each round equal the sequential engine in float64 (float32 runs of this
+    protocol drift apart over ~50 rounds from rounding alone, docs/benchmarks/vectorised.md)."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        sims = _float64_sims(SAPEF_PROTOCOL)
+        seq, vec = sims["sequential"], sims["vectorised"]
+        lrs = []
+        for r in range(1, 6):
+            lrs.append(seq.round_context(r).schedule.lr)
+            run_round(seq, r)
+            run_round(vec, r)
+            assert vec.engine.last_path == "vectorised"
+            assert torch.allclose(vec.params, seq.params, rtol=0, atol=1e-12), r
+    finally:
+        torch.set_default_dtype(default)
+    assert len(set(lrs)) == 5 and lrs[1] == max(lrs)  # warm-up, then cosine decay
+    residuals = [k for k in range(6) if "ef_residual" in seq.store[k]]
+    assert residuals
+    for k in residuals:
+        want = seq.store[k]["ef_residual"]
+        assert torch.allclose(vec.store[k]["ef_residual"], want, rtol=0, atol=1e-12), k

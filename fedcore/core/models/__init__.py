@@ -13,7 +13,7 @@ NORMS = ("batch", "group")
 
 class ModelView(Protocol):
     """The model API an objective's ``loss`` calls: a FedModel, or the vectorised engine's
-    functional view of one (``fedcore.core.engines.vectorised.FunctionalModel``)."""
+    functional view of one (``fedcore.core.engines.functional.FunctionalModel``)."""
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
