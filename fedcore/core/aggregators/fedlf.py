@@ -32,11 +32,23 @@ def fairness_vector(losses: torch.Tensor) -> torch.Tensor:
     return h if h.norm() * l_norm > _H_REL_TOL else torch.zeros_like(h)
 
 
-def _rescale_rows(rows: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
-    """Each non-zero row rescaled to norm mu; zero rows are dropped (they have no direction)."""
-    norms: torch.Tensor = rows.norm(dim=1)
-    nz = norms > 0
-    return rows[nz] * (mu / norms[nz]).unsqueeze(1)
+def _rescaled_rows(parts: list[torch.Tensor], mu: torch.Tensor) -> torch.Tensor:
+    """The non-zero rows of ``parts``, in order, each rescaled to norm mu (zero rows have no
+    direction and are dropped), written into one matrix without an intermediate copy."""
+    kept = []
+    for rows in parts:
+        norms: torch.Tensor = rows.norm(dim=1)
+        nz = norms > 0
+        if bool(nz.all()):
+            kept.append((rows, (mu / norms).unsqueeze(1)))
+        else:
+            kept.append((rows[nz], (mu / norms[nz]).unsqueeze(1)))
+    out = parts[0].new_empty((sum(len(r) for r, _ in kept), parts[0].shape[1]))
+    start = 0
+    for rows, factor in kept:
+        torch.mul(rows, factor, out=out[start : start + len(rows)])
+        start += len(rows)
+    return out
 
 
 # What this module records: scope -> {metric: meaning} (read by fedcore.core.metrics.catalogue).
@@ -143,9 +155,7 @@ class FedLF(Aggregator):
             return torch.zeros_like(gq[0])
         scaled = gq * torch.where(norms > 0, mu / norms, torch.zeros_like(norms)).unsqueeze(1)
         fair = h @ scaled  # the fair gradient h . G^q (of the rescaled rows, as in the code)
-        rows = torch.cat(
-            [_rescale_rows(scaled, mu), _rescale_rows(fair[None], mu), _rescale_rows(hist_q, mu)]
-        )
+        rows = _rescaled_rows([scaled, fair[None], hist_q], mu)
         r64 = rows.double()
         lam, optimal = min_norm_weights(r64 @ r64.T)
         self._nonoptimal += not optimal
