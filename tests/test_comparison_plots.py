@@ -12,7 +12,7 @@ import yaml
 from matplotlib.container import ErrorbarContainer
 
 from fedcore.core.config import config_dir, method_names
-from fedcore.pipeline.stats import mean_interval
+from fedcore.stats.intervals import mean_interval
 from fedcore.tracking.comparison_plots import (
     CONVERGENCE_TITLE,
     FAMILIES,

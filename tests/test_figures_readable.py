@@ -106,7 +106,7 @@ def test_convergence_reads_with_the_reference_on_top_and_bands_in_range(tmp_path
 
 def test_the_unclipped_band_would_pass_one():
     """The data of the test above: its uncut t-interval leaves [0, 1] (so the cut is tested)."""
-    from fedcore.pipeline.stats import mean_interval
+    from fedcore.stats.intervals import mean_interval
 
     _, acc = _near_one()
     highs = [mean_interval([acc[f"krum-1.0-{s}"].loc[r] for s in range(3)]).high

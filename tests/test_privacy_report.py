@@ -12,7 +12,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from fedcore.core.config import config_dir
-from fedcore.pipeline.sweep import load_sweep
+from fedcore.specs.sweep import load_sweep
 from fedcore.tracking.privacy_report import COLUMN, epsilon_text
 from fedcore.tracking.report import build_report
 from fedcore.tracking.runner import run_tracked

@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from fedcore.core.config import ConfigError, config_dir
-from fedcore.pipeline.families import SeedPlan, family_outcomes
-from fedcore.pipeline.sweep import load_sweep
+from fedcore.specs.families import SeedPlan
+from fedcore.specs.sweep import load_sweep
+from fedcore.stats.looks import family_outcomes
 
 RECIPE = {"dataset": {"name": "digits", "partition": "dirichlet", "alpha": 0.5,
                       "num_clients": 10},
@@ -105,8 +106,8 @@ def _runs(rounds: int) -> pd.DataFrame:
 
 
 def test_a_family_is_judged_only_at_its_protocols_horizon(tmp_path):
-    from fedcore.pipeline.families import parse_families
-    from fedcore.pipeline.protocols import parse_protocols
+    from fedcore.specs.families import parse_families
+    from fedcore.specs.protocols import parse_protocols
 
     (tmp_path / "paper.yaml").write_text(yaml.safe_dump(RECIPE))
     protocols = parse_protocols({"paper": {"recipe": "paper.yaml", "set": PROTO_SET}},

@@ -21,7 +21,7 @@ from fedcore.core.runtime import stopping
 
 if TYPE_CHECKING:
     from fedcore.core.round.simulation import Result
-    from fedcore.pipeline.sweep import SweepSpec
+    from fedcore.specs.sweep import SweepSpec
     from fedcore.tracking.store_setup import StoreHelper
 
 DEBUG_ENV = "FEDCORE_DEBUG"  # set to 1: failures show their traceback (as --debug)
@@ -85,7 +85,7 @@ def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     config, overrides = _split_args(args.items)
-    from fedcore.pipeline.extras import INSTALL, missing
+    from fedcore.runtime_env.extras import INSTALL, missing
 
     tracked = not missing(("mlflow",))
     helper = _store_helper() if tracked else None  # a new store's schema, made in parallel
@@ -189,7 +189,7 @@ def _sweep_cells(args: argparse.Namespace, helper: StoreHelper | None) -> tuple[
 
     A local Dask cluster is started alongside the temporary Prefect server (its workers import
     torch, MLflow and fedcore meanwhile) and the store's schema is made by the helper."""
-    from fedcore.pipeline.sweep import check_resources, load_sweep
+    from fedcore.specs.sweep import check_resources, load_sweep
 
     spec = load_sweep(args.sweep, parse_overrides(args.overrides))  # before Prefect starts
     if args.reference is not None:  # before any cell runs
@@ -235,7 +235,7 @@ def check_reference(spec: SweepSpec, reference: str) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from fedcore.pipeline.sweep import load_sweep
+    from fedcore.specs.sweep import load_sweep
 
     spec = load_sweep(args.sweep, parse_overrides(args.overrides))
     return write_report(spec, args.out, any_code=args.any_code, reference=args.reference,
@@ -333,11 +333,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def cmd_claims(args: argparse.Namespace) -> int:
     from fedcore.core.config import config_dir
-    from fedcore.pipeline.claims import load_claims, markdown, tally
+    from fedcore.report.claims import markdown, tally
+    from fedcore.specs.claims import load_claims
 
     path, overrides = _split_args(args.items)
     if args.record:
-        from fedcore.pipeline.claims import record_claims
+        from fedcore.specs.claims import record_claims
 
         added = record_claims(path or config_dir() / "claims.yaml")
         print(f"recorded {len(added)} new claim(s): {', '.join(added) or 'none'}")
@@ -546,7 +547,7 @@ def _call(args: argparse.Namespace) -> int:
     failure)."""
     try:
         if args.command != "run":
-            from fedcore.pipeline.extras import require
+            from fedcore.runtime_env.extras import require
 
             require(args.command)
         _check_tracking_server(args.command)
@@ -576,7 +577,7 @@ TRACKED = ("run", "sweep", "tune", "report", "ui", "claims")  # commands that re
 def _check_tracking_server(command: str) -> None:
     """Before a command that uses MLflow does anything: its tracking server answers (one line
     within seconds if not), and MLflow's HTTP retries are bounded (fedcore.tracking.reach)."""
-    from fedcore.pipeline.extras import missing
+    from fedcore.runtime_env.extras import missing
 
     if command not in TRACKED or missing(("mlflow",)):
         return

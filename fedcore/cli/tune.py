@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedcore.core.config import ConfigError, ExperimentConfig, parse_overrides
-from fedcore.pipeline.invocation import fedcore_command
-from fedcore.pipeline.study_spec import StudySpec, find_study_file, load_study
+from fedcore.runtime_env.invocation import fedcore_command
+from fedcore.specs.study import StudySpec, find_study_file, load_study
 
 if TYPE_CHECKING:
     from fedcore.tuning.study import TrialOutcome
@@ -23,7 +23,7 @@ def tune_command(
     spec = load_study(study_file, parse_overrides(overrides))
     if best:
         return _best(spec, out)
-    from fedcore.pipeline.sweep import check_resources
+    from fedcore.specs.sweep import check_resources
 
     check_resources(_bound_configs(spec))  # data files and devices, before any trial
     from fedcore.tuning.results import describe
@@ -60,7 +60,7 @@ def _bound_configs(spec: StudySpec) -> Iterator[ExperimentConfig]:
 
 
 def _best(spec: StudySpec, out: str | None) -> int:
-    from fedcore.pipeline.tuned_alike import at_bound
+    from fedcore.specs.tuned_alike import at_bound
     from fedcore.tuning.results import describe, state_counts, write_best
     from fedcore.tuning.study import load_existing
 

@@ -1,6 +1,6 @@
 """The report's across-settings section: its Markdown, its CSV of estimates and its figures (the
 performance profiles and the critical-difference diagram), from the estimators of
-``fedcore.pipeline.aggregate``.
+``fedcore.stats.aggregate``.
 
 The figures draw with pyplot on Agg, save the PNG, close the figure and return it, so that a caller
 (or a test) can read what was drawn.
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from fedcore.core.component.seeding import numpy_rng
-from fedcore.pipeline.aggregate import (
+from fedcore.stats.aggregate import (
     CONFIDENCE,
     LABELS,
     METRICS,
@@ -77,7 +77,7 @@ def profile_png(
 def cd_diagram_png(ranks: pd.Series, cd: float, label: str, path: Path) -> Figure:
     """Demšar's critical-difference diagram: the rows on an axis of average rank (1 = best, on
     the left), a bar of length ``cd``, and thick lines joining rows whose ranks differ by less
-    than ``cd`` (``fedcore.pipeline.aggregate.cliques``)."""
+    than ``cd`` (``fedcore.stats.aggregate.cliques``)."""
     plt = _pyplot()
     k = len(ranks)
     groups = cliques(ranks, cd)

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedcore.pipeline.families import Family
-from fedcore.pipeline.stats import VERDICTS, mean_interval
+from fedcore.specs.families import Family
+from fedcore.stats.intervals import mean_interval
+from fedcore.stats.verdicts import VERDICTS
 from fedcore.tracking.plots import _pyplot, integer_ticks
 
 if TYPE_CHECKING:

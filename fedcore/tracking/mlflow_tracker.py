@@ -18,7 +18,7 @@ import yaml
 from fedcore.core.callbacks import Callback, RoundRecord, RoundVerdict
 from fedcore.core.round import checkpoint
 from fedcore.core.runtime import faults
-from fedcore.pipeline.hparams import regime_tags
+from fedcore.specs.hparams import regime_tags
 from fedcore.tracking import figure_helper
 from fedcore.tracking.machine import machine_tags
 from fedcore.tracking.provenance import device_tags, provenance_tags

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from fedcore.pipeline.stats import mean_interval
+from fedcore.stats.intervals import mean_interval
 from fedcore.tracking.plots import _pyplot
 
 if TYPE_CHECKING:

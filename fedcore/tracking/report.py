@@ -16,18 +16,6 @@ import numpy as np
 import pandas as pd
 
 from fedcore.core.round import code_digest
-from fedcore.pipeline.comparison import canonical, reference_rows
-from fedcore.pipeline.families import (
-    DEFAULT_ENDPOINT,
-    ENDPOINTS,
-    FamilyOutcome,
-    SeedPlan,
-    family_outcomes,
-    secondary_outcomes,
-)
-from fedcore.pipeline.hparams import row_regime
-from fedcore.pipeline.rows import TUNABLE, is_tuned
-from fedcore.pipeline.sweep import SweepSpec
 from fedcore.report.exploratory import (
     detectable_vs_reference,
     exploratory_table,
@@ -47,6 +35,12 @@ from fedcore.report.text import (
     figures_markdown,
     plan_text,
 )
+from fedcore.specs.families import DEFAULT_ENDPOINT, ENDPOINTS, SeedPlan
+from fedcore.specs.hparams import row_regime
+from fedcore.specs.rows import TUNABLE, is_tuned
+from fedcore.specs.sweep import SweepSpec
+from fedcore.stats.comparison import canonical, reference_rows
+from fedcore.stats.looks import FamilyOutcome, family_outcomes, secondary_outcomes
 from fedcore.tracking import privacy_report, time_report
 from fedcore.tracking.family_runs import mlflow_section
 from fedcore.tracking.mlflow_tracker import CONVERGED_TAG, get_experiment_id, mlflow_client
@@ -366,10 +360,10 @@ def across_settings(runs: pd.DataFrame, reference: str, out: Path) -> str:
 def write_latex(outcomes: list[FamilyOutcome], table: pd.DataFrame, runs: pd.DataFrame,
                 plan: SeedPlan, out: Path) -> list[Path]:
     """``families.tex``: a booktabs table per family and setting, or for a sweep without
-    families an exploratory one per setting (``fedcore.pipeline.paper_tables``);
+    families an exploratory one per setting (``fedcore.report.paper_tables``);
     ``statistics.md``: the checklist paragraph, with the seeds each row ran."""
-    from fedcore.pipeline.latex import statistics_statement
-    from fedcore.pipeline.paper_tables import families_tex
+    from fedcore.report.latex import statistics_statement
+    from fedcore.report.paper_tables import families_tex
 
     correction = f"Holm at 5 % / {len(plan.looks)} look(s) within the family"
     tex = out / "families.tex"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedcore.core.config import config_dir, parse_overrides
-from fedcore.pipeline.sweep import SweepSpec, load_sweep
+from fedcore.specs.sweep import SweepSpec, load_sweep
 from fedcore.tracking.settings import load_settings
 
 if TYPE_CHECKING:

@@ -14,9 +14,10 @@ from typing import Any
 
 import pandas as pd
 
-from fedcore.pipeline.families import DEFAULT_ENDPOINT, ENDPOINTS, Family, FamilyOutcome
-from fedcore.pipeline.latex import exploratory_latex, family_latex, label_key
-from fedcore.pipeline.papers import display_name
+from fedcore.report.latex import exploratory_latex, family_latex, label_key
+from fedcore.specs.families import DEFAULT_ENDPOINT, ENDPOINTS, Family
+from fedcore.specs.papers import display_name
+from fedcore.stats.looks import FamilyOutcome
 
 INTERVAL = "95 % Student-t interval over seeds"
 VERDICTS = ("better", "worse", "equivalent", "undecided")  # else (no verdict, not run): ---
