@@ -15,8 +15,9 @@ from fedcore.core.config import config_dir
 from fedcore.report.summary import target_text
 from fedcore.specs.sweep import load_sweep
 from fedcore.tracking import load_settings, mlflow_client
-from fedcore.tracking.report import build_report, sweep_parent_run
+from fedcore.tracking.report import build_report
 from fedcore.tracking.runner import run_tracked
+from fedcore.tracking.sweep_runs import sweep_parent_run
 
 pytestmark = pytest.mark.slow  # end to end (see docs/how-to/tests.md)
 
@@ -292,8 +293,8 @@ def test_the_report_finds_each_cells_run_as_a_search_per_cell_does(ran_sweep):
     """``sweep_runs`` reads all cells' runs in one search per code digest; each cell gets the
     run that asking for it alone gives (its newest FINISHED run made by this code)."""
     from fedcore.core.round import code_digest
-    from fedcore.tracking.report import sweep_runs
     from fedcore.tracking.runner import finished_run
+    from fedcore.tracking.sweep_runs import sweep_runs
 
     _, spec, _ = ran_sweep
     runs = sweep_runs(spec).set_index("config_hash")["run_id"]

@@ -311,7 +311,7 @@ def _run_looks(
 def open_rows(spec: SweepSpec, settings: TrackingSettings, reuse_other_code: bool) -> set[str]:
     """The rows the next look needs: the open comparisons' rows and their references."""
     from fedcore.stats.looks import family_outcomes, rows_to_run
-    from fedcore.tracking.report import sweep_runs
+    from fedcore.tracking.sweep_runs import sweep_runs
 
     runs = sweep_runs(spec, settings, any_code=reuse_other_code)
     if runs.empty:

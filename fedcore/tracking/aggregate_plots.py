@@ -22,6 +22,7 @@ from fedcore.stats.aggregate import (
     METRICS,
     REPS,
     Estimate,
+    RankTest,
     cliques,
     common_seeds,
     complete_rows,
@@ -140,17 +141,8 @@ def aggregate_section(
                          f"{', '.join(rows_in_order(runs))}")
     names = {**LABELS, **(labels or {})}
     cols = setting_columns(runs) if columns is None else list(columns)
-    settings = sorted(setting_labels(runs, cols).unique())
     complete = complete_rows(runs, cols)
-    left_out = [r for r in rows_in_order(runs) if r not in complete]
-    lines = [
-        "## Across settings", "",
-        f"{len(settings)} settings ({', '.join(c.removeprefix('grid:') for c in cols)}): "
-        + "; ".join(f"`{s}`" for s in settings) + ".",
-    ]
-    if left_out:
-        lines.append(f"Only rows that ran in every setting are pooled; left out: "
-                     f"{', '.join(left_out)}.")
+    lines = _settings_lines(runs, cols, complete)
     if reference not in complete or len(complete) < 2:
         why = (f"the reference {reference} did not run in every setting"
                if reference not in complete else "fewer than two rows ran in every setting")
@@ -164,7 +156,51 @@ def aggregate_section(
     runs = runs[runs["seed"].isin(seeds)]
     out_dir.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
-    lines += [
+    lines += _pooling_lines(seeds, dropped, reference, reps)
+    tables = []
+    for metric in [m for m in metrics if m in runs.columns and runs[m].notna().any()]:
+        label = names.get(metric, metric)
+        table = summary_table(runs, reference, metric, columns=cols, seed=seed, reps=reps)
+        test = rank_test(runs, metric, cols)
+        table["average_rank"] = table["row"].map(test.ranks)
+        tables.append(table)
+        lines += [f"### {label}", "", *_estimates_lines(table, reference)]
+        profiles = {
+            row: performance_profile(
+                groups_by_setting(runs, row, metric, cols), profile_taus(runs, metric),
+                numpy_rng(seed, "profile", metric, row), reps)
+            for row in rows_in_order(runs, reference)
+        }
+        path = out_dir / f"profile_{_slug(metric)}.png"
+        profile_png(profiles, label, reference, path)
+        files.append(path)
+        lines += _profile_lines(label, path)
+        lines += _rank_lines(test, metric, label, out_dir, files)
+    if tables:
+        path = out_dir / "aggregate.csv"
+        pd.concat(tables, ignore_index=True).to_csv(path, index=False)
+        files.append(path)
+    return "\n".join(lines).rstrip() + "\n", files
+
+
+def _settings_lines(runs: pd.DataFrame, cols: list[str], complete: list[str]) -> list[str]:
+    """The section's title, its settings and the rows left out of the pool."""
+    settings = sorted(setting_labels(runs, cols).unique())
+    left_out = [r for r in rows_in_order(runs) if r not in complete]
+    lines = [
+        "## Across settings", "",
+        f"{len(settings)} settings ({', '.join(c.removeprefix('grid:') for c in cols)}): "
+        + "; ".join(f"`{s}`" for s in settings) + ".",
+    ]
+    if left_out:
+        lines.append(f"Only rows that ran in every setting are pooled; left out: "
+                     f"{', '.join(left_out)}.")
+    return lines
+
+
+def _pooling_lines(seeds: list[int], dropped: int, reference: str, reps: int) -> list[str]:
+    """How the runs are pooled: the seeds, IQM, its interval and P(> reference)."""
+    return [
         f"On the {len(seeds)} seeds every row ran in every setting ({_seed_text(seeds)})"
         + (f"; {dropped} runs on other seeds (a look's extra seeds) are left out" if dropped
            else "")
@@ -176,55 +212,47 @@ def aggregate_section(
         "client sampling; ties count half), averaged over the settings with equal weight; "
         "its interval redraws the seeds within each setting; 0.5 is no difference.", "",
     ]
-    tables = []
-    for metric in [m for m in metrics if m in runs.columns and runs[m].notna().any()]:
-        label = names.get(metric, metric)
-        table = summary_table(runs, reference, metric, columns=cols, seed=seed, reps=reps)
-        test = rank_test(runs, metric, cols)
-        table["average_rank"] = table["row"].map(test.ranks)
-        tables.append(table)
-        lines += [f"### {label}", "",
-                  f"| row | runs | settings | IQM [{CONFIDENCE:.0%} CI] | "
-                  f"P(> {reference}) [{CONFIDENCE:.0%} CI] | average rank |",
-                  "|---|---:|---:|---|---|---:|"]
-        for r in table.itertuples(index=False):
-            poi = ("reference" if r.row == reference else
-                   _interval_text(r.p_improvement, r.p_improvement_low, r.p_improvement_high,
-                                  ".3f"))
-            rank = "" if math.isnan(r.average_rank) else f"{r.average_rank:.2f}"
-            lines.append(f"| {r.row} | {r.runs} | {r.settings} | "
-                         f"{_interval_text(r.iqm, r.iqm_low, r.iqm_high)} | {poi} | {rank} |")
-        profiles = {
-            row: performance_profile(
-                groups_by_setting(runs, row, metric, cols), profile_taus(runs, metric),
-                numpy_rng(seed, "profile", metric, row), reps)
-            for row in rows_in_order(runs, reference)
-        }
-        path = out_dir / f"profile_{_slug(metric)}.png"
-        profile_png(profiles, label, reference, path)
-        files.append(path)
-        lines += ["", f"![performance profile, {label}]({path.name})", "",
-                  f"Performance profile: the fraction of a row's runs with {label} above tau "
-                  f"(band: {CONFIDENCE:.0%} stratified bootstrap interval). Where one curve "
-                  "lies above another, that row's runs clear the threshold more often.", ""]
-        if test.reason:
-            lines += [f"Average ranks over {test.settings} settings (1 = best); no "
-                      f"critical-difference diagram: {test.reason}.", ""]
-        else:
-            path = out_dir / f"cd_{_slug(metric)}.png"
-            cd_diagram_png(test.ranks, test.cd, label, path)
-            files.append(path)
-            lines += [f"![critical difference, {label}]({path.name})", "",
-                      f"Average ranks over {test.settings} settings (1 = best). Friedman's "
-                      f"test: chi-square {test.statistic:.2f}, p = {test.p:.3g}. Rows joined "
-                      f"by a bar differ by less than the Nemenyi critical difference "
-                      f"{test.cd:.2f} at {test.level:.0%} (Demšar 2006): their ranks are not "
-                      "told apart.", ""]
-    if tables:
-        path = out_dir / "aggregate.csv"
-        pd.concat(tables, ignore_index=True).to_csv(path, index=False)
-        files.append(path)
-    return "\n".join(lines).rstrip() + "\n", files
+
+
+def _estimates_lines(table: pd.DataFrame, reference: str) -> list[str]:
+    """One metric's table: each row's runs, settings, IQM, P(> reference) and average rank."""
+    lines = [f"| row | runs | settings | IQM [{CONFIDENCE:.0%} CI] | "
+             f"P(> {reference}) [{CONFIDENCE:.0%} CI] | average rank |",
+             "|---|---:|---:|---|---|---:|"]
+    for r in table.itertuples(index=False):
+        poi = ("reference" if r.row == reference else
+               _interval_text(r.p_improvement, r.p_improvement_low, r.p_improvement_high,
+                              ".3f"))
+        rank = "" if math.isnan(r.average_rank) else f"{r.average_rank:.2f}"
+        lines.append(f"| {r.row} | {r.runs} | {r.settings} | "
+                     f"{_interval_text(r.iqm, r.iqm_low, r.iqm_high)} | {poi} | {rank} |")
+    return lines
+
+
+def _profile_lines(label: str, path: Path) -> list[str]:
+    """The performance profile's figure link and how to read it."""
+    return ["", f"![performance profile, {label}]({path.name})", "",
+            f"Performance profile: the fraction of a row's runs with {label} above tau "
+            f"(band: {CONFIDENCE:.0%} stratified bootstrap interval). Where one curve "
+            "lies above another, that row's runs clear the threshold more often.", ""]
+
+
+def _rank_lines(test: RankTest, metric: str, label: str, out_dir: Path,
+                files: list[Path]) -> list[str]:
+    """The average ranks' words and, where the test ran, the critical-difference diagram
+    (drawn to ``out_dir`` and added to ``files``)."""
+    if test.reason:
+        return [f"Average ranks over {test.settings} settings (1 = best); no "
+                f"critical-difference diagram: {test.reason}.", ""]
+    path = out_dir / f"cd_{_slug(metric)}.png"
+    cd_diagram_png(test.ranks, test.cd, label, path)
+    files.append(path)
+    return [f"![critical difference, {label}]({path.name})", "",
+            f"Average ranks over {test.settings} settings (1 = best). Friedman's "
+            f"test: chi-square {test.statistic:.2f}, p = {test.p:.3g}. Rows joined "
+            f"by a bar differ by less than the Nemenyi critical difference "
+            f"{test.cd:.2f} at {test.level:.0%} (Demšar 2006): their ranks are not "
+            "told apart.", ""]
 
 
 def _seed_text(seeds: Sequence[int]) -> str:

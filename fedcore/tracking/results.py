@@ -35,7 +35,7 @@ def sweep_runs(
         and the final metrics (accuracy, worst-10 %, client std, Jain, AUC, rounds to target,
         GB sent, personal ones); cells without a run are left out.
     """
-    from fedcore.tracking.report import sweep_runs as cell_runs
+    from fedcore.tracking.sweep_runs import sweep_runs as cell_runs
 
     if not isinstance(sweep, SweepSpec):
         path = Path(sweep)
