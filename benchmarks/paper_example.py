@@ -2,7 +2,7 @@
 
 Four methods on digits (MLP, 20 clients of which 4 held out, 5 sampled per round, 30 rounds),
 two Dirichlet alphas, five seeds: 40 runs, a few seconds each on a CPU. It writes the
-across-settings section (``fedcore.tracking.aggregate_plots.aggregate_section``), a booktabs table
+across-settings section (``fedcore.report.across_settings.aggregate_section``), a booktabs table
 per alpha (``fedcore.report.latex.family_latex``; verdicts from the paired t-test with Holm
 over the family, ``fedcore.stats.verdicts``) and ``statistics.md``.
 
@@ -75,9 +75,9 @@ def family_rows(runs: pd.DataFrame, alpha: float, reference: str) -> pd.DataFram
 
 
 def main() -> None:
+    from fedcore.report.across_settings import aggregate_section
     from fedcore.report.latex import family_latex, statistics_statement
     from fedcore.report.paper_tables import short_header
-    from fedcore.tracking.aggregate_plots import aggregate_section
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)

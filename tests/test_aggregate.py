@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedcore.report.across_settings import aggregate_section
 from fedcore.stats import aggregate as agg
-from fedcore.tracking.aggregate_plots import aggregate_section
 
 
 def _runs(settings: int, rows: dict[str, float], seeds: int = 3, noise: float = 0.01,

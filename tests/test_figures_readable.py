@@ -11,8 +11,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from fedcore.tracking.aggregate_plots import cd_diagram_png, profile_png
-from fedcore.tracking.comparison_plots import (
+from fedcore.figures.across_settings import cd_diagram_png, profile_png
+from fedcore.figures.comparison_plots import (
     FOREST_TITLE,
     REFERENCE_ZORDER,
     accuracy_vs_gb_png,
@@ -21,8 +21,8 @@ from fedcore.tracking.comparison_plots import (
     family_forest_png,
     fitted,
 )
-from fedcore.tracking.plots import curves_png, fairness_png
-from fedcore.tracking.privacy_report import accuracy_vs_epsilon_png
+from fedcore.figures.plots import curves_png, fairness_png
+from fedcore.figures.privacy import accuracy_vs_epsilon_png
 
 from .test_comparison_plots import PANELS, _diffs, _runs
 

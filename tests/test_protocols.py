@@ -193,7 +193,7 @@ def test_the_endpoint_names_the_rounds_it_reads(rounds, every, reads):
 def test_rows_outside_any_protocol_keep_their_settings_across_settings(tmp_path):
     """The exploratory rows (no protocol: NaN in `grid:protocol`) at two alphas are two
     settings of the across-settings section, not one setting `nan`."""
-    from fedcore.tracking.report import across_settings
+    from fedcore.report.across_settings import across_settings
 
     rows = []
     for alpha in (0.1, 1.0):

@@ -249,9 +249,9 @@ def write_report(spec: SweepSpec, out_dir: str | None, any_code: bool = False,
     headline verdicts and paths; 0, or 2 with a one-line error when what was asked cannot be
     reported (no finished run, a reference that matches no row, a bad ``--last-k``)."""
     from fedcore.core.config import project_root
+    from fedcore.report.headline import headline_lines
     from fedcore.report.reference import ReportInputError
     from fedcore.tracking.report import build_report
-    from fedcore.tracking.report_headline import headline_lines
     from fedcore.tracking.sweep_runs import sweep_parent_run
 
     out = Path(out_dir) if out_dir else project_root() / "reports" / spec.name

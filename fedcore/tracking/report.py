@@ -17,26 +17,29 @@ import numpy as np
 import pandas as pd
 
 from fedcore.core.round import code_digest
+from fedcore.figures.privacy import accuracy_vs_epsilon_png
+from fedcore.figures.simulated_time import accuracy_vs_time_png
 from fedcore.report import page
+from fedcore.report.across_settings import across_settings
 from fedcore.report.families import forest_frame
 from fedcore.report.files import write_all
 from fedcore.report.html import report_page
 from fedcore.report.paper_tables import write_latex
+from fedcore.report.privacy import COLUMN, epsilon_text, private
 from fedcore.report.reference import ReportInputError, resolve_reference
 from fedcore.report.summary import summary_table as _summary_table
 from fedcore.report.summary import with_training_state
 from fedcore.report.text import description, figures_markdown
 from fedcore.specs.families import ENDPOINTS
-from fedcore.specs.rows import TUNABLE
 from fedcore.specs.sweep import SweepSpec
 from fedcore.stats.looks import FamilyOutcome, family_outcomes, secondary_outcomes
-from fedcore.tracking import privacy_report, time_report
 from fedcore.tracking.family_runs import mlflow_section
 from fedcore.tracking.mlflow_tracker import mlflow_client
 from fedcore.tracking.parents import log_variant_table, set_description
 from fedcore.tracking.provenance import current_code_label
 from fedcore.tracking.settings import TrackingSettings, load_settings
 from fedcore.tracking.sweep_runs import (
+    clocks,
     final_client_accuracy,
     histories,
     other_code_hint,
@@ -63,7 +66,7 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     spent a privacy budget, each row's ``epsilon_text``."""
     if "epsilon" not in runs:
         return _summary_table(runs)
-    return _summary_table(runs, {"epsilon_text": lambda g: privacy_report.epsilon_text(
+    return _summary_table(runs, {"epsilon_text": lambda g: epsilon_text(
         list(g["epsilon"]), list(g["delta"]))})
 
 
@@ -98,7 +101,7 @@ def _figures(client: MlflowClient, spec: SweepSpec, finished: pd.DataFrame,
              acc: dict[str, pd.Series], outcomes: list[FamilyOutcome]) -> Callable[[Path], None]:
     """What the figures need from the store, read now; returned: what draws them into a
     folder."""
-    from fedcore.tracking.comparison_plots import (
+    from fedcore.figures.comparison_plots import (
         accuracy_vs_gb_png,
         client_accuracy_png,
         convergence_panels,
@@ -114,7 +117,7 @@ def _figures(client: MlflowClient, spec: SweepSpec, finished: pd.DataFrame,
         "alpha"].isin(finished.loc[compressed, "alpha"]))] if compressed.any() else None
     sent = (histories(client, list(sent_runs["run_id"]), "comm/bytes_up_total")
             if sent_runs is not None else {})
-    clock = time_report.clocks(client, finished)  # {} without a simulated clock
+    clock = clocks(client, finished)  # {} without a simulated clock
 
     def draw(stage: Path) -> None:
         convergence_png(convergence_panels(finished, spec.families), finished, acc,
@@ -123,10 +126,10 @@ def _figures(client: MlflowClient, spec: SweepSpec, finished: pd.DataFrame,
         client_accuracy_png(finished, finals, stage / "client_accuracy.png")
         if sent_runs is not None:
             accuracy_vs_gb_png(sent_runs, acc, sent, stage / "accuracy_vs_gb.png")
-        if privacy_report.private(finished):
-            privacy_report.accuracy_vs_epsilon_png(finished, stage / "accuracy_vs_epsilon.png")
+        if private(finished):
+            accuracy_vs_epsilon_png(finished, stage / "accuracy_vs_epsilon.png")
         if clock:
-            time_report.accuracy_vs_time_png(finished, acc, clock, stage / "accuracy_vs_time.png")
+            accuracy_vs_time_png(finished, acc, clock, stage / "accuracy_vs_time.png")
 
     return draw
 
@@ -164,7 +167,7 @@ def build_report(
     header = page.header(spec, runs, table, outcomes, code_header(runs, any_code),
                          reference_note)
     body = page.body(spec, runs, table, (outcomes, secondary), reference,
-                     mlflow_section(outcomes, runs, spec.name, settings), privacy_report.COLUMN)
+                     mlflow_section(outcomes, runs, spec.name, settings), COLUMN)
     draw = _figures(client, spec, runs[runs["status"] == "FINISHED"], acc, outcomes)
 
     def write(stage: Path) -> None:
@@ -187,32 +190,6 @@ def build_report(
                           ENDPOINTS[page.primary_endpoints(spec)[0]][0])
         set_description(client, parent_run_id, description(header, outcomes))
     return Report(runs, table, files, outcomes, secondary)
-
-
-def across_settings(runs: pd.DataFrame, reference: str, out: Path) -> str:
-    """The "Across settings" section (``fedcore.tracking.aggregate_plots.aggregate_section``) over
-    the rows that ran in two or more settings and the settings they all share (none: ""); its
-    files are written to ``out``."""
-    from fedcore.tracking.aggregate_plots import aggregate_section
-
-    done = runs[runs["status"] == "FINISHED"]
-    columns = ["dataset", "alpha"] + [c for c in done.columns if c.startswith("grid:")
-                                      and not c.removeprefix("grid:").startswith(TUNABLE)]
-    # a key only some grids vary is missing (NaN) in the other cells: "" there
-    keyed = done[columns].astype(object).where(done[columns].notna(), "").astype(str)
-    settings = done.assign(_s=keyed.agg("|".join, axis=1))
-    spans = settings.groupby("row")["_s"].agg(lambda x: frozenset(x))
-    multi = spans[spans.map(len) >= 2]
-    if multi.empty or reference not in multi.index:
-        return ""
-    shared = frozenset.intersection(*multi.tolist())
-    if len(shared) < 2:
-        return ""
-    chosen = settings[settings["row"].isin(multi.index) & settings["_s"].isin(shared)]
-    grid = [c for c in columns if c.startswith("grid:")]  # "" where a grid left the key unset
-    chosen = chosen.assign(**{c: keyed.loc[chosen.index, c] for c in grid})
-    text, _ = aggregate_section(chosen.drop(columns="_s"), reference, out, columns=columns)
-    return "\n" + text + "\n"
 
 
 def code_header(runs: pd.DataFrame, any_code: bool) -> str:

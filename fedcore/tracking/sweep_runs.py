@@ -1,8 +1,10 @@
 """A sweep's runs from the MLflow store: each cell's latest run made by this code (or any code),
-as one tidy frame, with the histories and per-client tables its report reads."""
+as one tidy frame, with the histories, simulated clocks and per-client tables its report
+reads."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +18,6 @@ from fedcore.specs.hparams import row_regime
 from fedcore.specs.rows import is_tuned
 from fedcore.specs.sweep import SweepSpec
 from fedcore.stats.comparison import canonical
-from fedcore.tracking import privacy_report
 from fedcore.tracking.mlflow_tracker import CONVERGED_TAG, get_experiment_id, mlflow_client
 from fedcore.tracking.provenance import CODE_DIGEST_TAG, COMMIT_TAG, DIRTY_TAG, code_label
 from fedcore.tracking.run_store import MlflowRunStore
@@ -26,6 +27,10 @@ from fedcore.tracking.settings import TrackingSettings, load_settings
 if TYPE_CHECKING:
     from mlflow.entities import Run
     from mlflow.tracking import MlflowClient
+
+EPSILON_METRIC = "privacy/epsilon"
+DELTA_PARAM = "dp.delta"
+TIME_METRIC = "time/simulated_s"
 
 
 def finished_by_cell(spec: SweepSpec, settings: TrackingSettings) -> dict[tuple[str, str], Run]:
@@ -95,7 +100,7 @@ def sweep_runs(
         }
         for key, metric, _ in COLUMNS:
             row[key] = run.data.metrics.get(metric, np.nan) if status == "FINISHED" else np.nan
-        row["epsilon"], row["delta"] = (privacy_report.run_privacy(run) if status == "FINISHED"
+        row["epsilon"], row["delta"] = (run_privacy(run) if status == "FINISHED"
                                         else (np.nan, np.nan))
         row["gb_sent"] = row["gb_sent"] / 1e9
         rows.append(row)
@@ -152,3 +157,21 @@ def sweep_parent_run(spec: SweepSpec, settings: TrackingSettings | None = None) 
         max_results=1,
     )
     return found[0].info.run_id if found else None
+
+
+def run_privacy(run: Run) -> tuple[float, float]:
+    """(epsilon spent by the run's last round, its delta); (inf, nan) without a mechanism."""
+    eps = run.data.metrics.get(EPSILON_METRIC)
+    if eps is None:
+        return math.inf, math.nan
+    return float(eps), float(run.data.params.get(DELTA_PARAM, "nan"))
+
+
+def clocks(client: MlflowClient, runs: pd.DataFrame) -> dict[str, pd.Series]:
+    """Each run's simulated clock by round (step); empty when no run has one."""
+    out = {}
+    for run_id in runs["run_id"]:
+        hist = client.get_metric_history(run_id, TIME_METRIC)
+        if hist:
+            out[run_id] = pd.Series({m.step: m.value for m in hist}).sort_index()
+    return out
