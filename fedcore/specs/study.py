@@ -1,7 +1,8 @@
 """Study YAML: base experiment, search space, objectives, sampler, pruner, storage (no Optuna here).
 
 Everything is validated when the file is loaded, before any trial runs: every search key is
-checked by building a config with each of its bounds or choices.
+checked by building a config with each of its bounds or choices. Each field is checked by
+``fedcore.specs.study_fields``, the storage URL by ``fedcore.specs.study_storage``.
 """
 
 from __future__ import annotations
