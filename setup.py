@@ -16,7 +16,7 @@ from setuptools import find_namespace_packages, find_packages, setup
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = "fedcore._configs"
-TUNE_BEST_MARK = "Written by `fedcore tune --best`"  # fedcore.pipeline.hparams.TUNE_BEST_MARK
+TUNE_BEST_MARK = "Written by `fedcore tune --best`"  # fedcore.specs.hparams.TUNE_BEST_MARK
 config_packages = [CONFIGS] + [f"{CONFIGS}.{p}" for p in find_namespace_packages(where="configs")]
 
 

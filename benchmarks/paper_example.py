@@ -2,9 +2,9 @@
 
 Four methods on digits (MLP, 20 clients of which 4 held out, 5 sampled per round, 30 rounds),
 two Dirichlet alphas, five seeds: 40 runs, a few seconds each on a CPU. It writes the
-across-settings section (``fedcore.tracking.aggregate_plots.aggregate_section``), a booktabs table
-per alpha (``fedcore.pipeline.latex.family_latex``; verdicts from the paired t-test with Holm
-over the family, ``fedcore.pipeline.stats``) and ``statistics.md``.
+across-settings section (``fedcore.report.across_settings.aggregate_section``), a booktabs table
+per alpha (``fedcore.report.latex.family_latex``; verdicts from the paired t-test with Holm
+over the family, ``fedcore.stats.verdicts``) and ``statistics.md``.
 
     .venv/bin/python -m benchmarks.paper_example docs/paper-example
 """
@@ -53,9 +53,10 @@ def family_rows(runs: pd.DataFrame, alpha: float, reference: str) -> pd.DataFram
     """The family table's rows at one alpha: the method's paper name, mean with its
     t-interval, n, the family's verdict (from the reference's side, as the report words it:
     "worse" when the reference loses to the row)."""
-    from fedcore.pipeline.families import Family, SeedPlan, decide
-    from fedcore.pipeline.papers import display_name
-    from fedcore.pipeline.stats import mean_interval
+    from fedcore.specs.families import Family, SeedPlan
+    from fedcore.specs.papers import display_name
+    from fedcore.stats.intervals import mean_interval
+    from fedcore.stats.looks import decide
 
     at = runs[runs["alpha"] == alpha]
     by = {m: dict(zip(g["seed"], g["accuracy"], strict=True)) for m, g in at.groupby("method")}
@@ -74,9 +75,9 @@ def family_rows(runs: pd.DataFrame, alpha: float, reference: str) -> pd.DataFram
 
 
 def main() -> None:
-    from fedcore.pipeline.latex import family_latex, statistics_statement
-    from fedcore.pipeline.paper_tables import short_header
-    from fedcore.tracking.aggregate_plots import aggregate_section
+    from fedcore.report.across_settings import aggregate_section
+    from fedcore.report.latex import family_latex, statistics_statement
+    from fedcore.report.paper_tables import short_header
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)

@@ -34,7 +34,7 @@ def child(cells: int) -> None:
     import torch
 
     from fedcore.core.round.simulation import Simulation
-    from fedcore.pipeline.sweep import load_sweep
+    from fedcore.specs.sweep import load_sweep
 
     torch.set_num_threads(1)
     look = load_sweep(ROOT / "configs" / "sweeps" / "main.yaml").cells_for_look(0)

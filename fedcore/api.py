@@ -40,9 +40,9 @@ _TRACKING = {
 
 def __getattr__(name: str) -> Any:
     """The MLflow-backed functions, imported when first asked for; without the pipeline extra,
-    a one-line ``fedcore.pipeline.extras.MissingExtraError`` naming it."""
+    a one-line ``fedcore.runtime_env.extras.MissingExtraError`` naming it."""
     if name in _TRACKING:
-        from fedcore.pipeline.extras import require_modules
+        from fedcore.runtime_env.extras import require_modules
 
         require_modules(f"fedcore.api.{name}", ("mlflow",))
         return getattr(importlib.import_module(_TRACKING[name]), name)

@@ -64,7 +64,7 @@ def _commit() -> str:
 
 def seeds_fact() -> str:
     """Which seeds the screening and the confirmation run, and which were seen before."""
-    from fedcore.pipeline.sweep import load_sweep
+    from fedcore.specs.sweep import load_sweep
 
     sweeps = ROOT / "configs" / "sweeps"
     main, confirm = (load_sweep(sweeps / name).seed_plan.seeds

@@ -1,4 +1,4 @@
-"""Across-settings estimates (fedcore.pipeline.aggregate): IQM and its stratified bootstrap
+"""Across-settings estimates (fedcore.stats.aggregate): IQM and its stratified bootstrap
 interval against a direct computation, probability of improvement, ranks and their gating."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedcore.pipeline import aggregate as agg
-from fedcore.tracking.aggregate_plots import aggregate_section
+from fedcore.report.across_settings import aggregate_section
+from fedcore.stats import aggregate as agg
 
 
 def _runs(settings: int, rows: dict[str, float], seeds: int = 3, noise: float = 0.01,

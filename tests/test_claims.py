@@ -9,17 +9,9 @@ import yaml
 
 from fedcore.core.config import ConfigError, config_dir
 from fedcore.core.round.simulation import Result
-from fedcore.pipeline.claims import (
-    evaluate,
-    experiments,
-    load_claims,
-    markdown,
-    measure,
-    record_claims,
-    run_claims,
-    training_state,
-    verdict,
-)
+from fedcore.report.claims import markdown
+from fedcore.specs.claims import experiments, load_claims, record_claims
+from fedcore.stats.claims import evaluate, measure, run_claims, training_state, verdict
 
 TINY = {"rounds": 2, "dataset.num_clients": 6, "clients_per_round": 3, "local.steps": 2}
 PAPERS = {"CRAFT", "CRF", "FedOUI", "SA-PEF", "FedQuad"}

@@ -23,7 +23,7 @@ from fedcore.core.callbacks import Callback
 from fedcore.core.compose.configure import load_config
 from fedcore.core.round import checkpoint, code_digest
 from fedcore.core.round.simulation import Simulation
-from fedcore.pipeline.sweep import load_sweep
+from fedcore.specs.sweep import load_sweep
 from fedcore.tracking.provenance import CODE_DIGEST_TAG
 from fedcore.tracking.report import build_report
 from fedcore.tracking.runner import SUPERSEDED_TAG, other_code_note, run_tracked

@@ -1,5 +1,5 @@
 """Comparisons over seeds on real simulations: what a seed fixes for every method, and the
-reference row of a setting (fedcore.pipeline.comparison; the tests: tests/test_families.py)."""
+reference row of a setting (fedcore.stats.comparison; the tests: tests/test_families.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from fedcore.core.compose.configure import build_config
 from fedcore.core.config import config_dir, read_yaml
 from fedcore.core.engines.sequential import client_seed
 from fedcore.core.round.simulation import Simulation
-from fedcore.pipeline.comparison import reference_rows, with_intervals
+from fedcore.stats.comparison import reference_rows, with_intervals
 
 SMALL = {"model.name": "mlp", "rounds": 3, "dataset.alpha": 0.1, "dataset.num_clients": 10,
          "clients_per_round": 5, "local.epochs": 1}
@@ -61,7 +61,7 @@ def test_batch_order_stream_is_the_same_for_every_method_at_a_seed():
 
 
 def test_a_row_interval_past_the_range_of_an_accuracy_is_cut_and_shown_whole():
-    from fedcore.pipeline.comparison import half_width
+    from fedcore.stats.comparison import half_width
 
     runs = pd.DataFrame({"row": ["a"] * 3, "seed": [0, 1, 2], "acc": [0.99, 0.90, 0.97]})
     line = with_intervals(runs, ["acc"], ["row"], {"acc": (0.0, 1.0)}).iloc[0]
@@ -73,7 +73,7 @@ def test_a_row_interval_past_the_range_of_an_accuracy_is_cut_and_shown_whole():
 
 
 def test_a_row_interval_spanning_the_whole_range_has_no_resolution():
-    from fedcore.pipeline.comparison import half_width
+    from fedcore.stats.comparison import half_width
 
     runs = pd.DataFrame({"row": ["a"] * 3, "seed": [0, 1, 2], "acc": [0.05, 0.95, 0.5]})
     line = with_intervals(runs, ["acc"], ["row"], {"acc": (0.0, 1.0)}).iloc[0]
@@ -83,9 +83,9 @@ def test_a_row_interval_spanning_the_whole_range_has_no_resolution():
 
 
 def test_the_report_shows_the_unseen_clients_and_samples_and_the_gap_interval():
-    from fedcore.pipeline.comparison import half_width
     from fedcore.report.exploratory import exploratory_table
     from fedcore.report.summary import COLUMNS
+    from fedcore.stats.comparison import half_width
     from fedcore.tracking.report import summary_table
 
     recs = []

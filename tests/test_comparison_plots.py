@@ -12,8 +12,7 @@ import yaml
 from matplotlib.container import ErrorbarContainer
 
 from fedcore.core.config import config_dir, method_names
-from fedcore.pipeline.stats import mean_interval
-from fedcore.tracking.comparison_plots import (
+from fedcore.figures.comparison_plots import (
     CONVERGENCE_TITLE,
     FAMILIES,
     FOREST_TITLE,
@@ -22,6 +21,7 @@ from fedcore.tracking.comparison_plots import (
     family_forest_png,
     family_of,
 )
+from fedcore.stats.intervals import mean_interval
 
 ALPHAS = (0.1, 1.0)
 SEEDS = (0, 1, 2)

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from fedcore.core.config import ConfigError, config_dir
-from fedcore.pipeline.sweep import load_sweep
+from fedcore.specs.sweep import load_sweep
 from fedcore.tracking.confirmation import check_screening_runs
 from fedcore.tracking.runner import run_tracked
 from fedcore.tracking.settings import load_settings

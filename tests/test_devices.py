@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedcore.pipeline.devices import DeviceSlots, needs_slot, pinned_device
+from fedcore.runtime_env.devices import DeviceSlots, needs_slot, pinned_device
 
 
 def test_slots_spread_over_devices_then_block(tmp_path):
@@ -54,7 +54,7 @@ def test_concurrent_threads_never_share_a_slot(tmp_path):
 def test_slot_held_by_another_process_is_skipped_and_freed_when_it_dies(tmp_path):
     code = (
         "import sys, time\n"
-        "from fedcore.pipeline.devices import DeviceSlots\n"
+        "from fedcore.runtime_env.devices import DeviceSlots\n"
         f"with DeviceSlots(2, lock_dir={str(tmp_path)!r}).acquire() as d:\n"
         "    print(d, flush=True)\n"
         "    time.sleep(600)\n"

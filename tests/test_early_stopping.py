@@ -91,7 +91,7 @@ def test_a_paused_run_resumes_with_its_callback_state(tmp_path):
 
 def test_a_sweep_rerun_skips_the_early_stopped_cell(tracking, tmp_path):
     from fedcore.flows.sweep import _simulate_cell
-    from fedcore.pipeline.sweep import load_sweep
+    from fedcore.specs.sweep import load_sweep
     from fedcore.tracking import get_experiment_id, mlflow_client
     from fedcore.tracking.mlflow_tracker import CONVERGED_TAG
     from fedcore.tracking.writers import wait_for_runs

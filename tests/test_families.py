@@ -1,5 +1,6 @@
-"""Comparison families and their looks (fedcore.pipeline.families): the error rate over looks by
-simulation, verdicts on real simulations, failed seeds, best marks, confirmations."""
+"""Comparison families and their looks (fedcore.specs.families, fedcore.stats.looks): the
+error rate over looks by simulation, verdicts on real simulations, failed seeds, best marks,
+confirmations."""
 
 from __future__ import annotations
 
@@ -13,17 +14,9 @@ import yaml
 from fedcore.core.compose.configure import build_config
 from fedcore.core.config import ConfigError, config_dir, read_yaml
 from fedcore.core.round.simulation import run
-from fedcore.pipeline.families import (
-    Family,
-    SeedPlan,
-    decide,
-    family_outcomes,
-    null_error_rate,
-    parse_families,
-    rows_to_run,
-    seed_plan,
-)
-from fedcore.pipeline.sweep import load_sweep
+from fedcore.specs.families import Family, SeedPlan, parse_families, seed_plan
+from fedcore.specs.sweep import load_sweep
+from fedcore.stats.looks import decide, family_outcomes, null_error_rate, rows_to_run
 
 SPREAD = 0.021  # the main job's median paired sd of the primary endpoint (issue 34)
 TRIALS = 2000
@@ -230,8 +223,8 @@ def test_a_comparison_where_only_one_side_was_tuned_says_so():
 
 
 def test_an_equivalent_answer_prints_its_tost_interval_inside_the_margin():
-    from fedcore.pipeline.families import Decision
-    from fedcore.pipeline.stats import compare
+    from fedcore.stats.looks import Decision
+    from fedcore.stats.verdicts import compare
 
     ref = [0.900, 0.910, 0.905, 0.915, 0.902, 0.908, 0.911, 0.906]
     row = [r - d for r, d in zip(ref, [0.005, -0.005, 0.01, 0.0, -0.01, 0.005, 0.0, -0.005],
@@ -247,8 +240,8 @@ def test_an_equivalent_answer_prints_its_tost_interval_inside_the_margin():
 def test_a_verdict_on_a_hair_is_marked_fragile_and_keeps_its_summary_shape():
     from dataclasses import replace
 
-    from fedcore.pipeline.families import Decision
-    from fedcore.pipeline.stats import compare
+    from fedcore.stats.looks import Decision
+    from fedcore.stats.verdicts import compare
 
     c = replace(compare([0.91, 0.93, 0.90, 0.94, 0.92], [0.88, 0.92, 0.86, 0.91, 0.90]),
                 p=0.003541, level=0.003571)
@@ -260,7 +253,8 @@ def test_a_verdict_on_a_hair_is_marked_fragile_and_keeps_its_summary_shape():
 
 
 def test_only_a_sweeps_accuracy_endpoints_are_cut_to_the_range_of_a_difference():
-    from fedcore.pipeline.families import Family, SeedPlan, decide
+    from fedcore.specs.families import Family, SeedPlan
+    from fedcore.stats.looks import decide
 
     fam = Family("f", "f", "ref", ("b",), "accuracy")
     plan = SeedPlan((0, 1, 2), (3,))

@@ -5,7 +5,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from fedcore.core.compose.configure import load_config
-from fedcore.tracking import figure_helper, plots
+from fedcore.figures import plots
+from fedcore.tracking import figure_helper
 from fedcore.tracking.runner import run_tracked
 
 from .conftest import TINY

@@ -11,8 +11,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from fedcore.tracking.aggregate_plots import cd_diagram_png, profile_png
-from fedcore.tracking.comparison_plots import (
+from fedcore.figures.across_settings import cd_diagram_png, profile_png
+from fedcore.figures.comparison_plots import (
     FOREST_TITLE,
     REFERENCE_ZORDER,
     accuracy_vs_gb_png,
@@ -21,8 +21,8 @@ from fedcore.tracking.comparison_plots import (
     family_forest_png,
     fitted,
 )
-from fedcore.tracking.plots import curves_png, fairness_png
-from fedcore.tracking.privacy_report import accuracy_vs_epsilon_png
+from fedcore.figures.plots import curves_png, fairness_png
+from fedcore.figures.privacy import accuracy_vs_epsilon_png
 
 from .test_comparison_plots import PANELS, _diffs, _runs
 
@@ -106,7 +106,7 @@ def test_convergence_reads_with_the_reference_on_top_and_bands_in_range(tmp_path
 
 def test_the_unclipped_band_would_pass_one():
     """The data of the test above: its uncut t-interval leaves [0, 1] (so the cut is tested)."""
-    from fedcore.pipeline.stats import mean_interval
+    from fedcore.stats.intervals import mean_interval
 
     _, acc = _near_one()
     highs = [mean_interval([acc[f"krum-1.0-{s}"].loc[r] for s in range(3)]).high

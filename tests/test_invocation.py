@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedcore.pipeline.invocation import fedcore_command
+from fedcore.runtime_env.invocation import fedcore_command
 
 
 def _console_script(root: Path) -> Path:

@@ -1,4 +1,4 @@
-"""The paper exports (fedcore.pipeline.latex): a booktabs table per family with verdicts worded
+"""The paper exports (fedcore.report.latex): a booktabs table per family with verdicts worded
 from the reference's side, bold for the winner of a decided comparison, an exploratory table,
 the width estimate that keeps a table inside a column, and the statistics statement."""
 
@@ -10,7 +10,7 @@ import re
 import pandas as pd
 import pytest
 
-from fedcore.pipeline.latex import (
+from fedcore.report.latex import (
     CHAR_PT,
     COLUMN_WIDTH_PT,
     TABCOLSEP_PT,

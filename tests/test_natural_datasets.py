@@ -220,7 +220,7 @@ def test_config_accepts_natural_only_with_owner_ids(tmp_path):
     assert msg.endswith("allowed: iid, dirichlet, shards") and "\n" not in msg
     with pytest.raises(ConfigError, match="dataset.download: femnist cannot be downloaded"):
         load_config(None, ["dataset.name=femnist", "dataset.download=true"])
-    from fedcore.pipeline.sweep import load_sweep
+    from fedcore.specs.sweep import load_sweep
 
     sweep = tmp_path / "s.yaml"
     sweep.write_text(json.dumps({"name": "nat", "grid": {

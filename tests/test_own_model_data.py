@@ -229,7 +229,7 @@ def test_any_callable_factory_runs_reproducibly_and_is_recorded_truthfully():
 
 
 def _shipped_hashes() -> set[str]:
-    from fedcore.pipeline.sweep import load_sweep
+    from fedcore.specs.sweep import load_sweep
 
     hashes = {load_config(None, []).config_hash()}
     for path in sorted((config_dir() / "experiments").glob("*.yaml")):

@@ -129,7 +129,7 @@ def test_configs_come_from_the_package_when_there_is_no_checkout(monkeypatch):
 def test_the_api_names_the_missing_extra_in_one_line():
     code = BLOCKER.format(blocked=PIPELINE) + """
 from fedcore.api import load_config
-from fedcore.pipeline.extras import MissingExtraError
+from fedcore.runtime_env.extras import MissingExtraError
 for name in ("run_tracked", "sweep_runs", "load_model"):
     try:
         exec(f"from fedcore.api import {name}")
@@ -145,5 +145,5 @@ from fedcore.api import run_tracked
         "pip install 'fedcore-fl[pipeline]'"
         for name in ("run_tracked", "sweep_runs", "load_model")]
     last = out.stderr.strip().splitlines()[-1]  # what a script that imports it shows last
-    assert last.startswith("fedcore.pipeline.extras.MissingExtraError: fedcore.api.run_tracked "
+    assert last.startswith("fedcore.runtime_env.extras.MissingExtraError: fedcore.api.run_tracked "
                            "needs the pipeline extra")

@@ -1,4 +1,4 @@
-"""families.tex of a main-job-shaped report (fedcore.pipeline.paper_tables): every table fits a
+"""families.tex of a main-job-shaped report (fedcore.report.paper_tables): every table fits a
 two-column article's \\columnwidth, methods by their papers' names, k in the header, a label
 per table, no ids in captions, verdicts from the reference's side; an exploratory table for a
 sweep without families; compiled by pdflatex where it is installed."""
@@ -15,12 +15,13 @@ import pandas as pd
 import pytest
 
 from fedcore.core.config import read_yaml
-from fedcore.pipeline.comparison import with_intervals
-from fedcore.pipeline.families import SeedPlan, family_outcomes, parse_families
-from fedcore.pipeline.latex import COLUMN_WIDTH_PT, tabular_width
-from fedcore.pipeline.paper_tables import families_tex
-from fedcore.pipeline.papers import display_name, methods
-from fedcore.pipeline.protocols import parse_protocols
+from fedcore.report.latex import COLUMN_WIDTH_PT, tabular_width
+from fedcore.report.paper_tables import families_tex
+from fedcore.specs.families import SeedPlan, parse_families
+from fedcore.specs.papers import display_name, methods
+from fedcore.specs.protocols import parse_protocols
+from fedcore.stats.comparison import with_intervals
+from fedcore.stats.looks import family_outcomes
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = ROOT / "configs" / "sweeps" / "main.yaml"

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fedcore.core.config import config_dir
-from fedcore.pipeline.sweep import load_sweep
+from fedcore.specs.sweep import load_sweep
 from fedcore.tracking import load_settings, mlflow_client
 from fedcore.tracking.parents import (
     VARIANT_TABLE,

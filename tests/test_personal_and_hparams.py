@@ -10,7 +10,7 @@ from fedcore.core.compose.configure import build_config, load_config
 from fedcore.core.config import ConfigError, config_dir
 from fedcore.core.metrics import jain_index
 from fedcore.core.round.simulation import Simulation
-from fedcore.pipeline.hparams import hparams_changes, hparams_label, hparams_tags, regime
+from fedcore.specs.hparams import hparams_changes, hparams_label, hparams_tags, regime
 
 from .conftest import TINY
 
@@ -47,7 +47,7 @@ def _study(tmp_path, method, metric):
 
 
 def test_a_study_can_maximise_personal_accuracy_of_ditto_only(tmp_path):
-    from fedcore.pipeline.study_spec import load_study
+    from fedcore.specs.study import load_study
 
     spec = load_study(_study(tmp_path, "ditto", "final/personal_accuracy_worst10"))
     assert spec.metrics == ("final/personal_accuracy_worst10",)
@@ -94,7 +94,7 @@ def test_a_tune_best_method_file_is_tuned(tmp_path, monkeypatch):
 
 
 def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(tracking, tmp_path):
-    from fedcore.pipeline.sweep import load_sweep
+    from fedcore.specs.sweep import load_sweep
     from fedcore.tracking import load_settings, mlflow_client
     from fedcore.tracking.report import build_report
     from fedcore.tracking.runner import run_tracked
@@ -135,10 +135,10 @@ def test_report_shows_personal_columns_for_ditto_only_and_marks_tuned_rows(track
 
 
 def test_main_job_runs_every_method_at_paper_but_two_tuned_rows_from_equal_studies():
-    from fedcore.pipeline.hparams import row_regime
-    from fedcore.pipeline.study_spec import load_study
-    from fedcore.pipeline.sweep import load_sweep
-    from fedcore.pipeline.tuned_alike import unequal
+    from fedcore.specs.hparams import row_regime
+    from fedcore.specs.study import load_study
+    from fedcore.specs.sweep import load_sweep
+    from fedcore.specs.tuned_alike import unequal
 
     spec = load_sweep(config_dir() / "sweeps" / "main.yaml")
     regimes: dict[str, set] = {}
@@ -180,7 +180,7 @@ def test_a_tune_best_recipe_never_labels_a_run_it_did_not_make(tmp_path, monkeyp
     defaults it would match every default run, which then read ``<study>_best recipe``."""
     import shutil
 
-    from fedcore.pipeline.hparams import TUNE_BEST_MARK, local_label, regime_tags
+    from fedcore.specs.hparams import TUNE_BEST_MARK, local_label, regime_tags
 
     shutil.copytree(config_dir(), tmp_path / "configs")
     best = build_config({"model": {"name": "mlp"}}).resolved()  # its local block: the defaults

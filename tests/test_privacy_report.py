@@ -12,8 +12,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from fedcore.core.config import config_dir
-from fedcore.pipeline.sweep import load_sweep
-from fedcore.tracking.privacy_report import COLUMN, epsilon_text
+from fedcore.report.privacy import COLUMN, epsilon_text
+from fedcore.specs.sweep import load_sweep
 from fedcore.tracking.report import build_report
 from fedcore.tracking.runner import run_tracked
 
@@ -72,7 +72,7 @@ def test_epsilon_text_is_the_largest_epsilon_of_the_finished_seeds(eps, deltas, 
 
 
 def test_the_plot_draws_one_line_per_method(tmp_path):
-    from fedcore.tracking.privacy_report import accuracy_vs_epsilon_png
+    from fedcore.figures.privacy import accuracy_vs_epsilon_png
 
     runs = pd.DataFrame({"method": ["a", "a", "b", "b"], "epsilon": [1.0, math.inf, 1.0, 8.0],
                          "accuracy_last_k": [0.5, 0.9, 0.4, 0.7]})

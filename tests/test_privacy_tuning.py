@@ -8,7 +8,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from fedcore.core.component.seeding import TUNING_SEED_MIN
-from fedcore.pipeline.study_spec import load_study
+from fedcore.specs.study import load_study
 
 
 def test_shipped_privacy_study_fixes_epsilon_and_searches_the_clip():

@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from fedcore.core.config import ConfigError, config_dir
-from fedcore.pipeline.families import SeedPlan, family_outcomes
-from fedcore.pipeline.sweep import load_sweep
+from fedcore.specs.families import SeedPlan
+from fedcore.specs.sweep import load_sweep
+from fedcore.stats.looks import family_outcomes
 
 RECIPE = {"dataset": {"name": "digits", "partition": "dirichlet", "alpha": 0.5,
                       "num_clients": 10},
@@ -105,8 +106,8 @@ def _runs(rounds: int) -> pd.DataFrame:
 
 
 def test_a_family_is_judged_only_at_its_protocols_horizon(tmp_path):
-    from fedcore.pipeline.families import parse_families
-    from fedcore.pipeline.protocols import parse_protocols
+    from fedcore.specs.families import parse_families
+    from fedcore.specs.protocols import parse_protocols
 
     (tmp_path / "paper.yaml").write_text(yaml.safe_dump(RECIPE))
     protocols = parse_protocols({"paper": {"recipe": "paper.yaml", "set": PROTO_SET}},
@@ -192,7 +193,7 @@ def test_the_endpoint_names_the_rounds_it_reads(rounds, every, reads):
 def test_rows_outside_any_protocol_keep_their_settings_across_settings(tmp_path):
     """The exploratory rows (no protocol: NaN in `grid:protocol`) at two alphas are two
     settings of the across-settings section, not one setting `nan`."""
-    from fedcore.tracking.report import across_settings
+    from fedcore.report.across_settings import across_settings
 
     rows = []
     for alpha in (0.1, 1.0):

@@ -189,7 +189,7 @@ def test_per_client_csv_beside_parquet_and_html_report_has_a_charset(tracking, t
 
 
 def test_round_axes_have_integer_ticks(tmp_path):
-    from fedcore.tracking.plots import _pyplot, integer_ticks
+    from fedcore.figures.plots import _pyplot, integer_ticks
 
     plt = _pyplot()
     fig, ax = plt.subplots()

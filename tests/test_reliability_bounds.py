@@ -20,8 +20,8 @@ import yaml
 from fedcore.api import ConfigError, build_config, federate
 from fedcore.core.compose.configure import load_config
 from fedcore.core.config import config_dir
-from fedcore.pipeline.study_spec import load_study
-from fedcore.pipeline.sweep import load_sweep
+from fedcore.specs.study import load_study
+from fedcore.specs.sweep import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def test_every_count_a_file_sets_is_bounded():
 
 
 def load_sweep_plan(seeds: object) -> None:
-    from fedcore.pipeline.families import seed_plan
+    from fedcore.specs.families import seed_plan
 
     seed_plan(seeds, "sweep")
 

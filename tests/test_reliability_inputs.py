@@ -93,7 +93,7 @@ def test_study_with_missing_dataset_files_is_refused(capsys, tracking, tmp_path)
 
 @pytest.mark.parametrize("timeout", [".inf", ".nan"])
 def test_study_timeout_must_be_finite(tmp_path, timeout):
-    from fedcore.pipeline.study_spec import load_study
+    from fedcore.specs.study import load_study
     from tests.test_tuning import _study
 
     with pytest.raises(ConfigError, match="study.timeout: expected a positive finite number"):

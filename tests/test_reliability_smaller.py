@@ -47,7 +47,7 @@ def test_a_report_on_a_full_disk_names_the_file_and_keeps_the_previous_report(
     import errno
 
     from fedcore.flows.sweep import parent_run
-    from fedcore.pipeline.sweep import load_sweep
+    from fedcore.specs.sweep import load_sweep
     from fedcore.tracking.report import build_report
     from fedcore.tracking.runner import run_tracked
 

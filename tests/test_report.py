@@ -12,11 +12,12 @@ import yaml
 from scipy import stats
 
 from fedcore.core.config import config_dir
-from fedcore.pipeline.sweep import load_sweep
 from fedcore.report.summary import target_text
+from fedcore.specs.sweep import load_sweep
 from fedcore.tracking import load_settings, mlflow_client
-from fedcore.tracking.report import build_report, sweep_parent_run
+from fedcore.tracking.report import build_report
 from fedcore.tracking.runner import run_tracked
+from fedcore.tracking.sweep_runs import sweep_parent_run
 
 pytestmark = pytest.mark.slow  # end to end (see docs/how-to/tests.md)
 
@@ -110,7 +111,7 @@ def test_table_is_mean_and_interval_over_seeds_of_the_recorded_runs(ran_sweep, t
     assert "![" in md and "](convergence.png)" in md and "](forest.png)" in md  # Figures
     assert all(t.startswith(("climbing (", "plateaued (", "too short to tell"))
                for t in report.table["training"])
-    # the family's comparison is the one of fedcore.pipeline.families on the runs' seeds
+    # the family's comparison is the one of fedcore.stats.looks on the runs' seeds
     (outcome,) = report.outcomes
     c = outcome.decisions[0].comparison
     by = {m: report.runs[report.runs["method"] == m].set_index("seed")["accuracy_last_k"]
@@ -259,7 +260,7 @@ def test_a_sweep_over_mappings_without_fedavg_is_reported(tracking, tmp_path, ca
     assert f"**Reference row**: `{first}`, the sweep's first row" in capsys.readouterr().out
     text = (out_dir / "table.md").read_text()
     assert f"**Reference row**: `{first}`, the sweep's first row" in text
-    from fedcore.pipeline.comparison import canonical
+    from fedcore.stats.comparison import canonical
 
     assert f"`{first}` row a paired t-test" in text
     table = pd.read_csv(out_dir / "table.csv")
@@ -292,8 +293,8 @@ def test_the_report_finds_each_cells_run_as_a_search_per_cell_does(ran_sweep):
     """``sweep_runs`` reads all cells' runs in one search per code digest; each cell gets the
     run that asking for it alone gives (its newest FINISHED run made by this code)."""
     from fedcore.core.round import code_digest
-    from fedcore.tracking.report import sweep_runs
     from fedcore.tracking.runner import finished_run
+    from fedcore.tracking.sweep_runs import sweep_runs
 
     _, spec, _ = ran_sweep
     runs = sweep_runs(spec).set_index("config_hash")["run_id"]
@@ -327,7 +328,7 @@ def test_sweep_with_report_writes_what_fedcore_report_writes(
 
 def test_intervals_group_mappings_and_lists_by_their_canonical_string():
     """A grid value that is a mapping or a list is a group key (typed in any key order)."""
-    from fedcore.pipeline.comparison import with_intervals
+    from fedcore.stats.comparison import with_intervals
 
     runs = pd.DataFrame({"grid:method.client": [{"algorithm": "fedprox", "mu": 0.1},
                                                 {"mu": 0.1, "algorithm": "fedprox"},

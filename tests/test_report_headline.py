@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedcore.tracking.report_headline import headline_lines
+from fedcore.report.headline import headline_lines
 
 SUMMARY = "# Sweep `big`\n\n40 cells planned: 40 finished.\n\n**Paper** (digits, Dirichlet 0.1):"
 

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 from fedcore.core.compose.configure import build_config, load_config
 from fedcore.core.config import config_dir
-from fedcore.pipeline.sweep import Cell, load_sweep
+from fedcore.specs.sweep import Cell, load_sweep
 from fedcore.tracking.names import cell_identities, parent_name, run_identity
 
 

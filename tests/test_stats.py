@@ -1,4 +1,5 @@
-"""Statistics over seeds (fedcore.pipeline.stats) against scipy and statsmodels on fixed inputs."""
+"""Statistics over seeds (fedcore.stats.intervals, .paired, .verdicts) against scipy and
+statsmodels on fixed inputs."""
 
 from __future__ import annotations
 
@@ -11,17 +12,15 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
-from fedcore.pipeline.stats import (
-    compare,
+from fedcore.stats.intervals import mean_interval, paired_seeds
+from fedcore.stats.paired import (
     detectable_difference,
     equivalence_p,
-    family_test,
-    mean_interval,
-    paired_seeds,
     seeds_for,
     sign_flip_p,
     superiority_p,
 )
+from fedcore.stats.verdicts import compare, family_test
 
 A = [0.91, 0.93, 0.90, 0.94, 0.92]
 B = [0.88, 0.92, 0.86, 0.91, 0.90]
@@ -125,7 +124,7 @@ def test_pairing_keeps_only_common_seeds_in_seed_order():
 
 
 def test_an_interval_past_the_range_of_a_difference_is_cut_to_it():
-    from fedcore.pipeline.stats import DIFFERENCE_RANGE
+    from fedcore.stats.intervals import DIFFERENCE_RANGE
 
     # three seeds near the top of the range: the 95 % t-interval reaches past +1
     c = compare([0.95, 0.8, 0.9], [0.05, 0.1, 0.05], bounds=DIFFERENCE_RANGE)
@@ -176,7 +175,7 @@ def test_a_p_value_within_ten_percent_of_its_threshold_is_fragile():
 def test_the_detectable_effect_has_the_stated_power_at_every_n_and_level():
     """statsmodels' solve_power returned unconverged effects silently (power 0.61 instead of
     0.8 at n = 3, level 0.0125; 0.23 at level 0.00278): the root is now bracketed."""
-    from fedcore.pipeline.stats import detectable_effect, paired_power
+    from fedcore.stats.paired import detectable_effect, paired_power
 
     for n in (2, 3, 4, 5, 8, 20):
         for level in (0.05, 0.025, 0.0125, 0.05 / 9 / 2, 0.00278):
@@ -187,7 +186,7 @@ def test_the_detectable_effect_has_the_stated_power_at_every_n_and_level():
 def test_paired_power_is_the_noncentral_t_where_scipy_has_it_and_finite_where_not():
     from scipy import stats as sps
 
-    from fedcore.pipeline.stats import paired_power
+    from fedcore.stats.paired import paired_power
 
     crit = sps.t.ppf(1 - 0.0125 / 2, 2)
     for effect in (0.5, 1.0, 3.0, 7.0, 10.0):
@@ -197,7 +196,7 @@ def test_paired_power_is_the_noncentral_t_where_scipy_has_it_and_finite_where_no
 
 
 def test_seeds_for_is_the_fewest_seeds_with_the_stated_power():
-    from fedcore.pipeline.stats import paired_power, seeds_for
+    from fedcore.stats.paired import paired_power, seeds_for
 
     for difference, sd, level in ((0.02, 0.02, 0.025), (0.01, 0.05, 0.00625), (0.1, 0.05, 0.05)):
         n = seeds_for(difference, sd, level)

@@ -77,7 +77,7 @@ def test_a_stopped_single_process_study_fails_its_trial_and_kills_its_parent(tra
     import optuna
     import yaml
 
-    from fedcore.pipeline.study_spec import load_study
+    from fedcore.specs.study import load_study
     from fedcore.tuning.study import tune
 
     path = tmp_path / "stop.yaml"

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from fedcore.core.config import ConfigError, config_dir
-from fedcore.pipeline.sweep import load_sweep
+from fedcore.specs.sweep import load_sweep
 
 
 def _write(tmp_path, spec):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fedcore.cli import main
-from fedcore.pipeline.sweep import load_sweep
+from fedcore.specs.sweep import load_sweep
 
 # these tests check that nothing creates the store, or how it is created: no ready-made copy
 pytestmark = pytest.mark.new_store

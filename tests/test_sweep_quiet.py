@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from fedcore.flows.sweep import task_run_name
-from fedcore.pipeline.sweep import load_sweep
+from fedcore.specs.sweep import load_sweep
 from fedcore.tracking.names import cell_identities
 from tests.processes import prefect_home
 

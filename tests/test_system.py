@@ -266,7 +266,7 @@ def test_the_profile_is_drawn_from_the_seed_only():
 
 def test_the_stragglers_sweep_holds_its_rows_and_families():
     from fedcore.core.config import config_dir
-    from fedcore.pipeline.sweep import load_sweep
+    from fedcore.specs.sweep import load_sweep
 
     spec = load_sweep(config_dir() / "sweeps" / "stragglers.yaml")
     assert len(spec.cells) == 18  # 6 rows x 3 seeds

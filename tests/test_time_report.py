@@ -9,7 +9,8 @@ import pandas as pd
 from mlflow import MlflowClient
 
 from fedcore.api import load_config, run_tracked
-from fedcore.tracking.time_report import accuracy_vs_time_png, clocks
+from fedcore.figures.simulated_time import accuracy_vs_time_png
+from fedcore.tracking.sweep_runs import clocks
 
 TINY = ["rounds=3", "model.name=mlp", "dataset.num_clients=6", "clients_per_round=3",
         "local.steps=2"]

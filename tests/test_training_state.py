@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fedcore.pipeline.training_state import (
+from fedcore.stats.training_state import (
     CLIMBING,
     PLATEAUED,
     SHORT,

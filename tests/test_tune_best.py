@@ -12,7 +12,7 @@ import yaml
 from fedcore.cli import main
 from fedcore.core.compose.configure import load_config
 from fedcore.core.round.simulation import run
-from fedcore.pipeline.objective import trial_value
+from fedcore.specs.objective import trial_value
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fedcore.cli import main
-from fedcore.pipeline.study_spec import load_study
+from fedcore.specs.study import load_study
 from tests.test_tuning import _study
 
 # these tests check that nothing creates the store, or how it is created: no ready-made copy

@@ -9,9 +9,10 @@ import pytest
 import yaml
 
 from fedcore.core.config import ConfigError, config_dir
-from fedcore.pipeline.study_spec import Param, load_study
-from fedcore.pipeline.sweep import load_sweep
-from fedcore.pipeline.tuned_alike import at_bound, scores_validation, unequal
+from fedcore.specs.study import load_study
+from fedcore.specs.study_fields import Param
+from fedcore.specs.sweep import load_sweep
+from fedcore.specs.tuned_alike import at_bound, scores_validation, unequal
 
 STUDY = {"base": str(config_dir() / "experiment.yaml"),
          "set": {"model.name": "mlp", "rounds": 2, "seed": 1000, "dataset.val_fraction": 0.5},

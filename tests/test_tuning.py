@@ -15,8 +15,8 @@ from mlflow.tracking import MlflowClient
 from fedcore.core.component.seeding import TUNING_SEED_MIN
 from fedcore.core.compose.configure import build_config
 from fedcore.core.config import ConfigError
-from fedcore.pipeline.objective import trial_value
-from fedcore.pipeline.study_spec import load_study, study_names
+from fedcore.specs.objective import trial_value
+from fedcore.specs.study import load_study, study_names
 
 SET = {"model.name": "mlp", "rounds": 2, "dataset.num_clients": 6, "clients_per_round": 3,
        "seed": TUNING_SEED_MIN}
@@ -92,7 +92,7 @@ def test_bad_studies_fail_in_one_line_before_any_trial(tmp_path, over, match):
 
 @pytest.mark.slow
 def test_validation_does_not_import_optuna(tmp_path):
-    code = ("import sys; from fedcore.pipeline.study_spec import load_study; "
+    code = ("import sys; from fedcore.specs.study import load_study; "
             f"load_study({str(_study(tmp_path))!r}); assert 'optuna' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 

@@ -12,8 +12,8 @@ import yaml
 
 from fedcore.core.component.seeding import TUNING_SEED_MIN
 from fedcore.core.config import ConfigError
-from fedcore.pipeline.objective import trial_value
-from fedcore.pipeline.study_spec import load_study, study_names
+from fedcore.specs.objective import trial_value
+from fedcore.specs.study import load_study, study_names
 
 SET = {"model.name": "mlp", "dataset.num_clients": 6, "clients_per_round": 3,
        "seed": TUNING_SEED_MIN}

@@ -11,7 +11,7 @@ import yaml
 from fedcore.cli import main
 from fedcore.core.component.seeding import TUNING_SEED_MIN
 from fedcore.core.config import ConfigError, config_dir
-from fedcore.pipeline.study_spec import load_study, study_names
+from fedcore.specs.study import load_study, study_names
 
 SET = {"method": "fedavg", "model.name": "mlp", "rounds": 2, "dataset.num_clients": 6,
        "clients_per_round": 3}

@@ -13,11 +13,12 @@ from fedcore.core.config import parse_overrides
 def cmd_claims(args: argparse.Namespace) -> int:
     """Run the claims file's experiments and print their table (``--record``: record it)."""
     from fedcore.core.config import config_dir
-    from fedcore.pipeline.claims import load_claims, markdown, tally
+    from fedcore.report.claims import markdown, tally
+    from fedcore.specs.claims import load_claims
 
     path, overrides = split_args(args.items)
     if args.record:
-        from fedcore.pipeline.claims import record_claims
+        from fedcore.specs.claims import record_claims
 
         added = record_claims(path or config_dir() / "claims.yaml")
         print(f"recorded {len(added)} new claim(s): {', '.join(added) or 'none'}")

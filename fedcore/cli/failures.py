@@ -20,7 +20,7 @@ def call(args: argparse.Namespace) -> int:
     failure)."""
     try:
         if args.command != "run":
-            from fedcore.pipeline.extras import require
+            from fedcore.runtime_env.extras import require
 
             require(args.command)
         check_tracking_server(args.command)
@@ -47,7 +47,7 @@ def call(args: argparse.Namespace) -> int:
 def check_tracking_server(command: str) -> None:
     """Before a command that uses MLflow does anything: its tracking server answers (one line
     within seconds if not), and MLflow's HTTP retries are bounded (fedcore.tracking.reach)."""
-    from fedcore.pipeline.extras import missing
+    from fedcore.runtime_env.extras import missing
 
     if command not in TRACKED or missing(("mlflow",)):
         return

@@ -11,12 +11,12 @@ from fedcore.cli.common import EPILOG
 from fedcore.core.config import parse_overrides
 
 if TYPE_CHECKING:
-    from fedcore.pipeline.sweep import SweepSpec
+    from fedcore.specs.sweep import SweepSpec
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the report of the sweep file's finished runs."""
-    from fedcore.pipeline.sweep import load_sweep
+    from fedcore.specs.sweep import load_sweep
 
     spec = load_sweep(args.sweep, parse_overrides(args.overrides))
     return write_report(spec, args.out, any_code=args.any_code, reference=args.reference,
@@ -30,8 +30,10 @@ def write_report(spec: SweepSpec, out_dir: str | None, any_code: bool = False,
     headline verdicts and paths; 0, or 2 with a one-line error when what was asked cannot be
     reported (no finished run, a reference that matches no row, a bad ``--last-k``)."""
     from fedcore.core.config import project_root
-    from fedcore.tracking.report import ReportInputError, build_report, sweep_parent_run
-    from fedcore.tracking.report_headline import headline_lines
+    from fedcore.report.headline import headline_lines
+    from fedcore.report.reference import ReportInputError
+    from fedcore.tracking.report import build_report
+    from fedcore.tracking.sweep_runs import sweep_parent_run
 
     out = Path(out_dir) if out_dir else project_root() / "reports" / spec.name
     try:

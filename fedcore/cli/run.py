@@ -51,7 +51,7 @@ class ProgressBar(Callback):
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one simulation and print its summary."""
     config, overrides = split_args(args.items)
-    from fedcore.pipeline.extras import INSTALL, missing
+    from fedcore.runtime_env.extras import INSTALL, missing
 
     tracked = not missing(("mlflow",))
     helper = store_helper() if tracked else None  # a new store's schema, made in parallel

@@ -12,7 +12,7 @@ from fedcore.cli.report import write_report
 from fedcore.core.config import ConfigError, parse_overrides
 
 if TYPE_CHECKING:
-    from fedcore.pipeline.sweep import SweepSpec
+    from fedcore.specs.sweep import SweepSpec
     from fedcore.tracking.store_setup import StoreHelper
 
 
@@ -48,7 +48,7 @@ def _sweep_cells(args: argparse.Namespace, helper: StoreHelper | None) -> tuple[
 
     A local Dask cluster is started alongside the temporary Prefect server (its workers import
     torch, MLflow and fedcore meanwhile) and the store's schema is made by the helper."""
-    from fedcore.pipeline.sweep import check_resources, load_sweep
+    from fedcore.specs.sweep import check_resources, load_sweep
 
     spec = load_sweep(args.sweep, parse_overrides(args.overrides))  # before Prefect starts
     if args.reference is not None:  # before any cell runs

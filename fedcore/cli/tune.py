@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from fedcore.core.config import ConfigError, ExperimentConfig, parse_overrides
 
 if TYPE_CHECKING:
-    from fedcore.pipeline.study_spec import StudySpec
+    from fedcore.specs.study import StudySpec
     from fedcore.tuning.study import TrialOutcome
 
 
@@ -18,15 +18,15 @@ def tune_command(
     study_file: str, overrides: list[str], best: bool, out: str | None, workers: int
 ) -> int:
     """Validate everything first; then run trials (or, with ``best``, report the stored ones)."""
-    from fedcore.pipeline.invocation import fedcore_command
-    from fedcore.pipeline.study_spec import find_study_file, load_study
+    from fedcore.runtime_env.invocation import fedcore_command
+    from fedcore.specs.study import find_study_file, load_study
 
     if workers < 1:
         raise ConfigError(f"--workers: expected an int >= 1 (got {workers})")
     spec = load_study(study_file, parse_overrides(overrides))
     if best:
         return _best(spec, out)
-    from fedcore.pipeline.sweep import check_resources
+    from fedcore.specs.sweep import check_resources
 
     check_resources(_bound_configs(spec))  # data files and devices, before any trial
     from fedcore.tuning.results import describe
@@ -63,8 +63,8 @@ def _bound_configs(spec: StudySpec) -> Iterator[ExperimentConfig]:
 
 
 def _best(spec: StudySpec, out: str | None) -> int:
-    from fedcore.pipeline.invocation import fedcore_command
-    from fedcore.pipeline.tuned_alike import at_bound
+    from fedcore.runtime_env.invocation import fedcore_command
+    from fedcore.specs.tuned_alike import at_bound
     from fedcore.tuning.results import describe, state_counts, write_best
     from fedcore.tuning.study import load_existing
 

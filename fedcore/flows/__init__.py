@@ -1,5 +1,5 @@
 """Prefect flows: thin wrappers that schedule fedcore simulations."""
 
-from fedcore.pipeline.env import configure_environment
+from fedcore.runtime_env.env import configure_environment
 
 configure_environment()

@@ -9,7 +9,8 @@ from prefect import flow
 import fedcore.flows  # noqa: F401  (offline environment before Prefect starts its server)
 from fedcore.core.config import config_dir, parse_overrides
 from fedcore.flows.run_names import claims_run_name
-from fedcore.pipeline.claims import load_claims, markdown
+from fedcore.report.claims import markdown
+from fedcore.specs.claims import load_claims
 from fedcore.tracking.claims import run_claims_tracked
 
 

@@ -10,8 +10,9 @@ from prefect import flow
 import fedcore.flows  # noqa: F401  (offline environment before Prefect starts its server)
 from fedcore.core.config import parse_overrides, project_root
 from fedcore.flows.run_names import report_run_name
-from fedcore.pipeline.sweep import load_sweep
-from fedcore.tracking.report import build_report, sweep_parent_run
+from fedcore.specs.sweep import load_sweep
+from fedcore.tracking.report import build_report
+from fedcore.tracking.sweep_runs import sweep_parent_run
 
 
 @flow(name="report", flow_run_name=report_run_name, log_prints=True)

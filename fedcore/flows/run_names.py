@@ -25,7 +25,7 @@ def sweep_run_name() -> str:
     name = _stem(path, "sweep")
     try:
         from fedcore.core.config import read_yaml
-        from fedcore.pipeline.sweep_file import sweep_name
+        from fedcore.specs.sweep_file import sweep_name
 
         name = sweep_name(read_yaml(Path(str(path))).get("name"), Path(str(path)))
     except Exception:  # noqa: BLE001  (the flow itself reports a bad file)

@@ -15,7 +15,7 @@ next sweep would wait for them forever. ``prefect_api`` instead starts the serve
 fedcore sets no ``gpu`` limit on a server of its own: with as many slots as cells run at once,
 each cell waited 1-2 s for the slot its predecessor on the worker was releasing
 (``benchmarks/prefect_handoff.py``), and GPU seats are kept by device locks
-(``fedcore.pipeline.devices``). Older fedcore versions set one; it is dropped here.
+(``fedcore.runtime_env.devices``). Older fedcore versions set one; it is dropped here.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ from fedcore.flows.runners import (
 )
 from fedcore.flows.server import owns_server
 from fedcore.flows.stopping import hold_sigterm, relay_stop_to_dask, stopped_state, watch_dask_event
-from fedcore.pipeline.devices import pinned_device
-from fedcore.pipeline.sweep import Cell, SweepSpec, load_sweep
+from fedcore.runtime_env.devices import pinned_device
+from fedcore.specs.sweep import Cell, SweepSpec, load_sweep
 from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.cell_claim import claim_cell
 from fedcore.tracking.confirmation import check_screening_runs
@@ -218,7 +218,7 @@ def sweep(
     round (runs KILLED), and the flow run ends Cancelled; running it again resumes.
 
     Each cell holds its own GPU seat while it runs (``cells_per_gpu`` cells per GPU; device
-    locks, ``fedcore.pipeline.devices``). Cells carry the ``gpu`` tag, so that a Prefect
+    locks, ``fedcore.runtime_env.devices``). Cells carry the ``gpu`` tag, so that a Prefect
     server's ``gpu`` tag limit caps them across flows; the flow sets no such limit itself.
 
     Args:
@@ -277,7 +277,7 @@ def _run_looks(
     dask_address: str | None, api_url: str | None, cells_per_gpu: int, reuse_other_code: bool,
     stop_event: str | None,
 ) -> list[dict[str, Any]]:
-    """Run the seed plan's looks in turn (``fedcore.pipeline.families``): each look's new
+    """Run the seed plan's looks in turn (``fedcore.stats.looks``): each look's new
     seeds for the rows that still need them, then the families are decided from the runs in
     MLflow, and rows whose comparisons are all decided stop. Finished cells are read back,
     never rerun, so a killed sweep resumes where it stopped."""
@@ -310,8 +310,8 @@ def _run_looks(
 
 def open_rows(spec: SweepSpec, settings: TrackingSettings, reuse_other_code: bool) -> set[str]:
     """The rows the next look needs: the open comparisons' rows and their references."""
-    from fedcore.pipeline.families import family_outcomes, rows_to_run
-    from fedcore.tracking.report import sweep_runs
+    from fedcore.stats.looks import family_outcomes, rows_to_run
+    from fedcore.tracking.sweep_runs import sweep_runs
 
     runs = sweep_runs(spec, settings, any_code=reuse_other_code)
     if runs.empty:

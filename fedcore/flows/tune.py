@@ -20,7 +20,7 @@ from fedcore.core.runtime import stopping
 from fedcore.flows.artifacts import publish_table
 from fedcore.flows.run_names import tune_run_name
 from fedcore.flows.stopping import hold_sigterm, stopped_state
-from fedcore.pipeline.study_spec import StudySpec, load_study
+from fedcore.specs.study import StudySpec, load_study
 from fedcore.tracking import load_settings
 from fedcore.tuning.results import describe, finish_parent, trials_markdown
 from fedcore.tuning.study import ask_trial, open_study, run_trial, study_parent_run

@@ -8,15 +8,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedcore.pipeline.comparison import half_width, reference_rows
-from fedcore.pipeline.stats import (
-    DIFFERENCE_RANGE,
-    detectable_difference,
-    no_resolution,
-    paired_seeds,
-)
 from fedcore.report.ranking import short_training
 from fedcore.report.summary import COLUMNS, PERSONAL
+from fedcore.stats.comparison import half_width, reference_rows
+from fedcore.stats.intervals import DIFFERENCE_RANGE, no_resolution, paired_seeds
+from fedcore.stats.paired import detectable_difference
 
 SHOWN = ("accuracy_last_k", "accuracy", "worst10", "rounds_to_target")  # what a reader compares
 SHOWN_IF_ANY = ("personal_accuracy", "unseen_accuracy")  # where a row has it

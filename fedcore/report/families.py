@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fedcore.pipeline.comparison import half_width
-from fedcore.pipeline.families import ENDPOINTS, FamilyOutcome, SeedPlan
-from fedcore.pipeline.rows import is_tuned
-from fedcore.pipeline.stats import seeds_for
+from fedcore.specs.families import ENDPOINTS, SeedPlan
+from fedcore.specs.rows import is_tuned
+from fedcore.stats.comparison import half_width
+from fedcore.stats.looks import FamilyOutcome
+from fedcore.stats.paired import seeds_for
 
 
 def endpoint_text(runs: pd.DataFrame, endpoint: str) -> str:

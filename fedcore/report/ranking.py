@@ -12,8 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from fedcore.pipeline.rows import TUNABLE
-from fedcore.pipeline.stats import no_resolution
+from fedcore.specs.rows import TUNABLE
+from fedcore.stats.intervals import no_resolution
 
 SETTING = ("dataset", "alpha", "protocol")  # setting columns of a report's summary table
 

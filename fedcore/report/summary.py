@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedcore.pipeline.comparison import with_intervals
-from fedcore.pipeline.stats import DIFFERENCE_RANGE, VALUE_RANGE
-from fedcore.pipeline.training_state import CLIMBING, MIN_CHANGE, NOISE_SE, training_state
+from fedcore.stats.comparison import with_intervals
+from fedcore.stats.intervals import DIFFERENCE_RANGE, VALUE_RANGE
+from fedcore.stats.training_state import CLIMBING, MIN_CHANGE, NOISE_SE, training_state
 
 GROUP = ["row", "method", "hparams", "tuning", "dataset", "alpha"]
 COLUMNS = [

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedcore.pipeline.families import FamilyOutcome, SeedPlan, rows_to_run
-from fedcore.pipeline.sweep import SweepSpec
-from fedcore.pipeline.training_state import MIN_CHANGE, NOISE_SE
+from fedcore.specs.families import SeedPlan
+from fedcore.specs.sweep import SweepSpec
+from fedcore.stats.looks import FamilyOutcome, rows_to_run
+from fedcore.stats.training_state import MIN_CHANGE, NOISE_SE
 
 FIGURES = (  # file, what it shows (the report's "Figures" section, in this order)
     ("convergence.png", "test accuracy per round, one panel per family and setting (mean over "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from fedcore.pipeline.env import configure_environment
+from fedcore.runtime_env.env import configure_environment
 
 configure_environment()
 

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedcore.pipeline.claims import ClaimRow, ClaimsSpec, markdown, run_claims, tally
+from fedcore.report.claims import markdown, tally
+from fedcore.specs.claims import ClaimsSpec
+from fedcore.stats.claims import ClaimRow, run_claims
 from fedcore.tracking.mlflow_tracker import get_experiment_id, mlflow_client
 from fedcore.tracking.names import parent_name
 from fedcore.tracking.runner import run_tracked

@@ -6,7 +6,7 @@ seeds pass, and then skip every cell as already FINISHED."""
 from __future__ import annotations
 
 from fedcore.core.config import ConfigError
-from fedcore.pipeline.sweep import SweepSpec
+from fedcore.specs.sweep import SweepSpec
 from fedcore.tracking.run_store import MlflowRunStore
 from fedcore.tracking.settings import TrackingSettings, load_settings
 

@@ -22,7 +22,7 @@ from fedcore.tracking.run_store import MlflowRunStore
 if TYPE_CHECKING:
     import pandas as pd
 
-    from fedcore.pipeline.families import FamilyOutcome
+    from fedcore.stats.looks import FamilyOutcome
     from fedcore.tracking.settings import TrackingSettings
 
 UI_PAGE = 100  # runs the MLflow UI's run table loads at a time ("Load more" for the next)

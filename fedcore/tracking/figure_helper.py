@@ -4,7 +4,7 @@ A fresh process pays about 0.7 s of CPU to import matplotlib and 0.3 s more to d
 figures (fonts), at the run's end, after the last round: on a short run that is a large part of
 what tracking adds. ``start`` launches a helper process that imports matplotlib at once, in
 parallel with the run (on another core), and then draws what it is sent with the same functions
-(``fedcore.tracking.plots.curves_png`` and ``fairness_png``), so the files are the same, byte
+(``fedcore.figures.plots.curves_png`` and ``fairness_png``), so the files are the same, byte
 for byte. The run's end asks ``draw`` and writes its other records meanwhile; whenever the
 helper cannot answer (it could not be started, it died, it reported an error) the figures are
 drawn in this process instead.
@@ -132,7 +132,7 @@ def draw(history: list[dict[str, float]], accuracy: np.ndarray, round: int,
 
 
 def _draw(message: dict[str, Any]) -> None:
-    from fedcore.tracking.plots import curves_png, fairness_png
+    from fedcore.figures.plots import curves_png, fairness_png
 
     out = Path(message["out"])
     curves_png(message["history"], out / "curves.png")
@@ -162,7 +162,7 @@ def _helper_main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import io
 
-    from fedcore.tracking.plots import _figure
+    from fedcore.figures.plots import _figure
 
     _figure((1, 1)).savefig(io.BytesIO(), format="png")  # loads the font and the Agg canvas
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer

@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fedcore.pipeline.families import Family
-    from fedcore.pipeline.sweep import Cell
+    from fedcore.specs.families import Family
+    from fedcore.specs.sweep import Cell
 
 FAMILY_TAG = "family."  # + a family's name: "yes" on the runs of the rows it judges
 # Grid keys already in the name's stem.
@@ -75,7 +75,7 @@ def name_and_variant(resolved: dict[str, Any], extra: dict[str, Any],
 
 def run_identity(resolved: dict[str, Any]) -> tuple[str, str]:
     """Name and variant of a run outside a sweep: the stem and its changed hyperparameters."""
-    from fedcore.pipeline.hparams import hparams_changes, paper_method
+    from fedcore.specs.hparams import hparams_changes, paper_method
 
     method = resolved["method"]
     changed = hparams_changes(method) if paper_method(str(method["name"])) is not None else {}
@@ -109,7 +109,7 @@ def row_tags(cell: Cell, families: Sequence[Family] = ()) -> dict[str, str]:
     ``fedavg``), its regime tags as that row states them (a study's values ``tuned``) and
     ``family.<name>`` = ``yes`` for each family that judges its row at its alpha (MLflow's
     search has no OR: a family's runs are found by this tag)."""
-    from fedcore.pipeline.hparams import regime_tags, row_regime
+    from fedcore.specs.hparams import regime_tags, row_regime
 
     resolved = cell.config.resolved()
     alpha = cell.config.dataset.alpha

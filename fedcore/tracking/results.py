@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedcore.core.config import config_dir, parse_overrides
-from fedcore.pipeline.sweep import SweepSpec, load_sweep
+from fedcore.specs.sweep import SweepSpec, load_sweep
 from fedcore.tracking.settings import load_settings
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def sweep_runs(
         and the final metrics (accuracy, worst-10 %, client std, Jain, AUC, rounds to target,
         GB sent, personal ones); cells without a run are left out.
     """
-    from fedcore.tracking.report import sweep_runs as cell_runs
+    from fedcore.tracking.sweep_runs import sweep_runs as cell_runs
 
     if not isinstance(sweep, SweepSpec):
         path = Path(sweep)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedcore.core.runtime import faults
-from fedcore.pipeline.env import configure_environment
+from fedcore.runtime_env.env import configure_environment
 from fedcore.tracking.client import mlflow_client as mlflow_client
 from fedcore.tracking.settings import TrackingSettings, load_settings
 

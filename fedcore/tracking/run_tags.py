@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from fedcore.pipeline.hparams import regime_tags
+from fedcore.specs.hparams import regime_tags
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:

@@ -135,7 +135,7 @@ def start_helper(tracking_uri: str) -> StoreHelper | None:
 def _helper_main(tracking_uri: str) -> int:
     """The helper: import MLflow, wait for ``go`` (or end of input: exit, nothing written), then
     open the store under ``store_lock``, creating its schema unless another process did."""
-    from fedcore.pipeline.env import configure_environment
+    from fedcore.runtime_env.env import configure_environment
 
     configure_environment()
     from mlflow.store.tracking import sqlalchemy_store  # noqa: F401  (the slow imports)

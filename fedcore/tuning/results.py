@@ -16,10 +16,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from fedcore.core.compose.configure import build_config
 from fedcore.core.config import ExperimentConfig, writable_config_dir
-from fedcore.pipeline.study_spec import StudySpec
+from fedcore.figures.plots import _pyplot
+from fedcore.specs.study import StudySpec
 from fedcore.tracking import load_settings, mlflow_client
 from fedcore.tracking.parents import markdown_rows, set_description
-from fedcore.tracking.plots import _pyplot
 
 
 def best_trials(study: optuna.Study) -> list[FrozenTrial]:

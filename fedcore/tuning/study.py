@@ -23,8 +23,9 @@ from sqlalchemy.exc import OperationalError
 from fedcore.core.callbacks import Callback, RoundRecord, RoundVerdict
 from fedcore.core.config import ConfigError
 from fedcore.core.runtime import stopping
-from fedcore.pipeline.objective import trial_value
-from fedcore.pipeline.study_spec import Param, StudySpec
+from fedcore.specs.objective import trial_value
+from fedcore.specs.study import StudySpec
+from fedcore.specs.study_fields import Param
 from fedcore.tracking import get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.links import run_url
 from fedcore.tracking.mlflow_tracker import store_lock

@@ -1,5 +1,5 @@
 """Whether the device a config names exists on this machine (the core's only device check;
-the slots that pin parallel cells to GPUs are an edge: ``fedcore.pipeline.devices``)."""
+the slots that pin parallel cells to GPUs are an edge: ``fedcore.runtime_env.devices``)."""
 
 from __future__ import annotations
 

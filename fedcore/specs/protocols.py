@@ -15,7 +15,7 @@ participation (``clients_per_round`` as a share of ``dataset.num_clients``) must
 recipe's, except what the row's grid block sets itself (a tuned row's local lr) and the keys
 its ``scaled:`` names with what runs instead (``local.steps``). A command-line
 override may still change them (``rounds=5`` for a quick look): a family whose rows ran fewer
-rounds than its protocol's horizon then carries no verdicts (``fedcore.pipeline.families``).
+rounds than its protocol's horizon then carries no verdicts (``fedcore.stats.looks``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 from fedcore.core.compose.configure import build_config
 from fedcore.core.config import ConfigError, ExperimentConfig, limits, read_yaml
-from fedcore.pipeline.sweep_file import check_entry_keys
+from fedcore.specs.sweep_file import check_entry_keys
 
 PROTOCOL_KEYS = ("recipe", "paper", "scaled", "set")
 GRID_KEY = "protocol"

@@ -1,5 +1,5 @@
 """A comparison table over seeds: intervals per row and the reference row of each setting (the
-tests are ``fedcore.pipeline.families``, the statistics ``fedcore.pipeline.stats``).
+tests are ``fedcore.stats.looks``, the statistics ``fedcore.stats.verdicts``).
 
 Input: one line per run with ``row`` (what is compared: a method at its settings), ``dataset``,
 ``alpha``, ``seed`` and the metric columns.
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedcore.pipeline.stats import Interval, mean_interval, no_resolution
+from fedcore.stats.intervals import Interval, mean_interval, no_resolution
 
 SETTING = ["dataset", "alpha"]
 

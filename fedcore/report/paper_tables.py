@@ -6,17 +6,22 @@ without ids, a ``\\label``, and the verdicts worded from the reference's side as
 report words them. A sweep without families gets one exploratory table per setting, best mean
 first. The summary table is the report's (``fedcore.tracking.report.summary_table``): a row per
 row label, dataset and alpha with ``<column>_mean``, ``_low``, ``_high`` and ``_n``.
+``write_latex`` writes the tables with ``statistics.md``, the paper checklist's paragraph.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from fedcore.pipeline.families import DEFAULT_ENDPOINT, ENDPOINTS, Family, FamilyOutcome
-from fedcore.pipeline.latex import exploratory_latex, family_latex, label_key
-from fedcore.pipeline.papers import display_name
+from fedcore.report.families import endpoint_text
+from fedcore.report.files import write_text_atomic
+from fedcore.report.latex import exploratory_latex, family_latex, label_key, statistics_statement
+from fedcore.specs.families import DEFAULT_ENDPOINT, ENDPOINTS, Family, SeedPlan
+from fedcore.specs.papers import display_name
+from fedcore.stats.looks import FamilyOutcome
 
 INTERVAL = "95 % Student-t interval over seeds"
 VERDICTS = ("better", "worse", "equivalent", "undecided")  # else (no verdict, not run): ---
@@ -96,3 +101,27 @@ def exploratory_tex(table: pd.DataFrame, k: int, endpoint: str = DEFAULT_ENDPOIN
             label=f"tab:rows-{label_key(dataset)}-a{float(alpha):g}",
             header=short_header(endpoint, k), interval=INTERVAL))
     return "\n".join(parts)
+
+
+def write_latex(outcomes: list[FamilyOutcome], table: pd.DataFrame, runs: pd.DataFrame,
+                plan: SeedPlan, out: Path) -> list[Path]:
+    """``families.tex``: a booktabs table per family and setting, or for a sweep without
+    families an exploratory one per setting (``fedcore.report.paper_tables``);
+    ``statistics.md``: the checklist paragraph, with the seeds each row ran."""
+    correction = f"Holm at 5 % / {len(plan.looks)} look(s) within the family"
+    tex = out / "families.tex"
+    write_text_atomic(tex, families_tex(outcomes, table, int(runs["last_k"].max()), correction))
+    stats_md = out / "statistics.md"
+    margins = {o.family.margin for o in outcomes} or {0.01}
+    write_text_atomic(stats_md, statistics_statement(
+        seeds=[int(n) for n in table["seeds"] if n > 0],
+        endpoint="; ".join(endpoint_text(runs, e) for e in dict.fromkeys(
+            o.endpoint for o in outcomes)) or endpoint_text(runs, DEFAULT_ENDPOINT),
+        interval="95 % Student-t interval of the mean over seeds (per row); for a comparison, "
+        "the t-interval of the paired differences at the family's Holm-adjusted level",
+        test="two-sided paired t-test on per-seed differences, TOST for equivalence",
+        correction=f"Holm within each family, at 5 % / {len(plan.looks)} look(s) "
+        f"(looks at {', '.join(map(str, plan.looks))} seeds)",
+        families=[o.family.name for o in outcomes] or ["none (exploratory)"],
+        equivalence_margin=max(margins)) + "\n")
+    return [tex, stats_md]

@@ -1,30 +1,15 @@
-"""The simulated-clock part of a sweep report: test accuracy against simulated seconds, for
-runs with a ``system`` block or an asynchronous rule (docs/how-to/stragglers.md)."""
+"""Test accuracy against simulated seconds, for runs with a ``system`` block or an asynchronous
+rule (docs/how-to/stragglers.md)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from fedcore.tracking.plots import _pyplot
+from fedcore.figures.plots import _pyplot
 
-if TYPE_CHECKING:
-    from mlflow import MlflowClient
-
-TIME_METRIC = "time/simulated_s"
 TITLE = "Accuracy vs simulated time: mean over seeds per round"
-
-
-def clocks(client: MlflowClient, runs: pd.DataFrame) -> dict[str, pd.Series]:
-    """Each run's simulated clock by round (step); empty when no run has one."""
-    out = {}
-    for run_id in runs["run_id"]:
-        hist = client.get_metric_history(run_id, TIME_METRIC)
-        if hist:
-            out[run_id] = pd.Series({m.step: m.value for m in hist}).sort_index()
-    return out
 
 
 def accuracy_vs_time_png(runs: pd.DataFrame, acc: dict[str, pd.Series],

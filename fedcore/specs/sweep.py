@@ -13,16 +13,16 @@ from typing import Any
 
 from fedcore.core.compose.configure import build_config
 from fedcore.core.config import ConfigError, ExperimentConfig, limits, read_yaml
-from fedcore.pipeline.families import Family, SeedPlan, parse_families, seed_plan
-from fedcore.pipeline.protocols import (
+from fedcore.specs.families import Family, SeedPlan, parse_families, seed_plan
+from fedcore.specs.protocols import (
     GRID_KEY,
     Protocol,
     check_against_recipe,
     labelled,
     parse_protocols,
 )
-from fedcore.pipeline.rows import row_label
-from fedcore.pipeline.sweep_file import check_grid_keys, check_shape, read_base, sweep_name
+from fedcore.specs.rows import row_label
+from fedcore.specs.sweep_file import check_grid_keys, check_shape, read_base, sweep_name
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class SweepSpec:
     """A sweep's validated cells; ``tuning``: per method, the study its tuned rows come from
     (``craft_server_lr: 30 trials, seed 1000``); ``duplicates``: the grid points left out because
     an earlier cell has the same config (``label`` -> the cell's label that runs it);
-    ``families``: the comparisons it decides (``fedcore.pipeline.families``); ``plan``: its
+    ``families``: the comparisons it decides (``fedcore.specs.families``); ``plan``: its
     seeds and looks (None: the seeds its grid lists, one look); ``screening``: the name of the
     sweep a confirmation confirms (``confirms:``), whose recorded runs it must not reuse."""
 
@@ -238,11 +238,11 @@ def check_rows(cells: list[Cell], families: tuple[Family, ...], where: str) -> N
 def check_tuned_alike(cells: list[Cell], families: tuple[Family, ...], studies: Any,
                       where: str) -> None:
     """The families' tuned rows come from studies that searched alike, on validation
-    (``fedcore.pipeline.tuned_alike``)."""
+    (``fedcore.specs.tuned_alike``)."""
     if not families or not isinstance(studies, dict) or not studies:
         return
-    from fedcore.pipeline.study_spec import load_study
-    from fedcore.pipeline.tuned_alike import check_families
+    from fedcore.specs.study import load_study
+    from fedcore.specs.tuned_alike import check_families
 
     specs = {}
     for method, name in studies.items():
@@ -263,7 +263,7 @@ def tuning_studies(raw: Any, seeds: Iterable[int], where: str) -> dict[str, str]
         return {}
     if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
         raise ConfigError(f"{where}.studies: expected a mapping of METHOD: study name")
-    from fedcore.pipeline.study_spec import load_study
+    from fedcore.specs.study import load_study
 
     evaluated = set(seeds)
     out = {}

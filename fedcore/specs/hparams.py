@@ -6,7 +6,7 @@ and the horizon.
   file was written by ``fedcore tune --best`` (a study chose the values); ``set`` when any
   hyperparameter differs otherwise (set by hand), or when no shipped file has its name. (A sweep
   whose file names the study of a method calls that method's changed rows ``tuned``:
-  ``fedcore.pipeline.rows``.)
+  ``fedcore.specs.rows``.)
 - local: the paper recipes (``configs/experiments/<paper>.yaml``) hold each paper's local
   optimiser. ``paper`` when the run's ``local`` block equals a recipe of its own method;
   ``<recipe> recipe`` when it equals another paper's (a baseline run in that paper's regime);
@@ -33,7 +33,7 @@ from typing import Any
 
 from fedcore.core.compose.configure import build_config
 from fedcore.core.config import ClientsConfig, ConfigError, LocalConfig, config_dir, read_yaml
-from fedcore.pipeline.rows import TUNABLE, is_tuned
+from fedcore.specs.rows import TUNABLE, is_tuned
 
 TUNE_BEST_MARK = "Written by `fedcore tune --best`"
 
@@ -205,7 +205,7 @@ def regime(resolved: dict[str, Any]) -> Regime:
 def row_regime(resolved: dict[str, Any], row: str, overrides: Mapping[str, Any]) -> Regime:
     """The regime of a sweep cell as its report row states it: a tuned row's (``craft
     (tuned)``) parts that the study chose (the cell's ``method.`` and ``local.`` values) are
-    ``tuned``, not ``set``; a row of a paper protocol (``fedcore.pipeline.protocols``) runs the
+    ``tuned``, not ``set``; a row of a paper protocol (``fedcore.specs.protocols``) runs the
     protocol's local recipe (``local <name> protocol`` unless it is its own paper's) at the
     paper's rounds and participation (horizon ``protocol``) with the data and model scaled
     (``data scaled``)."""

@@ -2,7 +2,7 @@
 rows in no family), a forest plot of each family's paired differences, every client's final
 accuracy per row, and accuracy against uplink GB.
 
-Each draws with pyplot on Agg (`fedcore.tracking.plots._pyplot`), saves the PNG, closes the
+Each draws with pyplot on Agg (`fedcore.figures.plots._pyplot`), saves the PNG, closes the
 figure and returns it, so that a caller (or a test) can read what was drawn. Readable as saved:
 titles wrapped to the figure, text at least 8 pt, the reference drawn on top of any curve equal
 to it, bands cut to the metric's range.
@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedcore.pipeline.families import Family
-from fedcore.pipeline.stats import VERDICTS, mean_interval
-from fedcore.tracking.plots import _pyplot, integer_ticks
+from fedcore.figures.plots import _pyplot, integer_ticks
+from fedcore.specs.families import Family
+from fedcore.stats.intervals import mean_interval
+from fedcore.stats.verdicts import VERDICTS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -21,11 +21,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fedcore.core.config import ConfigError
-from fedcore.pipeline.rows import is_tuned
+from fedcore.specs.rows import is_tuned
 
 if TYPE_CHECKING:
-    from fedcore.pipeline.families import Family
-    from fedcore.pipeline.study_spec import Param, StudySpec
+    from fedcore.specs.families import Family
+    from fedcore.specs.study import StudySpec
+    from fedcore.specs.study_fields import Param
 
 SHARED = "local."  # the shared recipe: the local optimiser every row runs
 BOUND_SHARE = 0.05  # a best value this close to a bound (share of the range, log if searched so)
@@ -63,7 +64,7 @@ def unequal(a: StudySpec, b: StudySpec) -> str:
 
 def scores_validation(spec: StudySpec) -> bool:
     """Whether the study scored, and pruned on, the validation split only."""
-    from fedcore.pipeline.study_spec import VALIDATION_METRICS
+    from fedcore.specs.study_fields import VALIDATION_METRICS
 
     watched = spec.pruner.get("metric")
     return (all(m in VALIDATION_METRICS for m in spec.metrics)

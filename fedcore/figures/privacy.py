@@ -1,51 +1,18 @@
-"""The privacy part of a sweep report: epsilon (at delta) per row, and accuracy against epsilon
-(docs/how-to/privacy.md). A run without a privacy mechanism has epsilon infinity."""
+"""Accuracy against the privacy budget spent: one line per method over epsilon, with 95 %
+intervals (docs/how-to/privacy.md)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from fedcore.pipeline.stats import mean_interval
-from fedcore.tracking.plots import _pyplot
+from fedcore.figures.plots import _pyplot
+from fedcore.stats.intervals import mean_interval
 
-if TYPE_CHECKING:
-    from mlflow.entities import Run
-
-EPSILON_METRIC = "privacy/epsilon"
-DELTA_PARAM = "dp.delta"
-COLUMN = "ε (at δ)"
 TITLE = "Accuracy vs privacy: mean of last k over seeds, bars = 95 % interval"
-
-
-def run_privacy(run: Run) -> tuple[float, float]:
-    """(epsilon spent by the run's last round, its delta); (inf, nan) without a mechanism."""
-    eps = run.data.metrics.get(EPSILON_METRIC)
-    if eps is None:
-        return math.inf, math.nan
-    return float(eps), float(run.data.params.get(DELTA_PARAM, "nan"))
-
-
-def private(runs: pd.DataFrame) -> bool:
-    """Whether any run of the report has a finite epsilon."""
-    return "epsilon" in runs and bool(np.isfinite(runs["epsilon"].astype(float)).any())
-
-
-def epsilon_text(epsilons: list[float], deltas: list[float]) -> str:
-    """``4 (δ=0.0063)``: the largest epsilon of a row's finished seeds and its delta; ``∞``
-    without a mechanism; blank when no seed finished."""
-    eps = [e for e in epsilons if not math.isnan(e)]
-    if not eps:
-        return ""
-    worst = max(eps)
-    if math.isinf(worst):
-        return "∞"
-    delta = max((d for d in deltas if not math.isnan(d)), default=math.nan)
-    return f"{worst:.4g} (δ={delta:.2g})"
 
 
 def accuracy_vs_epsilon_png(runs: pd.DataFrame, path: Path, column: str = "accuracy_last_k"
