@@ -15,6 +15,10 @@ DEBUG_ENV = "FEDCORE_DEBUG"  # set to 1: failures show their traceback (as --deb
 TRACKED = ("run", "sweep", "tune", "report", "ui", "claims")  # commands that reach MLflow
 
 
+# The commands that simulate in this process: torch's thread count is pinned first.
+SIMULATING = frozenset({"run", "sweep", "tune", "claims"})
+
+
 def call(args: argparse.Namespace) -> int:
     """Run the command; one-line errors (exit code 2: bad input or a missing extra, 1: a
     failure)."""
@@ -23,6 +27,10 @@ def call(args: argparse.Namespace) -> int:
             from fedcore.runtime_env.extras import require
 
             require(args.command)
+        if args.command in SIMULATING:  # before any data is built (its reductions too)
+            from fedcore.runtime_env.env import pin_torch_threads
+
+            pin_torch_threads()
         check_tracking_server(args.command)
         code: int = args.func(args)
         return code

@@ -32,6 +32,7 @@ from fedcore.flows.runners import (
 from fedcore.flows.server import owns_server
 from fedcore.flows.stopping import hold_sigterm, relay_stop_to_dask, stopped_state, watch_dask_event
 from fedcore.runtime_env.devices import pinned_device
+from fedcore.runtime_env.env import pin_torch_threads
 from fedcore.specs.sweep import Cell, SweepSpec, load_sweep
 from fedcore.tracking import TrackingSettings, get_experiment_id, load_settings, mlflow_client
 from fedcore.tracking.cell_claim import claim_cell
@@ -128,6 +129,7 @@ def _simulate_cell(
         if done is not None:
             return {"run_id": done.info.run_id, "status": "skipped", **done.data.metrics}
         with pinned_device(cfg.device, cells_per_gpu) as device:
+            pin_torch_threads()  # before the shared data is built (its reductions too)
             data = shared_federated_data(cfg.dataset, cfg.seed,
                                          resolve_device(device or cfg.device), cfg.clients)
             run_id, result = run_tracked(

@@ -16,6 +16,7 @@ from fedcore.core.models.external import ModelArg
 from fedcore.core.round import checkpoint, code_digest
 from fedcore.core.round.simulation import Callback, Result, Simulation
 from fedcore.core.runtime import faults, stopping
+from fedcore.runtime_env.env import pin_torch_threads
 from fedcore.tracking.mlflow_tracker import MLflowTracker
 from fedcore.tracking.provenance import CODE_DIGEST_TAG, code_label
 from fedcore.tracking.run_store import MlflowRunStore, RunRecord
@@ -67,6 +68,7 @@ def run_tracked(
         The MLflow run id and the simulation's result.
     """
     stopping.check(0)  # no new run once a stop was requested
+    pin_torch_threads()  # one thread count for every runner: the same numbers (reproducibility.md)
     sim = Simulation(cfg, device=device, data=data, model=model)
     cfg = sim.cfg  # with own data or model: the config that records them
     tracker = MLflowTracker(
