@@ -67,8 +67,7 @@ def run_tracked(
     Returns:
         The MLflow run id and the simulation's result.
     """
-    stopping.check(0)  # no new run once a stop was requested
-    pin_torch_threads()  # one thread count for every runner: the same numbers (reproducibility.md)
+    _before_a_run()
     sim = Simulation(cfg, device=device, data=data, model=model)
     cfg = sim.cfg  # with own data or model: the config that records them
     tracker = MLflowTracker(
@@ -110,6 +109,13 @@ def run_tracked(
         tracker.finished.add_done_callback(lambda _: _ACTIVE.discard(run_id))
         tracker.finished.add_done_callback(lambda _: _FINISHING.pop(run_id, None))
     return run_id, result
+
+
+def _before_a_run() -> None:
+    """No new run once a stop was requested; one torch thread count for every runner, so a
+    cell gives the same numbers however it is run (docs/explanation/reproducibility.md)."""
+    stopping.check(0)
+    pin_torch_threads()
 
 
 def finishing(run_id: str) -> Future[None] | None:
