@@ -19,8 +19,9 @@ fi
 bash scripts/setup.sh
 start=$SECONDS
 # one Dask worker per core and one more: a cell also waits on its store's writes, and 3 worker
-# processes ran 24 cells in 51.6 s where 2 took 67.6 s on 2 cores (2026-12-02; the numbers do
-# not depend on the worker count: tests/test_scaleout.py); the report is written in the
+# processes ran 20 cells of the five protocols in 58-62 s where 2 took 65-67 s on 2 cores
+# (2026-12-05; the numbers do not depend on the worker count: tests/test_scaleout.py, and every
+# worker runs FEDCORE_TORCH_THREADS torch threads, default 1); the report is written in the
 # sweep's process (`fedcore report configs/sweeps/main.yaml` writes it again from the store)
 .venv/bin/fedcore sweep "$sweep" --runner dask --workers "$(($(nproc) + 1))" --report --latex \
   "$@"
