@@ -65,8 +65,9 @@ def test_a_recorded_run_uses_the_pinned_count(tracking, monkeypatch, wanted) -> 
     assert {k: metrics[k] for k in METRICS} == {k: expected[k] for k in METRICS}
 
 
-def test_fedcore_run_pins_before_its_data_is_built(tracking) -> None:
-    """A process started with two threads (OMP_NUM_THREADS=2) records the one-thread numbers."""
+def test_fedcore_run_from_a_two_thread_process_records_the_one_thread_numbers(tracking) -> None:
+    """End to end through the CLI, which pins the count (and checks it before anything runs)
+    ahead of run_tracked, since `fedcore run` builds its data before calling it."""
     env = {**os.environ, "OMP_NUM_THREADS": "2", "MLFLOW_TRACKING_URI": tracking.tracking_uri}
     env.pop(THREADS_VARIABLE, None)
     out = subprocess.run([sys.executable, "-m", "fedcore", "run", *OVERRIDES],

@@ -36,9 +36,6 @@ def dask_setup(worker: Worker) -> None:
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
     import fedcore.flows.sweep  # noqa: F401
-    from fedcore.runtime_env.env import pin_torch_threads
-
-    pin_torch_threads()  # the flow's count, whatever the nanny set (OMP_NUM_THREADS=1)
 
 
 def dask_teardown(worker: Worker) -> None:
