@@ -8,8 +8,8 @@ server has judged it. The template both engines share is ``fedcore.core.clients.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 from torch import nn
@@ -34,7 +34,18 @@ REGISTRY: Registry[ClientAlgorithm] = Registry(
 )
 register = REGISTRY.register
 
-__all__ = ["REGISTRY", "ClientAlgorithm", "batch_mean", "cross_entropy", "minibatches", "register"]
+__all__ = ["REGISTRY", "ClientAlgorithm", "batch_mean", "cross_entropy", "minibatches",
+           "plain_cross_entropy", "register"]
+
+LossFn = TypeVar("LossFn", bound=Callable[..., torch.Tensor])
+
+
+def plain_cross_entropy(loss: LossFn) -> LossFn:
+    """Mark ``loss`` as ``cross_entropy(b.model(b.x), b.y, b.mask)`` and nothing more: the
+    sequential engine may then take the MLP's written-out step for it
+    (``fedcore.core.clients.mlp_step``). An override of a marked loss is unmarked."""
+    loss.plain_cross_entropy = True  # type: ignore[attr-defined]
+    return loss
 
 
 def batch_mean(values: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -103,6 +114,7 @@ class ClientAlgorithm(Component):
         return LocalPlan(list(minibatches(ctx.data.num_train, ctx.schedule, ctx.generator)),
                          self.loss)
 
+    @plain_cross_entropy
     def loss(self, b: Batch) -> torch.Tensor:
         """The objective of one batch: the one definition both engines execute (the vectorised
         one passes a functional model view and a mask; see ``vectorisable``)."""

@@ -13,6 +13,7 @@ from fedcore.core.clients.base import (
     ClientAlgorithm,
     cross_entropy,
     minibatches,
+    plain_cross_entropy,
     register,
 )
 from fedcore.core.component.registry import HParams as BaseHParams
@@ -136,6 +137,7 @@ class DittoClient(ClientAlgorithm):
         return FollowUp(params, buffers, sched, batches, self.hp.lam, self.personal_loss,
                         self.keep_personal)
 
+    @plain_cross_entropy
     def personal_loss(self, b: Batch) -> torch.Tensor:
         """F_k of the personal model: cross-entropy (over the real rows when masked)."""
         return cross_entropy(b.model(b.x), b.y, b.mask)

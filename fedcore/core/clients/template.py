@@ -19,9 +19,16 @@ import torch
 from torch import nn
 
 from fedcore.core.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
+from fedcore.core.clients.mlp_step import written_out_step
 from fedcore.core.clients.sgd import sgd_step
 from fedcore.core.component.seeding import derive_seed
-from fedcore.core.models.layout import flat_params, load_flat_params, to_device
+from fedcore.core.models.layout import (
+    copy_flat_into,
+    flat_params,
+    load_flat_params,
+    to_device,
+    trainable_params,
+)
 from fedcore.core.records import ClientUpdate, FrozenParams, LocalContext, LocalSchedule
 from fedcore.core.records.plan import Batch, Finished, FollowUp, LocalPlan, Loss
 
@@ -174,11 +181,11 @@ def run_follow_up(ctx: LocalContext, follow: FollowUp) -> None:
 def run_pass(ctx: LocalContext, run: Pass) -> tuple[torch.Tensor, int]:
     """The SGD steps of ``run`` on ``ctx.model`` with autograd: (mean train loss, steps)."""
     model, data = ctx.model, ctx.data
-    load_flat_params(model, run.start)
+    params = trainable_params(model)
+    copy_flat_into(params, run.start)
     if run.buffers:
         model.load_state_dict(run.buffers, strict=False)
     model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
     momentum: list[torch.Tensor | None] = [None] * len(params)
     anchors = ctx.global_tensors() if run.mu else None
     shifts = None if run.shift is None else [
@@ -191,15 +198,21 @@ def run_pass(ctx: LocalContext, run: Pass) -> tuple[torch.Tensor, int]:
         name: model_view(frozen_copy(model, p, b)) for name, (p, b) in (run.frozen or {}).items()
     }
     view = model_view(model)
+    written_out = None if run.frozen or run.arity else written_out_step(model, run.loss, params)
     try:
         for idx in batches_on(run.batches, device):
             x, y = data.x_train[idx], data.y_train[idx]
-            for p in params:
-                p.grad = None
-            loss = run.loss(Batch(view, x, y, ctx, None, run.arity))
-            loss.backward()
-            sgd_step(params, [p.grad for p in params], momentum, run.schedule, run.mu, anchors,
-                     shifts)
+            grads: list[torch.Tensor | None]
+            if written_out is not None:
+                loss, step_grads = written_out(x, y)
+                grads = list(step_grads)
+            else:
+                for p in params:
+                    p.grad = None
+                loss = run.loss(Batch(view, x, y, ctx, None, run.arity))
+                loss.backward()
+                grads = [p.grad for p in params]
+            sgd_step(params, grads, momentum, run.schedule, run.mu, anchors, shifts)
             loss_sum += loss.detach() * len(idx)
             seen += len(idx)
             steps += 1

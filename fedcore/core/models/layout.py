@@ -82,14 +82,23 @@ def _group_keys(model: nn.Module) -> dict[str, str]:
     return keys
 
 
+def trainable_params(model: nn.Module) -> list[torch.Tensor]:
+    """``model``'s parameters that require a gradient, in layout order."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
 def flat_params(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad])
+    return torch.cat([p.detach().reshape(-1) for p in trainable_params(model)])
 
 
 def load_flat_params(model: nn.Module, flat: torch.Tensor) -> None:
-    """Copy ``flat`` into ``model``'s trainable parameters, in layout order (one multi-tensor
-    copy: a few kernel launches on a GPU instead of one per parameter)."""
-    params: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
+    """Copy ``flat`` into ``model``'s trainable parameters, in layout order."""
+    copy_flat_into(trainable_params(model), flat)
+
+
+def copy_flat_into(params: list[torch.Tensor], flat: torch.Tensor) -> None:
+    """Copy the first entries of ``flat`` into ``params``, in order (one multi-tensor copy: a
+    few kernel launches on a GPU instead of one per parameter)."""
     sizes = [p.numel() for p in params]
     parts = torch.split(flat[: sum(sizes)], sizes)
     with torch.no_grad():
