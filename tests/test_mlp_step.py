@@ -10,12 +10,13 @@ import torch.nn.functional as F
 from fedcore.core.clients import template
 from fedcore.core.clients.base import ClientAlgorithm
 from fedcore.core.clients.ditto import DittoClient
-from fedcore.core.clients.mlp_step import mlp_cross_entropy_step, written_out_step
 from fedcore.core.compose.configure import load_config
 from fedcore.core.models import build_model
-from fedcore.core.models.layout import trainable_params
+from fedcore.core.models.layout import load_flat_params, trainable_params
 from fedcore.core.models.mlp import MLP
+from fedcore.core.models.mlp_step import mlp_cross_entropy_step, mlp_step_for
 from fedcore.core.round.simulation import Simulation
+from fedcore.core.stages.feedback.mismatch import flat_grad
 
 from .conftest import TINY
 
@@ -57,7 +58,8 @@ class _OwnLoss(ClientAlgorithm):
 
 def test_it_runs_only_for_the_plain_mlp_and_loss_on_the_cpu() -> None:
     def step(model: torch.nn.Module, loss: object) -> object:
-        return written_out_step(model, loss, trainable_params(model))  # type: ignore[arg-type]
+        run = template.Pass(torch.zeros(0), {}, None, [], loss)  # type: ignore[arg-type]
+        return template.written_out_step(run, model, trainable_params(model))
 
     plain = ClientAlgorithm()
     mlp = build_model("mlp", (1, 8, 8), 10)
@@ -71,6 +73,20 @@ def test_it_runs_only_for_the_plain_mlp_and_loss_on_the_cpu() -> None:
     frozen = build_model("mlp", (1, 8, 8), 10)
     frozen.fc1.weight.requires_grad_(False)
     assert step(frozen, plain.loss) is None
+
+
+def test_the_gradient_mismatch_probe_is_autograds() -> None:
+    """SA-PEF's probe takes the MLP's gradient by the written-out backward: the same bits."""
+    gen = torch.Generator().manual_seed(1)
+    model = build_model("mlp", (1, 8, 8), 10)
+    params = torch.randn(sum(p.numel() for p in model.parameters()), generator=gen) * 0.1
+    x, y = torch.randn(64, 1, 8, 8, generator=gen), torch.randint(0, 10, (64,), generator=gen)
+    copy = build_model("cnn", (1, 8, 8), 10)  # no written-out step: autograd's path
+    assert mlp_step_for(copy, trainable_params(copy)) is None
+    load_flat_params(model, params)
+    want = torch.cat([g.reshape(-1) for g in torch.autograd.grad(
+        F.cross_entropy(model(x), y), list(model.parameters()))])
+    assert torch.equal(flat_grad(model, params, x, y), want)
 
 
 @pytest.mark.slow

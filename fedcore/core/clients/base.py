@@ -43,7 +43,7 @@ LossFn = TypeVar("LossFn", bound=Callable[..., torch.Tensor])
 def plain_cross_entropy(loss: LossFn) -> LossFn:
     """Mark ``loss`` as ``cross_entropy(b.model(b.x), b.y, b.mask)`` and nothing more: the
     sequential engine may then take the MLP's written-out step for it
-    (``fedcore.core.clients.mlp_step``). An override of a marked loss is unmarked."""
+    (``fedcore.core.models.mlp_step``). An override of a marked loss is unmarked."""
     loss.plain_cross_entropy = True  # type: ignore[attr-defined]
     return loss
 

@@ -19,7 +19,6 @@ import torch
 from torch import nn
 
 from fedcore.core.clients.extras import AFTER_TRAINING, BEFORE_TRAINING
-from fedcore.core.clients.mlp_step import written_out_step
 from fedcore.core.clients.sgd import sgd_step
 from fedcore.core.component.seeding import derive_seed
 from fedcore.core.models.layout import (
@@ -29,6 +28,7 @@ from fedcore.core.models.layout import (
     to_device,
     trainable_params,
 )
+from fedcore.core.models.mlp_step import Step, mlp_step_for
 from fedcore.core.records import ClientUpdate, FrozenParams, LocalContext, LocalSchedule
 from fedcore.core.records.plan import Batch, Finished, FollowUp, LocalPlan, Loss
 
@@ -198,7 +198,7 @@ def run_pass(ctx: LocalContext, run: Pass) -> tuple[torch.Tensor, int]:
         name: model_view(frozen_copy(model, p, b)) for name, (p, b) in (run.frozen or {}).items()
     }
     view = model_view(model)
-    written_out = None if run.frozen or run.arity else written_out_step(model, run.loss, params)
+    written_out = written_out_step(run, model, params)
     try:
         for idx in batches_on(run.batches, device):
             x, y = data.x_train[idx], data.y_train[idx]
@@ -219,6 +219,15 @@ def run_pass(ctx: LocalContext, run: Pass) -> tuple[torch.Tensor, int]:
     finally:
         ctx.frozen = {}
     return loss_sum / max(seen, 1), steps
+
+
+def written_out_step(run: Pass, model: nn.Module, params: list[torch.Tensor]) -> Step | None:
+    """The MLP's written-out cross-entropy step for ``run`` (``fedcore.core.models.mlp_step``),
+    or None where autograd runs: a loss not marked ``plain_cross_entropy``, frozen models or
+    tuplets in the plan, another model."""
+    if run.frozen or run.arity or not getattr(run.loss, "plain_cross_entropy", False):
+        return None
+    return mlp_step_for(model, params)
 
 
 def batches_on(batches: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:

@@ -10,7 +10,13 @@ from torch import nn
 if TYPE_CHECKING:
     from fedcore.core.records import StageContext
 
-from fedcore.core.models.layout import flat_params, load_flat_params
+from fedcore.core.models.layout import (
+    copy_flat_into,
+    flat_params,
+    load_flat_params,
+    trainable_params,
+)
+from fedcore.core.models.mlp_step import mlp_step_for
 
 PROBE_SIZE = 256  # the first PROBE_SIZE samples of the global test set: fixed across rounds
 
@@ -18,8 +24,13 @@ PROBE_SIZE = 256  # the first PROBE_SIZE samples of the global test set: fixed a
 def flat_grad(
     model: nn.Module, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor
 ) -> torch.Tensor:
-    load_flat_params(model, params)
-    trainable = [p for p in model.parameters() if p.requires_grad]
+    """The gradient of the mean cross-entropy of ``model`` at ``params`` on (x, y), flat (the
+    MLP's by its written-out backward: autograd's bits, ``fedcore.core.models.mlp_step``)."""
+    trainable = trainable_params(model)
+    copy_flat_into(trainable, params)
+    step = mlp_step_for(model, trainable)
+    if step is not None:
+        return torch.cat([g.reshape(-1) for g in step(x, y)[1]])
     loss = nn.functional.cross_entropy(model(x), y)
     return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, trainable)])
 

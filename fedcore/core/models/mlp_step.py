@@ -1,8 +1,9 @@
 """The MLP's cross-entropy step with its backward pass written out.
 
-For plain local SGD on cross-entropy (a loss marked ``plain_cross_entropy``) with fedcore's
-``MLP`` on the CPU, the sequential engine computes the loss and its gradients here instead of
-through autograd. The kernels are the ones autograd runs for ``F.linear``, ``relu`` and
+For plain local SGD on cross-entropy (a loss marked ``plain_cross_entropy``,
+``fedcore.core.clients.base``) with fedcore's ``MLP`` on the CPU, the sequential engine
+computes the loss and its gradients here instead of through autograd, as does SA-PEF's
+gradient-mismatch probe. The kernels are the ones autograd runs for ``F.linear``, ``relu`` and
 ``cross_entropy``, called in the same order on the same operands, so the loss and every
 gradient are the same bits (``tests/test_mlp_step.py``); what goes is autograd's graph and
 the module calls, about half of a step's CPU at the digits MLP's size
@@ -12,15 +13,11 @@ the module calls, about half of a step's CPU at the digits MLP's size
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from fedcore.core.models.mlp import MLP
-
-if TYPE_CHECKING:
-    from fedcore.core.records.plan import Loss
 
 MEAN = 1  # at::Reduction::Mean
 IGNORE_INDEX = -100  # F.cross_entropy's default
@@ -28,16 +25,11 @@ IGNORE_INDEX = -100  # F.cross_entropy's default
 Step = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, list[torch.Tensor]]]
 
 
-def written_out_step(
-    model: torch.nn.Module, loss: Loss, params: list[torch.Tensor]
-) -> Step | None:
-    """``mlp_cross_entropy_step`` on ``model``'s parameters, or None where autograd must run:
-    another model than the plain MLP, a loss not marked ``plain_cross_entropy``
-    (``fedcore.core.clients.base``), a frozen parameter, a GPU. ``params``: the model's
-    trainable parameters, in order."""
+def mlp_step_for(model: torch.nn.Module, params: list[torch.Tensor]) -> Step | None:
+    """The gradient of ``F.cross_entropy(model(x), y)`` by ``mlp_cross_entropy_step``, or None
+    for another model than the plain MLP (a subclass, a projection head), a frozen parameter
+    (``params``: the trainable ones, in order) or a GPU."""
     if type(model) is not MLP or "projection" in model._modules:
-        return None
-    if not getattr(loss, "plain_cross_entropy", False):
         return None
     if len(params) != 6 or not all(p.device.type == "cpu" for p in params):
         return None  # a frozen parameter is not among the trainable ones
