@@ -82,16 +82,17 @@ def paired_power(effect: float, n: int, level: float) -> float:
     size ``effect`` (mean / sd of the differences): P(|T| > t_crit) for T noncentral t; where
     scipy's noncentral t returns NaN (e.g. effect 5.0 at n = 3), the same probability
     integrated over the chi-squared V of T = (Z + effect sqrt(n)) / sqrt(V / (n - 1))."""
-    from scipy import integrate, stats
+    from scipy import integrate, special, stats
 
     df = n - 1
     crit = float(stats.t.ppf(1 - level / 2, df))
     shift = effect * math.sqrt(n)
+    log_norm = math.lgamma(df / 2) + df / 2 * math.log(2)  # of the chi-squared(df) density
 
-    def given(v: float) -> float:
+    def given(v: float) -> float:  # the normal tails times V's chi-squared(df) density
         bar = crit * math.sqrt(v / df)
-        tails = stats.norm.sf(bar - shift) + stats.norm.cdf(-bar - shift)
-        return float(tails * stats.chi2.pdf(v, df))
+        tails = special.ndtr(shift - bar) + special.ndtr(-bar - shift)
+        return float(tails * math.exp(special.xlogy(df / 2 - 1, v) - v / 2 - log_norm))
 
     exact = float(stats.nct.sf(crit, df, shift) + stats.nct.cdf(-crit, df, shift))
     if math.isfinite(exact) and 0.0 <= exact <= 1.0:
