@@ -63,3 +63,24 @@ def test_a_dead_helper_leaves_the_figures_to_this_process(helper, tmp_path):
     assert not drawing.drawn
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "fairness.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_report_figure_drawn_by_the_helper_is_the_one_drawn_here(helper, tmp_path):
+    """``draw_figure``: the report's convergence figure drawn in the helper, the same bytes."""
+    import pandas as pd
+
+    from fedcore.figures.comparison_plots import convergence_png
+
+    runs = pd.DataFrame({"run_id": ["a", "b"], "method": ["fedavg", "craft"],
+                         "row": ["fedavg", "craft"], "alpha": [0.1, 0.1],
+                         "dataset": ["digits", "digits"], "status": ["FINISHED"] * 2})
+    acc = {"a": pd.Series({1: 0.2, 2: 0.5, 3: 0.6}), "b": pd.Series({1: 0.3, 2: 0.6, 3: 0.7})}
+    panels = [("digits", 0.1, "fedavg", ["fedavg", "craft"])]
+    convergence_png(panels, runs, acc, tmp_path / "here.png")
+    name = f"{convergence_png.__module__}.{convergence_png.__name__}"
+    drawing = figure_helper.draw_figure(name, panels, runs, acc, tmp_path / "helper.png")
+    drawing.wait()
+    assert drawing.drawn
+    assert (tmp_path / "helper.png").read_bytes() == (tmp_path / "here.png").read_bytes()
+    with pytest.raises(ValueError, match="not a function of fedcore.figures"):
+        figure_helper.draw_figure("os.remove", str(tmp_path / "here.png"))

@@ -33,6 +33,7 @@ from fedcore.report.text import description, figures_markdown
 from fedcore.specs.families import ENDPOINTS
 from fedcore.specs.sweep import SweepSpec
 from fedcore.stats.looks import FamilyOutcome, family_outcomes, secondary_outcomes
+from fedcore.tracking import figure_helper
 from fedcore.tracking.family_runs import mlflow_section
 from fedcore.tracking.mlflow_tracker import mlflow_client
 from fedcore.tracking.parents import log_variant_table, set_description
@@ -120,8 +121,10 @@ def _figures(client: MlflowClient, spec: SweepSpec, finished: pd.DataFrame,
     clock = clocks(client, finished)  # {} without a simulated clock
 
     def draw(stage: Path) -> None:
-        convergence_png(convergence_panels(finished, spec.families), finished, acc,
-                        stage / "convergence.png")
+        convergence = figure_helper.draw_figure(  # the largest figure, on another core
+            f"{convergence_png.__module__}.{convergence_png.__name__}",
+            convergence_panels(finished, spec.families), finished, acc,
+            stage / "convergence.png")
         family_forest_png(forest_frame(outcomes), stage / "forest.png")
         client_accuracy_png(finished, finals, stage / "client_accuracy.png")
         if sent_runs is not None:
@@ -130,6 +133,7 @@ def _figures(client: MlflowClient, spec: SweepSpec, finished: pd.DataFrame,
             accuracy_vs_epsilon_png(finished, stage / "accuracy_vs_epsilon.png")
         if clock:
             accuracy_vs_time_png(finished, acc, clock, stage / "accuracy_vs_time.png")
+        convergence.wait()
 
     return draw
 
