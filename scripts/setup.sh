@@ -55,3 +55,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -c "import fedcore, torch, mlflow, prefect"
   echo "$want" > "$stamp"
 fi
+# Prefect's database (its migrations, about 5 s of CPU) is made here, once, not by the first
+# sweep's temporary server (fedcore.flows.server.prepare_database)
+if [ -z "${PREFECT_API_URL:-}" ] && [ ! -f "${PREFECT_HOME:-.fedcore/prefect}/prefect.db" ]; then
+  .venv/bin/python -m fedcore.flows.server
+fi
