@@ -197,6 +197,12 @@ class MlflowRunStore:
                                             order_by=["attributes.start_time DESC"],
                                             max_results=limit))
 
+    def has_finished_runs(self) -> bool:
+        """Whether the experiment holds any FINISHED run (one search of one run)."""
+        return bool(self.client.search_runs([self.experiment_id()],
+                                            filter_string="attributes.status = 'FINISHED'",
+                                            max_results=1))
+
     def finished_of_code(self, code: str) -> list[Run]:
         """Every FINISHED run made by code digest ``code``, newest first (one paged search:
         what a sweep's report reads for all its cells at once)."""

@@ -210,13 +210,16 @@ def other_code_runs(
 ) -> list[Run]:
     """For every config without a FINISHED run of its code, its newest FINISHED run of other
     code (configs with neither are left out)."""
+    store = MlflowRunStore(settings)
+    if not store.has_finished_runs():  # a new store: nothing to look up cell by cell
+        return []
     found = []
     for cfg in configs:  # its newest FINISHED run of any code; if other code's, one of its own?
         h, mine = cfg.config_hash(), code_digest.of_config(cfg)
-        newest = finished_run(h, settings, any_code=True)
+        newest = next(iter(store.find(h, "= 'FINISHED'", 1)), None)
         if newest is None or newest.data.tags.get(CODE_DIGEST_TAG) == mine:
             continue
-        if finished_run(h, settings, code=mine) is None:
+        if not store.find(h, "= 'FINISHED'", 1, mine):
             found.append(newest)
     return found
 
