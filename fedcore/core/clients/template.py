@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, cast
 
@@ -202,10 +203,9 @@ def run_pass(ctx: LocalContext, run: Pass) -> tuple[torch.Tensor, int]:
     try:
         for idx in batches_on(run.batches, device):
             x, y = data.x_train[idx], data.y_train[idx]
-            grads: list[torch.Tensor | None]
+            grads: Sequence[torch.Tensor | None]
             if written_out is not None:
-                loss, step_grads = written_out(x, y)
-                grads = list(step_grads)
+                loss, grads = written_out(x, y)
             else:
                 for p in params:
                     p.grad = None

@@ -7,7 +7,7 @@ gradient-mismatch probe. The kernels are the ones autograd runs for ``F.linear``
 ``cross_entropy``, called in the same order on the same operands, so the loss and every
 gradient are the same bits (``tests/test_mlp_step.py``); what goes is autograd's graph and
 the module calls, about half of a step's CPU at the digits MLP's size
-(``benchmarks/protocol_cells.py``).
+(``benchmarks/mlp_step.py`` runs cells with and without it).
 """
 
 from __future__ import annotations
