@@ -104,3 +104,25 @@ def test_a_stopped_single_process_study_fails_its_trial_and_kills_its_parent(tra
     assert trial.info.status == "KILLED" and trial.data.tags["trial_state"] == "FAIL"
     steps = [m.step for m in client.get_metric_history(trial.info.run_id, "train/loss")]
     assert steps == list(range(1, len(steps) + 1)) and 1 <= len(steps) < 5
+
+
+def test_a_sweep_cell_asks_the_dask_scheduler_at_most_every_poll_interval():
+    """``at_most_every``: asked on the first call, then only once the interval has passed (False
+    in between, so a stop waits at most that long); a True answer is kept without asking."""
+    from fedcore.flows.stopping import at_most_every
+
+    now, asked, answer = [0.0], [], [False]
+
+    def check():
+        asked.append(now[0])
+        return answer[0]
+
+    throttled = at_most_every(0.5, check, clock=lambda: now[0])
+    for t in (0.0, 0.1, 0.49, 0.5, 0.7, 1.0):
+        now[0] = t
+        assert throttled() is False
+    assert asked == [0.0, 0.5, 1.0]
+    answer[0], now[0] = True, 1.2
+    assert throttled() is False and asked == [0.0, 0.5, 1.0]  # not asked yet: 0.2 s since
+    now[0] = 1.5
+    assert throttled() is True and throttled() is True and asked == [0.0, 0.5, 1.0, 1.5]

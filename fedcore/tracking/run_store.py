@@ -121,9 +121,19 @@ class MlflowRunStore:
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def log_metrics(self, run_id: str, metrics: list[tuple[str, float, int, int]]) -> None:
-        """(key, value, timestamp ms, step) rows, 500 per batch."""
+        """(key, value, timestamp ms, step) rows: into a SQL store in one insert
+        (``fedcore.tracking.metric_rows``), else 500 per ``log_batch``."""
         from mlflow.entities import Metric
 
+        from fedcore.tracking.links import without_credentials
+        from fedcore.tracking.metric_rows import insert_metric_rows, sql_store
+        from fedcore.tracking.retry import with_retry
+
+        store = sql_store(self.client)
+        if store is not None and with_retry(
+                lambda: insert_metric_rows(store, run_id, metrics), "log_metrics",
+                store=f"the MLflow store {without_credentials(self.settings.tracking_uri)}"):
+            return
         batch = [Metric(k, v, ts, step) for k, v, ts, step in metrics]
         for i in range(0, len(batch), 500):
             self.client.log_batch(run_id, metrics=batch[i : i + 500])
