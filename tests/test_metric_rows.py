@@ -18,7 +18,8 @@ from fedcore.tracking.run_store import MlflowRunStore
 BATCHES = [
     [("train/loss", 2.3, 1000, 1), ("test/accuracy", 0.1, 1000, 1), ("train/loss", 2.1, 1000, 2),
      ("agg/rejected", math.nan, 1000, 2), ("comm/bytes", math.inf, 1000, 2),
-     ("delta", -math.inf, 1000, 2), ("train/loss", 2.1, 1000, 2)],  # the last one repeated
+     ("delta", -math.inf, 1000, 2), ("train/loss", 2.1, 1000, 2),  # a repeated row
+     ("agg/rejected", float("nan"), 1000, 2)],  # a repeated NaN, another float object
     [("train/loss", 1.9, 1001, 3), ("test/accuracy", 0.05, 1001, 0),  # an older step
      ("agg/rejected", 1.0, 1001, 3), ("delta", 0.5, 999, 2),  # the same step, older time
      ("comm/bytes", 7.0, 1001, 2), ("new/key", 3.0, 1001, 3)],  # the same step, later time
@@ -58,6 +59,7 @@ def test_inserted_rows_read_back_as_log_batch_leaves_them(client):
     assert latest["comm/bytes"] == 7.0 and latest["train/loss"] == 1.9
     assert math.isnan(latest["agg/rejected"]) is False and latest["agg/rejected"] == 1.0
     assert [v for _, _, v in got[0]["train/loss"]] == [2.3, 2.1, 1.9]  # the repeat stored once
+    assert len(got[0]["agg/rejected"]) == 2  # the NaN once, then 1.0
 
 
 def test_a_row_already_stored_sends_the_batch_through_log_batch(client, tmp_path, monkeypatch):

@@ -1,16 +1,16 @@
 """A run's metric rows into MLflow's SQL store in one statement per table.
 
 MLflow's ``log_batch`` makes an ORM object of every row and lets the session flush them one by
-one: about 100 µs a row, 0.6 CPU-s for the 7,300 rows of a 500-round cell. Here the same rows
-go into the same tables (MLflow's own table definitions: ``metrics``, and ``latest_metrics``
-updated by MLflow's rule, the newest by (step, timestamp, value)) as one multi-row insert,
-after the same checks: MLflow's validation of each key (and of any row that is not a float
-value at integer timestamp and step), the run active, NaN stored
-as 0 with ``is_nan`` and ±Inf as the largest float. A row already in the store (an identical
-key, value, timestamp and step) rolls the insert back and the batch goes through ``log_batch``,
-which skips it. A store that is not SQL (a tracking server) gets ``log_batch`` too.
-``tests/test_metric_rows.py`` checks that both ways leave the same history and latest values;
-``benchmarks/metric_writes.py`` times them.
+one: about 160 µs a row, 0.77 CPU-s for the 4,750 rows of FedAvg's CRAFT-protocol cell.
+Here the same rows go into the same tables (MLflow's own table definitions: ``metrics``, and
+``latest_metrics`` updated by MLflow's rule, the newest by (step, timestamp, value)) as one
+multi-row insert, after the same checks: MLflow's validation of each key (and of any row that
+is not a float value at integer timestamp and step), the run active, NaN stored as 0 with
+``is_nan`` and ±Inf as the largest float, a repeated row stored once. A row already in the
+store (an identical key, value, timestamp and step) rolls the insert back and the batch goes
+through ``log_batch``, which skips it. A store that is not SQL (a tracking server) gets
+``log_batch`` too. ``tests/test_metric_rows.py`` checks that both ways leave the same history
+and latest values; ``benchmarks/metric_writes.py`` times them.
 """
 
 from __future__ import annotations
@@ -41,17 +41,17 @@ def insert_metric_rows(store: SqlAlchemyStore, run_id: str, rows: list[Row]) -> 
     from mlflow.utils.validation import _validate_metric
 
     values: list[dict[str, Any]] = []
-    seen: set[Row] = set()
+    seen: set[tuple[str, int, int, float, bool]] = set()  # the metrics table's key in a run
     keys: set[str] = set()
     for i, (key, value, timestamp, step) in enumerate(rows):
         if key not in keys or not _plain(value, timestamp, step):
             _validate_metric(  # type: ignore[no-untyped-call]
                 key, value, timestamp, step, path=f"metrics[{i}]")
             keys.add(key)
-        if (key, value, timestamp, step) in seen:  # log_batch drops a repeated row too
-            continue
-        seen.add((key, value, timestamp, step))
         is_nan, stored = store.sanitize_metric_value(value)
+        if (key, timestamp, step, stored, is_nan) in seen:  # log_batch stores a repeat once
+            continue
+        seen.add((key, timestamp, step, stored, is_nan))
         values.append({"run_uuid": run_id, "key": key, "value": stored,
                        "timestamp": timestamp, "step": step, "is_nan": is_nan})
     if not values:
